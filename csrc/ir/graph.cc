@@ -1,0 +1,456 @@
+#include "ir/graph.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "ir/infer.h"
+
+namespace tpj::ir {
+namespace {
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    const int shift = 14 - exp;
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
+  const uint32_t rounding = 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+template <class T>
+void Put(std::vector<uint8_t>& out, T v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &v, sizeof(T));
+}
+
+// One element of `dtype` holding `v` (cast as C++ would; bool: v != 0).
+std::vector<uint8_t> EncodeScalar(DType dtype, double v) {
+  std::vector<uint8_t> out;
+  switch (dtype) {
+    case DType::Bool: Put<uint8_t>(out, v != 0 ? 1 : 0); break;
+    case DType::I8: Put<int8_t>(out, static_cast<int8_t>(v)); break;
+    case DType::I16: Put<int16_t>(out, static_cast<int16_t>(v)); break;
+    case DType::I32: Put<int32_t>(out, static_cast<int32_t>(v)); break;
+    case DType::I64: Put<int64_t>(out, static_cast<int64_t>(v)); break;
+    case DType::U8: Put<uint8_t>(out, static_cast<uint8_t>(v)); break;
+    case DType::U16: Put<uint16_t>(out, static_cast<uint16_t>(v)); break;
+    case DType::U32: Put<uint32_t>(out, static_cast<uint32_t>(v)); break;
+    case DType::U64: Put<uint64_t>(out, static_cast<uint64_t>(v)); break;
+    case DType::F16: Put<uint16_t>(out, FloatToHalf(static_cast<float>(v))); break;
+    case DType::BF16: Put<uint16_t>(out, FloatToBf16(static_cast<float>(v))); break;
+    case DType::F32: Put<float>(out, static_cast<float>(v)); break;
+    case DType::F64: Put<double>(out, v); break;
+    case DType::C64: Put<float>(out, static_cast<float>(v)); Put<float>(out, 0.f); break;
+    case DType::C128: Put<double>(out, v); Put<double>(out, 0.0); break;
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> DefaultGroups(std::vector<std::vector<int64_t>> groups, int n) {
+  if (!groups.empty()) return groups;
+  std::vector<int64_t> all(n);
+  for (int i = 0; i < n; ++i) all[i] = i;
+  return {all};
+}
+
+}  // namespace
+
+const char* ReduceKindName(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum: return "sum";
+    case ReduceKind::Prod: return "prod";
+    case ReduceKind::Max: return "max";
+    case ReduceKind::Min: return "min";
+    case ReduceKind::And: return "and";
+    case ReduceKind::Or: return "or";
+  }
+  return "?";
+}
+
+const char* CompareDirName(CompareDir d) {
+  switch (d) {
+    case CompareDir::EQ: return "EQ";
+    case CompareDir::NE: return "NE";
+    case CompareDir::LT: return "LT";
+    case CompareDir::LE: return "LE";
+    case CompareDir::GT: return "GT";
+    case CompareDir::GE: return "GE";
+  }
+  return "?";
+}
+
+Builder::Builder(int num_replicas, int num_partitions) {
+  if (num_replicas < 1 || num_partitions < 1) throw Error("a graph needs >= 1 replica and partition");
+  g_.num_replicas = num_replicas;
+  g_.num_partitions = num_partitions;
+}
+
+const Shape& Builder::shape(Value v) const {
+  CheckValue(v);
+  return g_.shape(v);
+}
+
+void Builder::CheckValue(Value v) const {
+  if (v.node < 0 || v.node >= static_cast<int32_t>(g_.nodes.size()) || v.index < 0 ||
+      v.index >= static_cast<int32_t>(g_.nodes[v.node].results.size())) {
+    throw Error("value %" + std::to_string(v.node) + "#" + std::to_string(v.index) +
+                " does not belong to this graph");
+  }
+}
+
+std::vector<Value> Builder::AddMulti(Op op, std::vector<Value> operands, Attrs attrs) {
+  std::vector<Shape> in;
+  in.reserve(operands.size());
+  for (Value v : operands) {
+    CheckValue(v);
+    in.push_back(g_.shape(v));
+  }
+  std::vector<Shape> results;
+  try {
+    results = InferResults(op, in, attrs);
+  } catch (const Error& e) {
+    if (location_.empty()) throw;
+    throw Error(std::string(e.what()) + " (at " + location_ + ")");
+  }
+  Node n{op, std::move(operands), std::move(results), std::move(attrs), location_};
+  const int32_t id = static_cast<int32_t>(g_.nodes.size());
+  std::vector<Value> out;
+  for (size_t i = 0; i < n.results.size(); ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
+  g_.nodes.push_back(std::move(n));
+  return out;
+}
+
+Value Builder::Add(Op op, std::vector<Value> operands, Attrs attrs) {
+  return AddMulti(op, std::move(operands), std::move(attrs))[0];
+}
+
+Value Builder::Parameter(const Shape& shape) {
+  for (int64_t d : shape.dims) {
+    if (d < 0) throw Error("Parameter " + shape.ToString() + ": dims must be >= 0");
+  }
+  Attrs a;
+  a.axis = static_cast<int64_t>(g_.params.size());
+  const int32_t id = static_cast<int32_t>(g_.nodes.size());
+  g_.nodes.push_back(Node{Op::Parameter, {}, {shape}, std::move(a), location_});
+  g_.params.push_back(id);
+  return Value{id, 0};
+}
+
+Value Builder::Constant(const Shape& shape, std::vector<uint8_t> bytes) {
+  for (int64_t d : shape.dims) {
+    if (d < 0) throw Error("Constant " + shape.ToString() + ": dims must be >= 0");
+  }
+  const size_t elem = ByteSize(shape.dtype);
+  if (bytes.size() != shape.bytes() && bytes.size() != elem) {
+    std::ostringstream os;
+    os << "Constant " << shape.ToString() << ": got " << bytes.size() << " bytes, need "
+       << shape.bytes() << " (or " << elem << " for a splat)";
+    throw Error(os.str());
+  }
+  Attrs a;
+  a.data = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  const int32_t id = static_cast<int32_t>(g_.nodes.size());
+  g_.nodes.push_back(Node{Op::Constant, {}, {shape}, std::move(a), location_});
+  return Value{id, 0};
+}
+
+Value Builder::ScalarConstant(DType dtype, double value) {
+  return Constant(Shape{dtype, {}}, EncodeScalar(dtype, value));
+}
+
+Value Builder::Full(DType dtype, const std::vector<int64_t>& dims, double value) {
+  return Constant(Shape{dtype, dims}, EncodeScalar(dtype, value));
+}
+
+Value Builder::Unary(Op op, Value x) {
+  const OpForm f = Form(op);
+  if (f != OpForm::kUnary && f != OpForm::kFloatUnary && f != OpForm::kRealFloatUnary &&
+      f != OpForm::kLogicalUnary) {
+    throw Error(std::string(OpName(op)) + " is not a unary elementwise op");
+  }
+  return Add(op, {x}, {});
+}
+
+Value Builder::Binary(Op op, Value x, Value y) {
+  const OpForm f = Form(op);
+  if (f != OpForm::kBinary && f != OpForm::kLogical) {
+    throw Error(std::string(OpName(op)) + " is not a binary elementwise op");
+  }
+  return Add(op, {x, y}, {});
+}
+
+Value Builder::Convert(Value x, DType to) {
+  const DType from = shape(x).dtype;
+  if (IsComplex(from) && !IsComplex(to)) {
+    throw Error(std::string("Convert from ") + Name(from) + " to " + Name(to) +
+                ": take the real part first (complex to real is not defined)");
+  }
+  Value v = Add(Op::Convert, {x}, {});
+  g_.nodes[v.node].results[0].dtype = to;
+  return v;
+}
+
+Value Builder::IsFinite(Value x) { return Add(Op::IsFinite, {x}, {}); }
+
+Value Builder::Compare(CompareDir dir, Value x, Value y) {
+  Attrs a;
+  a.compare = dir;
+  return Add(Op::Compare, {x, y}, std::move(a));
+}
+
+Value Builder::Select(Value pred, Value on_true, Value on_false) {
+  return Add(Op::Select, {pred, on_true, on_false}, {});
+}
+
+Value Builder::Clamp(Value lo, Value x, Value hi) { return Add(Op::Clamp, {lo, x, hi}, {}); }
+
+Value Builder::BroadcastInDim(Value x, const std::vector<int64_t>& dims,
+                              const std::vector<int64_t>& broadcast_dims) {
+  Attrs a;
+  a.out_dims = dims;
+  a.dims = broadcast_dims;
+  return Add(Op::BroadcastInDim, {x}, std::move(a));
+}
+
+Value Builder::Reshape(Value x, const std::vector<int64_t>& dims) {
+  Attrs a;
+  a.out_dims = dims;
+  return Add(Op::Reshape, {x}, std::move(a));
+}
+
+Value Builder::Transpose(Value x, const std::vector<int64_t>& perm) {
+  Attrs a;
+  a.dims = perm;
+  return Add(Op::Transpose, {x}, std::move(a));
+}
+
+Value Builder::Slice(Value x, const std::vector<int64_t>& starts,
+                     const std::vector<int64_t>& limits, const std::vector<int64_t>& strides) {
+  Attrs a;
+  a.starts = starts;
+  a.limits = limits;
+  a.strides = strides;
+  return Add(Op::Slice, {x}, std::move(a));
+}
+
+Value Builder::DynamicSlice(Value x, const std::vector<Value>& starts,
+                            const std::vector<int64_t>& sizes) {
+  Attrs a;
+  a.dims = sizes;
+  std::vector<Value> ops{x};
+  ops.insert(ops.end(), starts.begin(), starts.end());
+  return Add(Op::DynamicSlice, std::move(ops), std::move(a));
+}
+
+Value Builder::DynamicUpdateSlice(Value x, Value update, const std::vector<Value>& starts) {
+  std::vector<Value> ops{x, update};
+  ops.insert(ops.end(), starts.begin(), starts.end());
+  return Add(Op::DynamicUpdateSlice, std::move(ops), {});
+}
+
+Value Builder::Concatenate(const std::vector<Value>& xs, int64_t dim) {
+  Attrs a;
+  a.axis = dim;
+  return Add(Op::Concatenate, xs, std::move(a));
+}
+
+Value Builder::Pad(Value x, Value pad_value, const std::vector<int64_t>& low,
+                   const std::vector<int64_t>& high, const std::vector<int64_t>& interior) {
+  Attrs a;
+  a.low = low;
+  a.high = high;
+  a.interior = interior;
+  return Add(Op::Pad, {x, pad_value}, std::move(a));
+}
+
+Value Builder::Iota(const Shape& shape, int64_t dim) {
+  if (dim < 0 || dim >= shape.rank()) {
+    throw Error("Iota " + shape.ToString() + ": dimension " + std::to_string(dim) +
+                " is out of range");
+  }
+  if (shape.dtype == DType::Bool || IsComplex(shape.dtype)) {
+    throw Error("Iota " + shape.ToString() + ": needs an integer or floating-point dtype");
+  }
+  Attrs a;
+  a.axis = dim;
+  const int32_t id = static_cast<int32_t>(g_.nodes.size());
+  g_.nodes.push_back(Node{Op::Iota, {}, {shape}, std::move(a), location_});
+  return Value{id, 0};
+}
+
+Value Builder::DotGeneral(Value lhs, Value rhs, const DotDims& dims) {
+  Attrs a;
+  a.dot = dims;
+  return Add(Op::DotGeneral, {lhs, rhs}, std::move(a));
+}
+
+Value Builder::Reduce(Value x, Value init, const std::vector<int64_t>& dims, ReduceKind kind) {
+  Attrs a;
+  a.dims = dims;
+  a.reduce = kind;
+  return Add(Op::Reduce, {x, init}, std::move(a));
+}
+
+Value Builder::ReduceWindow(Value x, Value init, ReduceKind kind,
+                            const std::vector<int64_t>& window,
+                            const std::vector<int64_t>& strides,
+                            const std::vector<int64_t>& base_dilation,
+                            const std::vector<int64_t>& window_dilation,
+                            const std::vector<int64_t>& pad_low,
+                            const std::vector<int64_t>& pad_high) {
+  Attrs a;
+  a.reduce = kind;
+  a.dims = window;
+  a.strides = strides;
+  a.lhs_dilation = base_dilation;
+  a.rhs_dilation = window_dilation;
+  a.low = pad_low;
+  a.high = pad_high;
+  return Add(Op::ReduceWindow, {x, init}, std::move(a));
+}
+
+Value Builder::SelectAndScatter(Value operand, Value source, Value init,
+                                const std::vector<int64_t>& window,
+                                const std::vector<int64_t>& strides,
+                                const std::vector<int64_t>& pad_low,
+                                const std::vector<int64_t>& pad_high) {
+  Attrs a;
+  a.dims = window;
+  a.strides = strides;
+  a.low = pad_low;
+  a.high = pad_high;
+  return Add(Op::SelectAndScatter, {operand, source, init}, std::move(a));
+}
+
+Value Builder::Convolution(Value lhs, Value rhs, const ConvDims& dims,
+                           const std::vector<int64_t>& strides,
+                           const std::vector<int64_t>& pad_low,
+                           const std::vector<int64_t>& pad_high,
+                           const std::vector<int64_t>& lhs_dilation,
+                           const std::vector<int64_t>& rhs_dilation, int64_t feature_groups,
+                           int64_t batch_groups) {
+  Attrs a;
+  a.conv = dims;
+  a.strides = strides;
+  a.low = pad_low;
+  a.high = pad_high;
+  a.lhs_dilation = lhs_dilation;
+  a.rhs_dilation = rhs_dilation;
+  a.feature_groups = feature_groups;
+  a.batch_groups = batch_groups;
+  return Add(Op::Convolution, {lhs, rhs}, std::move(a));
+}
+
+Value Builder::Gather(Value operand, Value indices, const GatherDims& dims,
+                      const std::vector<int64_t>& slice_sizes) {
+  Attrs a;
+  a.gather = dims;
+  a.dims = slice_sizes;
+  return Add(Op::Gather, {operand, indices}, std::move(a));
+}
+
+Value Builder::Scatter(Value operand, Value indices, Value updates, const ScatterDims& dims,
+                       bool replace) {
+  Attrs a;
+  a.scatter = dims;
+  a.flag = replace;
+  return Add(Op::Scatter, {operand, indices, updates}, std::move(a));
+}
+
+std::vector<Value> Builder::Sort(const std::vector<Value>& xs, int64_t dim, bool descending) {
+  Attrs a;
+  a.axis = dim;
+  a.flag = descending;
+  return AddMulti(Op::Sort, xs, std::move(a));
+}
+
+std::vector<Value> Builder::RngBitGenerator(Value state, const Shape& bits) {
+  if (!IsUnsignedInt(bits.dtype)) {
+    throw Error("RngBitGenerator: bits must have an unsigned integer dtype, got " +
+                bits.ToString());
+  }
+  std::vector<Value> out = AddMulti(Op::RngBitGenerator, {state}, {});
+  g_.nodes[out[0].node].results.push_back(bits);
+  out.push_back(Value{out[0].node, 1});
+  return out;
+}
+
+Value Builder::AllReduce(Value x, ReduceKind kind, std::vector<std::vector<int64_t>> groups) {
+  Attrs a;
+  a.reduce = kind;
+  a.replica_groups = DefaultGroups(std::move(groups), g_.num_replicas);
+  return Add(Op::AllReduce, {x}, std::move(a));
+}
+
+Value Builder::AllGather(Value x, int64_t dim, std::vector<std::vector<int64_t>> groups) {
+  Attrs a;
+  a.axis = dim;
+  a.replica_groups = DefaultGroups(std::move(groups), g_.num_replicas);
+  return Add(Op::AllGather, {x}, std::move(a));
+}
+
+Value Builder::ReduceScatter(Value x, int64_t dim, ReduceKind kind,
+                             std::vector<std::vector<int64_t>> groups) {
+  Attrs a;
+  a.axis = dim;
+  a.reduce = kind;
+  a.replica_groups = DefaultGroups(std::move(groups), g_.num_replicas);
+  return Add(Op::ReduceScatter, {x}, std::move(a));
+}
+
+Graph Builder::Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases) {
+  for (Value v : outputs) CheckValue(v);
+  std::vector<bool> used(outputs.size(), false);
+  for (const Alias& al : aliases) {
+    if (al.param < 0 || al.param >= static_cast<int64_t>(g_.params.size()) || al.output < 0 ||
+        al.output >= static_cast<int64_t>(outputs.size())) {
+      throw Error("alias of parameter " + std::to_string(al.param) + " to output " +
+                  std::to_string(al.output) + " is out of range");
+    }
+    const Shape& p = g_.nodes[g_.params[al.param]].results[0];
+    const Shape& o = g_.shape(outputs[al.output]);
+    if (p != o) {
+      throw Error("alias of parameter " + std::to_string(al.param) + " " + p.ToString() +
+                  " to output " + std::to_string(al.output) + " " + o.ToString() +
+                  ": shapes differ");
+    }
+    if (used[al.output]) {
+      throw Error("output " + std::to_string(al.output) + " is aliased to two parameters");
+    }
+    used[al.output] = true;
+  }
+  Graph g = std::move(g_);
+  g.outputs = outputs;
+  g.aliases = aliases;
+  g_ = Graph{};
+  g_.num_replicas = g.num_replicas;
+  g_.num_partitions = g.num_partitions;
+  return g;
+}
+
+}  // namespace tpj::ir

@@ -1,0 +1,14 @@
+// Structural hash of a graph: equal for graphs that print the same program,
+// different (with overwhelming probability) when an op, an attribute, a
+// shape, a dtype, a constant or the wiring differs. Locations are ignored.
+#pragma once
+
+#include <cstdint>
+
+#include "ir/graph.h"
+
+namespace tpj::ir {
+
+uint64_t StructuralHash(const Graph& graph);
+
+}  // namespace tpj::ir

@@ -1,0 +1,455 @@
+#include "ir/printer.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace tpj::ir {
+namespace {
+
+std::string Ints(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+std::string Array(const std::vector<int64_t>& v) {
+  return v.empty() ? "array<i64>" : "array<i64: " + Ints(v) + ">";
+}
+
+std::string Bracket(const std::vector<int64_t>& v) { return "[" + Ints(v) + "]"; }
+
+// dense<[[l0, h0], [l1, h1]]> : tensor<Nx2xi64>
+std::string Padding(const std::vector<int64_t>& low, const std::vector<int64_t>& high) {
+  std::string s = "dense<";
+  if (low.empty()) {
+    s += ">";
+  } else {
+    s += "[";
+    for (size_t i = 0; i < low.size(); ++i) {
+      s += (i ? ", [" : "[") + std::to_string(low[i]) + ", " + std::to_string(high[i]) + "]";
+    }
+    s += "]>";
+  }
+  return s + " : tensor<" + std::to_string(low.size()) + "x2xi64>";
+}
+
+std::string Groups(const std::vector<std::vector<int64_t>>& g) {
+  std::string s = "dense<[";
+  for (size_t i = 0; i < g.size(); ++i) s += (i ? ", " : "") + Bracket(g[i]);
+  s += "]> : tensor<" + std::to_string(g.size()) + "x" + std::to_string(g.empty() ? 0 : g[0].size()) +
+       "xi64>";
+  return s;
+}
+
+template <class T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+std::string Hex(uint64_t bits, int nibbles) {
+  static const char* kDigits = "0123456789ABCDEF";
+  std::string s = "0x";
+  for (int i = nibbles - 1; i >= 0; --i) s += kDigits[(bits >> (4 * i)) & 0xf];
+  return s;
+}
+
+// MLIR float literals need a '.' (1.0, 1.5e-05); non-finite values are
+// written as their bit pattern.
+template <class F, class Bits>
+std::string FloatText(F f) {
+  if (!std::isfinite(f)) return Hex(Load<Bits>(reinterpret_cast<const uint8_t*>(&f)), sizeof(F) * 2);
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), f);
+  std::string s(buf, r.ptr);
+  const size_t e = s.find('e');
+  if (s.find('.') == std::string::npos) {
+    if (e == std::string::npos) {
+      s += ".0";
+    } else {
+      s.insert(e, ".0");
+    }
+  }
+  return s;
+}
+
+std::string Element(DType t, const uint8_t* p) {
+  switch (t) {
+    case DType::Bool: return *p ? "true" : "false";
+    case DType::I8: return std::to_string(Load<int8_t>(p));
+    case DType::I16: return std::to_string(Load<int16_t>(p));
+    case DType::I32: return std::to_string(Load<int32_t>(p));
+    case DType::I64: return std::to_string(Load<int64_t>(p));
+    case DType::U8: return std::to_string(Load<uint8_t>(p));
+    case DType::U16: return std::to_string(Load<uint16_t>(p));
+    case DType::U32: return std::to_string(Load<uint32_t>(p));
+    case DType::U64: return std::to_string(Load<uint64_t>(p));
+    case DType::F16:
+    case DType::BF16: return Hex(Load<uint16_t>(p), 4);
+    case DType::F32: return FloatText<float, uint32_t>(Load<float>(p));
+    case DType::F64: return FloatText<double, uint64_t>(Load<double>(p));
+    case DType::C64:
+      return "(" + FloatText<float, uint32_t>(Load<float>(p)) + "," +
+             FloatText<float, uint32_t>(Load<float>(p + 4)) + ")";
+    case DType::C128:
+      return "(" + FloatText<double, uint64_t>(Load<double>(p)) + "," +
+             FloatText<double, uint64_t>(Load<double>(p + 8)) + ")";
+  }
+  return "?";
+}
+
+// Elements of dimension `d` onwards, starting at element `offset`.
+void Nested(std::string& s, const Shape& shape, const uint8_t* data, size_t d, int64_t& offset) {
+  if (d == shape.dims.size()) {
+    s += Element(shape.dtype, data + offset * ByteSize(shape.dtype));
+    ++offset;
+    return;
+  }
+  s += "[";
+  for (int64_t i = 0; i < shape.dims[d]; ++i) {
+    if (i) s += ", ";
+    Nested(s, shape, data, d + 1, offset);
+  }
+  s += "]";
+}
+
+// Largest constant printed element by element; larger ones use hex bytes.
+constexpr int64_t kMaxListedElements = 64;
+
+std::string DenseLiteral(const Shape& shape, const std::vector<uint8_t>& bytes) {
+  const size_t elem = ByteSize(shape.dtype);
+  std::string s = "dense<";
+  if (shape.numel() == 0) {
+    // nothing between the brackets
+  } else if (bytes.size() == elem && shape.numel() != 1) {
+    s += Element(shape.dtype, bytes.data());  // splat
+  } else if (shape.rank() == 0) {
+    s += Element(shape.dtype, bytes.data());
+  } else if (shape.numel() <= kMaxListedElements || shape.dtype == DType::Bool) {
+    int64_t offset = 0;
+    Nested(s, shape, bytes.data(), 0, offset);
+  } else {
+    static const char* kDigits = "0123456789ABCDEF";
+    s += "\"0x";
+    for (uint8_t b : bytes) {
+      s += kDigits[b >> 4];
+      s += kDigits[b & 0xf];
+    }
+    s += "\"";
+  }
+  return s + "> : " + shape.ToString();
+}
+
+const char* CompareType(DType t) {
+  if (IsFloat(t) || IsComplex(t)) return "FLOAT";
+  if (IsSignedInt(t)) return "SIGNED";
+  return "UNSIGNED";
+}
+
+std::string CompareAttrs(CompareDir dir, DType t) {
+  return std::string("comparison_direction = #stablehlo<comparison_direction ") +
+         CompareDirName(dir) + ">, compare_type = #stablehlo<comparison_type " + CompareType(t) +
+         ">";
+}
+
+const char* ReduceOp(ReduceKind k, DType t) {
+  const bool pred = t == DType::Bool;
+  switch (k) {
+    case ReduceKind::Sum: return pred ? "stablehlo.or" : "stablehlo.add";
+    case ReduceKind::Prod: return pred ? "stablehlo.and" : "stablehlo.multiply";
+    case ReduceKind::Max: return "stablehlo.maximum";
+    case ReduceKind::Min: return "stablehlo.minimum";
+    case ReduceKind::And: return "stablehlo.and";
+    case ReduceKind::Or: return "stablehlo.or";
+  }
+  return "?";
+}
+
+std::string ConvLabels(int64_t rank, int64_t a, char la, int64_t b, char lb,
+                       const std::vector<int64_t>& spatial) {
+  std::vector<std::string> labels(static_cast<size_t>(rank), "?");
+  labels[a] = std::string(1, la);
+  labels[b] = std::string(1, lb);
+  for (size_t i = 0; i < spatial.size(); ++i) labels[spatial[i]] = std::to_string(i);
+  std::string s = "[";
+  for (size_t i = 0; i < labels.size(); ++i) s += (i ? ", " : "") + labels[i];
+  return s + "]";
+}
+
+class Printer {
+ public:
+  explicit Printer(const Graph& g) : g_(g) {}
+
+  std::string Run() {
+    os_ << "module @torch_pjrt attributes {mhlo.num_partitions = " << g_.num_partitions
+        << " : i32, mhlo.num_replicas = " << g_.num_replicas << " : i32} {\n";
+    os_ << "  func.func public @main(";
+    for (size_t i = 0; i < g_.params.size(); ++i) {
+      if (i) os_ << ", ";
+      os_ << "%arg" << i << ": " << g_.nodes[g_.params[i]].results[0].ToString();
+      for (const Alias& a : g_.aliases) {
+        if (a.param == static_cast<int64_t>(i)) {
+          os_ << " {tf.aliasing_output = " << a.output << " : i32}";
+        }
+      }
+    }
+    os_ << ") -> (";
+    for (size_t i = 0; i < g_.outputs.size(); ++i) {
+      os_ << (i ? ", " : "") << g_.shape(g_.outputs[i]).ToString();
+    }
+    os_ << ") {\n";
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      if (g_.nodes[n].op != Op::Parameter) Node(static_cast<int32_t>(n));
+    }
+    os_ << "    \"func.return\"(";
+    for (size_t i = 0; i < g_.outputs.size(); ++i) os_ << (i ? ", " : "") << Name(g_.outputs[i]);
+    os_ << ") : (";
+    for (size_t i = 0; i < g_.outputs.size(); ++i) {
+      os_ << (i ? ", " : "") << g_.shape(g_.outputs[i]).ToString();
+    }
+    os_ << ") -> ()\n  }\n}\n";
+    return os_.str();
+  }
+
+ private:
+  std::string Name(Value v) const {
+    const ::tpj::ir::Node& n = g_.nodes[v.node];
+    if (n.op == Op::Parameter) return "%arg" + std::to_string(n.attrs.axis);
+    std::string s = "%" + std::to_string(v.node);
+    if (n.results.size() > 1) s += "#" + std::to_string(v.index);
+    return s;
+  }
+
+  // A region whose block takes `args` scalars of `t` and returns `body` of
+  // them. `body` gets the argument names and returns the result name after
+  // writing its ops.
+  template <class Body>
+  std::string Region(DType t, int args, Body body) {
+    const std::string r = "%r" + std::to_string(regions_++) + "_";
+    const std::string st = Shape{t, {}}.ToString();
+    std::ostringstream rs;
+    rs << "{\n    ^bb0(";
+    std::vector<std::string> names;
+    for (int i = 0; i < args; ++i) {
+      names.push_back(r + std::to_string(i));
+      rs << (i ? ", " : "") << names.back() << ": " << st;
+    }
+    rs << "):\n";
+    std::string ret_type = st;
+    const std::string result = body(rs, names, r, st, &ret_type);
+    rs << "      \"stablehlo.return\"(" << result << ") : (" << ret_type << ") -> ()\n    }";
+    return rs.str();
+  }
+
+  std::string Combine(ReduceKind k, DType t) {
+    return Region(t, 2, [&](std::ostringstream& rs, const std::vector<std::string>& a,
+                            const std::string& r, const std::string& st, std::string*) {
+      const std::string out = r + "2";
+      rs << "      " << out << " = \"" << ReduceOp(k, t) << "\"(" << a[0] << ", " << a[1]
+         << ") : (" << st << ", " << st << ") -> " << st << "\n";
+      return out;
+    });
+  }
+
+  std::string SelectGe(DType t) {
+    return Region(t, 2, [&](std::ostringstream& rs, const std::vector<std::string>& a,
+                            const std::string& r, const std::string& st, std::string* ret) {
+      const std::string out = r + "2";
+      *ret = "tensor<i1>";
+      rs << "      " << out << " = \"stablehlo.compare\"(" << a[0] << ", " << a[1] << ") {"
+         << CompareAttrs(CompareDir::GE, t) << "} : (" << st << ", " << st << ") -> tensor<i1>\n";
+      return out;
+    });
+  }
+
+  std::string TakeUpdate(DType t) {
+    return Region(t, 2, [&](std::ostringstream&, const std::vector<std::string>& a,
+                            const std::string&, const std::string&, std::string*) { return a[1]; });
+  }
+
+  std::string SortComparator(const std::vector<Shape>& in, bool descending) {
+    // Block args: lhs_0, rhs_0, lhs_1, rhs_1, ...; orders by operand 0.
+    const std::string r = "%r" + std::to_string(regions_++) + "_";
+    std::ostringstream rs;
+    rs << "{\n    ^bb0(";
+    for (size_t i = 0; i < in.size() * 2; ++i) {
+      rs << (i ? ", " : "") << r << i << ": " << Shape{in[i / 2].dtype, {}}.ToString();
+    }
+    const std::string st = Shape{in[0].dtype, {}}.ToString();
+    rs << "):\n      " << r << "c = \"stablehlo.compare\"(" << r << "0, " << r << "1) {"
+       << CompareAttrs(descending ? CompareDir::GT : CompareDir::LT, in[0].dtype) << "} : (" << st
+       << ", " << st << ") -> tensor<i1>\n      \"stablehlo.return\"(" << r
+       << "c) : (tensor<i1>) -> ()\n    }";
+    return rs.str();
+  }
+
+  void Node(int32_t id) {
+    const ::tpj::ir::Node& n = g_.nodes[id];
+    const Attrs& a = n.attrs;
+    std::vector<Shape> in;
+    for (Value v : n.operands) in.push_back(g_.shape(v));
+    std::string region;
+    std::string attrs;
+    switch (n.op) {
+      case Op::Constant:
+        attrs = "value = " + DenseLiteral(n.results[0], *a.data);
+        break;
+      case Op::Compare:
+        attrs = CompareAttrs(a.compare, in[0].dtype);
+        break;
+      case Op::BroadcastInDim:
+        attrs = "broadcast_dimensions = " + Array(a.dims);
+        break;
+      case Op::Transpose:
+        attrs = "permutation = " + Array(a.dims);
+        break;
+      case Op::Slice:
+        attrs = "start_indices = " + Array(a.starts) + ", limit_indices = " + Array(a.limits) +
+                ", strides = " + Array(a.strides);
+        break;
+      case Op::DynamicSlice:
+        attrs = "slice_sizes = " + Array(a.dims);
+        break;
+      case Op::Concatenate:
+        attrs = "dimension = " + std::to_string(a.axis) + " : i64";
+        break;
+      case Op::Pad:
+        attrs = "edge_padding_low = " + Array(a.low) + ", edge_padding_high = " + Array(a.high) +
+                ", interior_padding = " + Array(a.interior);
+        break;
+      case Op::Iota:
+        attrs = "iota_dimension = " + std::to_string(a.axis) + " : i64";
+        break;
+      case Op::DotGeneral: {
+        std::vector<std::string> parts;
+        if (!a.dot.lhs_batch.empty()) parts.push_back("lhs_batching_dimensions = " + Bracket(a.dot.lhs_batch));
+        if (!a.dot.rhs_batch.empty()) parts.push_back("rhs_batching_dimensions = " + Bracket(a.dot.rhs_batch));
+        if (!a.dot.lhs_contract.empty()) parts.push_back("lhs_contracting_dimensions = " + Bracket(a.dot.lhs_contract));
+        if (!a.dot.rhs_contract.empty()) parts.push_back("rhs_contracting_dimensions = " + Bracket(a.dot.rhs_contract));
+        attrs = "dot_dimension_numbers = #stablehlo.dot<";
+        for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
+        attrs += ">";
+        break;
+      }
+      case Op::Reduce:
+        region = Combine(a.reduce, in[0].dtype);
+        attrs = "dimensions = " + Array(a.dims);
+        break;
+      case Op::ReduceWindow: {
+        region = Combine(a.reduce, in[0].dtype);
+        const size_t r = in[0].dims.size();
+        const std::vector<int64_t> ones(r, 1);
+        attrs = "window_dimensions = " + Array(a.dims) + ", window_strides = " + Array(a.strides) +
+                ", base_dilations = " + Array(a.lhs_dilation.empty() ? ones : a.lhs_dilation) +
+                ", window_dilations = " + Array(a.rhs_dilation.empty() ? ones : a.rhs_dilation) +
+                ", padding = " + Padding(a.low, a.high);
+        break;
+      }
+      case Op::SelectAndScatter:
+        region = SelectGe(in[0].dtype);  // regions are numbered in print order
+        region += ", " + Combine(ReduceKind::Sum, in[0].dtype);
+        attrs = "window_dimensions = " + Array(a.dims) + ", window_strides = " + Array(a.strides) +
+                ", padding = " + Padding(a.low, a.high);
+        break;
+      case Op::Convolution: {
+        const int64_t r = in[0].rank();
+        const ConvDims& c = a.conv;
+        attrs = "batch_group_count = " + std::to_string(a.batch_groups) +
+                " : i64, dimension_numbers = #stablehlo.conv<" +
+                ConvLabels(r, c.in_batch, 'b', c.in_feature, 'f', c.in_spatial) + "x" +
+                ConvLabels(r, c.k_out, 'o', c.k_in, 'i', c.k_spatial) + "->" +
+                ConvLabels(r, c.out_batch, 'b', c.out_feature, 'f', c.out_spatial) +
+                ">, feature_group_count = " + std::to_string(a.feature_groups) +
+                " : i64, lhs_dilation = " + Array(a.lhs_dilation) + ", padding = " +
+                Padding(a.low, a.high) + ", rhs_dilation = " + Array(a.rhs_dilation) +
+                ", window_strides = " + Array(a.strides);
+        break;
+      }
+      case Op::Gather: {
+        const GatherDims& gd = a.gather;
+        std::vector<std::string> parts;
+        if (!gd.offset_dims.empty()) parts.push_back("offset_dims = " + Bracket(gd.offset_dims));
+        if (!gd.collapsed_slice_dims.empty()) parts.push_back("collapsed_slice_dims = " + Bracket(gd.collapsed_slice_dims));
+        if (!gd.start_index_map.empty()) parts.push_back("start_index_map = " + Bracket(gd.start_index_map));
+        parts.push_back("index_vector_dim = " + std::to_string(gd.index_vector_dim));
+        attrs = "dimension_numbers = #stablehlo.gather<";
+        for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
+        attrs += ">, indices_are_sorted = false, slice_sizes = " + Array(a.dims);
+        break;
+      }
+      case Op::Scatter: {
+        const ScatterDims& sd = a.scatter;
+        region = a.flag ? TakeUpdate(in[0].dtype) : Combine(ReduceKind::Sum, in[0].dtype);
+        std::vector<std::string> parts;
+        if (!sd.update_window_dims.empty()) parts.push_back("update_window_dims = " + Bracket(sd.update_window_dims));
+        if (!sd.inserted_window_dims.empty()) parts.push_back("inserted_window_dims = " + Bracket(sd.inserted_window_dims));
+        if (!sd.scatter_dims_to_operand_dims.empty()) parts.push_back("scatter_dims_to_operand_dims = " + Bracket(sd.scatter_dims_to_operand_dims));
+        parts.push_back("index_vector_dim = " + std::to_string(sd.index_vector_dim));
+        attrs = "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<";
+        for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
+        attrs += ">, unique_indices = false";
+        break;
+      }
+      case Op::Sort:
+        region = SortComparator(in, a.flag);
+        attrs = "dimension = " + std::to_string(a.axis) + " : i64, is_stable = true";
+        break;
+      case Op::RngBitGenerator:
+        attrs = "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>";
+        break;
+      case Op::AllReduce:
+        region = Combine(a.reduce, in[0].dtype);
+        attrs = "replica_groups = " + Groups(a.replica_groups);
+        break;
+      case Op::AllGather:
+        attrs = "all_gather_dim = " + std::to_string(a.axis) +
+                " : i64, replica_groups = " + Groups(a.replica_groups);
+        break;
+      case Op::ReduceScatter:
+        region = Combine(a.reduce, in[0].dtype);
+        attrs = "replica_groups = " + Groups(a.replica_groups) +
+                ", scatter_dimension = " + std::to_string(a.axis) + " : i64";
+        break;
+      default:
+        break;
+    }
+    os_ << "    %" << id;
+    if (n.results.size() > 1) os_ << ":" << n.results.size();
+    os_ << " = \"" << MlirOpName(n.op) << "\"(";
+    for (size_t i = 0; i < n.operands.size(); ++i) os_ << (i ? ", " : "") << Name(n.operands[i]);
+    os_ << ")";
+    if (!region.empty()) os_ << " (" << region << ")";
+    if (!attrs.empty()) os_ << " {" << attrs << "}";
+    os_ << " : (";
+    for (size_t i = 0; i < in.size(); ++i) os_ << (i ? ", " : "") << in[i].ToString();
+    os_ << ") -> ";
+    if (n.results.size() == 1) {
+      os_ << n.results[0].ToString();
+    } else {
+      os_ << "(";
+      for (size_t i = 0; i < n.results.size(); ++i) os_ << (i ? ", " : "") << n.results[i].ToString();
+      os_ << ")";
+    }
+    os_ << "\n";
+  }
+
+  const Graph& g_;
+  std::ostringstream os_;
+  int regions_ = 0;
+};
+
+}  // namespace
+
+std::string PrintStableHlo(const Graph& g) { return Printer(g).Run(); }
+
+std::string DenseLiteralText(const Shape& shape, const std::vector<uint8_t>& bytes) {
+  return DenseLiteral(shape, bytes);
+}
+
+}  // namespace tpj::ir

@@ -1,0 +1,167 @@
+#include "pjrt/buffer.h"
+
+#include <sstream>
+
+#include "pjrt/client.h"
+#include "pjrt/plugin.h"
+
+namespace tpj::pjrt {
+
+size_t ByteWidth(pjrt_abi::BufferType type) {
+  switch (type) {
+    case pjrt_abi::kPred: case pjrt_abi::kS8: case pjrt_abi::kU8: return 1;
+    case pjrt_abi::kS16: case pjrt_abi::kU16: case pjrt_abi::kF16: case pjrt_abi::kBF16: return 2;
+    case pjrt_abi::kS32: case pjrt_abi::kU32: case pjrt_abi::kF32: return 4;
+    case pjrt_abi::kS64: case pjrt_abi::kU64: case pjrt_abi::kF64: case pjrt_abi::kC64: return 8;
+    case pjrt_abi::kC128: return 16;
+    default: return 0;
+  }
+}
+
+const char* TypeName(pjrt_abi::BufferType type) {
+  switch (type) {
+    case pjrt_abi::kPred: return "pred";
+    case pjrt_abi::kS8: return "s8";
+    case pjrt_abi::kS16: return "s16";
+    case pjrt_abi::kS32: return "s32";
+    case pjrt_abi::kS64: return "s64";
+    case pjrt_abi::kU8: return "u8";
+    case pjrt_abi::kU16: return "u16";
+    case pjrt_abi::kU32: return "u32";
+    case pjrt_abi::kU64: return "u64";
+    case pjrt_abi::kF16: return "f16";
+    case pjrt_abi::kF32: return "f32";
+    case pjrt_abi::kF64: return "f64";
+    case pjrt_abi::kBF16: return "bf16";
+    case pjrt_abi::kC64: return "c64";
+    case pjrt_abi::kC128: return "c128";
+    default: return "unsupported";
+  }
+}
+
+// ----------------------------------------------------------------- Event
+
+Event::Event(std::shared_ptr<const Plugin> plugin, pjrt_abi::Event* event)
+    : plugin_(std::move(plugin)), event_(event) {}
+
+Event::~Event() {
+  if (event_ == nullptr) return;
+  auto a = pjrt_abi::make<pjrt_abi::EventDestroyArgs>();
+  a.event = event_;
+  TPJ_CALL_NOTHROW(*plugin_, PJRT_Event_Destroy, &a);
+}
+
+void Event::Await() {
+  if (event_ == nullptr) return;
+  auto a = pjrt_abi::make<pjrt_abi::EventAwaitArgs>();
+  a.event = event_;
+  TPJ_CALL(*plugin_, PJRT_Event_Await, &a);
+}
+
+bool Event::IsReady() const {
+  if (event_ == nullptr) return true;
+  auto a = pjrt_abi::make<pjrt_abi::EventIsReadyArgs>();
+  a.event = event_;
+  TPJ_CALL(*plugin_, PJRT_Event_IsReady, &a);
+  return a.is_ready;
+}
+
+// ---------------------------------------------------------------- Buffer
+
+Buffer::Buffer(std::shared_ptr<Client> client, pjrt_abi::Buffer* buffer)
+    : client_(std::move(client)), buffer_(buffer) {}
+
+Buffer::~Buffer() {
+  if (buffer_ == nullptr) return;
+  auto a = pjrt_abi::make<pjrt_abi::BufferArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL_NOTHROW(client_->plugin(), PJRT_Buffer_Destroy, &a);
+}
+
+pjrt_abi::BufferType Buffer::element_type() const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferElementTypeArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_ElementType, &a);
+  return a.type;
+}
+
+std::vector<int64_t> Buffer::dims() const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferDimensionsArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_Dimensions, &a);
+  return std::vector<int64_t>(a.dims, a.dims + a.num_dims);
+}
+
+int64_t Buffer::element_count() const {
+  int64_t n = 1;
+  for (int64_t d : dims()) n *= d;
+  return n;
+}
+
+size_t Buffer::on_device_size() const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferSizeArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_OnDeviceSizeInBytes, &a);
+  return a.on_device_size_in_bytes;
+}
+
+int Buffer::device_id() const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferDeviceArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_Device, &a);
+  return client_->DeviceFromHandle(a.device).id;
+}
+
+bool Buffer::is_deleted() const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferIsDeletedArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_IsDeleted, &a);
+  return a.is_deleted;
+}
+
+void Buffer::Delete() {
+  auto a = pjrt_abi::make<pjrt_abi::BufferArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_Delete, &a);
+}
+
+void Buffer::ToHost(void* dst, size_t dst_size) const {
+  if (is_deleted()) {
+    throw Error(9, "cannot read a deleted PJRT buffer (it was donated to a program or deleted)");
+  }
+  const size_t want = static_cast<size_t>(element_count()) * ByteWidth(element_type());
+  if (dst_size != want) {
+    std::ostringstream os;
+    os << "Buffer::ToHost: destination has " << dst_size << " bytes, buffer holds " << want;
+    throw Error(3, os.str());
+  }
+  auto a = pjrt_abi::make<pjrt_abi::BufferToHostArgs>();
+  a.src = buffer_;
+  a.dst = dst;
+  a.dst_size = dst_size;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_ToHostBuffer, &a);
+  Event(client_->plugin_ptr(), a.event).Await();
+}
+
+std::vector<uint8_t> Buffer::ToHost() const {
+  std::vector<uint8_t> out(static_cast<size_t>(element_count()) * ByteWidth(element_type()));
+  ToHost(out.data(), out.size());
+  return out;
+}
+
+void Buffer::AwaitReady() const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferReadyEventArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_ReadyEvent, &a);
+  Event(client_->plugin_ptr(), a.event).Await();
+}
+
+std::unique_ptr<Buffer> Buffer::CopyToDevice(int device_id) const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferCopyToDeviceArgs>();
+  a.buffer = buffer_;
+  a.dst_device = client_->device(device_id).handle;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_CopyToDevice, &a);
+  return std::make_unique<Buffer>(client_, a.dst_buffer);
+}
+
+}  // namespace tpj::pjrt

@@ -1,0 +1,78 @@
+// Device buffers and completion events.
+//
+// Thread model: a Buffer or Event object is used by one thread at a time; the
+// plugin may complete work on its own threads, which we only observe through
+// Event::Await. Every Buffer keeps its Client (and so the plugin) alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pjrt/c_api.h"
+
+namespace tpj::pjrt {
+
+class Client;
+class Plugin;
+
+// Bytes per element of a PJRT buffer type; 0 for types we do not move.
+size_t ByteWidth(pjrt_abi::BufferType type);
+// "f32", "bf16", "pred", ... for messages.
+const char* TypeName(pjrt_abi::BufferType type);
+
+// An owned PJRT_Event. Await() blocks and throws the event's error, if any.
+class Event {
+ public:
+  Event(std::shared_ptr<const Plugin> plugin, pjrt_abi::Event* event);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void Await();
+  bool IsReady() const;
+
+ private:
+  std::shared_ptr<const Plugin> plugin_;
+  pjrt_abi::Event* event_;
+};
+
+// An owned PJRT_Buffer on one device.
+class Buffer {
+ public:
+  Buffer(std::shared_ptr<Client> client, pjrt_abi::Buffer* buffer);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  pjrt_abi::Buffer* handle() const { return buffer_; }
+  pjrt_abi::BufferType element_type() const;
+  std::vector<int64_t> dims() const;
+  int64_t element_count() const;
+  size_t on_device_size() const;
+  int device_id() const;       // global id of the device holding it
+  bool is_deleted() const;
+
+  // Frees the device memory now; the object stays, as a deleted buffer.
+  void Delete();
+
+  // Copies to host memory of exactly element_count() * ByteWidth() bytes,
+  // dense row-major, and waits for the copy.
+  void ToHost(void* dst, size_t dst_size) const;
+  std::vector<uint8_t> ToHost() const;
+
+  // Waits until the buffer's contents are computed; throws the producer's error.
+  void AwaitReady() const;
+
+  // Copies this buffer to another device of the same client.
+  std::unique_ptr<Buffer> CopyToDevice(int device_id) const;
+
+  const std::shared_ptr<Client>& client() const { return client_; }
+
+ private:
+  std::shared_ptr<Client> client_;
+  pjrt_abi::Buffer* buffer_;
+};
+
+}  // namespace tpj::pjrt

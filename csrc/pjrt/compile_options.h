@@ -1,0 +1,28 @@
+// Compile options, and their encoding as a serialized xla.CompileOptionsProto.
+//
+// We write the few varint fields we need by hand instead of linking a protobuf
+// library. Field numbers (public facts of the proto schema):
+//   CompileOptionsProto.executable_build_options = 3
+//   ExecutableBuildOptionsProto: device_ordinal = 1, num_replicas = 4,
+//     num_partitions = 5, use_spmd_partitioning = 6, device_assignment = 9
+//   DeviceAssignmentProto: replica_count = 1, computation_count = 2,
+//     computation_devices = 3 { replica_device_ids = 1 }
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tpj::pjrt {
+
+struct CompileOptions {
+  int num_replicas = 1;     // >= 1
+  int num_partitions = 1;   // >= 1
+  // Global device ids, replica-major: device_ids[r * num_partitions + p].
+  // Empty: the plugin's default assignment.
+  std::vector<int> device_ids;
+};
+
+// Validates `options` (throws Error) and returns the serialized proto.
+std::string EncodeCompileOptions(const CompileOptions& options);
+
+}  // namespace tpj::pjrt

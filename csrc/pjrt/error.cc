@@ -1,0 +1,62 @@
+#include "pjrt/error.h"
+
+#include <cstdio>
+
+namespace tpj::pjrt {
+namespace {
+
+struct Taken {
+  int code = 2;
+  std::string message;
+};
+
+// Reads and frees an error. Error_Message and Error_Destroy are mandatory
+// entries of every PJRT version, so they are called without a presence check
+// beyond non-null.
+Taken Take(const pjrt_abi::Api* api, pjrt_abi::Error* err) noexcept {
+  Taken t;
+  if (api->PJRT_Error_Message) {
+    auto m = pjrt_abi::make<pjrt_abi::ErrorMessageArgs>();
+    m.error = err;
+    api->PJRT_Error_Message(&m);
+    if (m.message) t.message.assign(m.message, m.message_size);
+  }
+  if (api->PJRT_Error_GetCode) {
+    auto c = pjrt_abi::make<pjrt_abi::ErrorGetCodeArgs>();
+    c.error = err;
+    if (api->PJRT_Error_GetCode(&c) == nullptr) t.code = c.code;
+  }
+  if (api->PJRT_Error_Destroy) {
+    auto d = pjrt_abi::make<pjrt_abi::ErrorDestroyArgs>();
+    d.error = err;
+    api->PJRT_Error_Destroy(&d);
+  }
+  return t;
+}
+
+}  // namespace
+
+const char* CodeName(int code) {
+  static const char* const kNames[] = {
+      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  return (code >= 0 && code <= 16) ? kNames[code] : "UNKNOWN";
+}
+
+void ThrowIfError(const pjrt_abi::Api* api, pjrt_abi::Error* err, const char* call) {
+  if (err == nullptr) return;
+  Taken t = Take(api, err);
+  throw Error(t.code, std::string(call) + ": " + CodeName(t.code) + ": " + t.message);
+}
+
+bool ReportIfError(const pjrt_abi::Api* api, pjrt_abi::Error* err, const char* call) noexcept {
+  if (err == nullptr) return true;
+  Taken t = Take(api, err);
+  std::fprintf(stderr, "torch_pjrt: %s failed during cleanup: %s: %s\n", call, CodeName(t.code),
+               t.message.c_str());
+  return false;
+}
+
+}  // namespace tpj::pjrt

@@ -1,0 +1,115 @@
+#include "pjrt/plugin.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+namespace tpj::pjrt {
+namespace {
+
+std::string NamedValueText(const pjrt_abi::NamedValue& v) {
+  switch (v.type) {
+    case pjrt_abi::kString:
+      return v.string_value ? std::string(v.string_value, v.value_size) : "";
+    case pjrt_abi::kInt64:
+      return std::to_string(v.int64_value);
+    case pjrt_abi::kInt64List: {
+      std::ostringstream os;
+      for (size_t i = 0; i < v.value_size; ++i) os << (i ? "," : "") << v.int64_array_value[i];
+      return os.str();
+    }
+    case pjrt_abi::kFloat: {
+      std::ostringstream os;
+      os << v.float_value;
+      return os.str();
+    }
+    case pjrt_abi::kBool:
+      return v.bool_value ? "true" : "false";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::shared_ptr<const Plugin> Plugin::Load(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Plugin>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = loaded.find(path); it != loaded.end()) return it->second;
+
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw Error(5, "PJRT plugin not found: '" + path +
+                       "' is not a file. Set TORCH_PJRT_PLUGIN to a plugin .so, or install a "
+                       "plugin wheel (pip install xla-cpu-pjrt).");
+  }
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    throw Error(3, "cannot load PJRT plugin '" + path + "': " + (why ? why : "dlopen failed") +
+                       ". Is it a shared library built for this machine?");
+  }
+  using GetApiFn = const pjrt_abi::Api* (*)();
+  auto get_api = reinterpret_cast<GetApiFn>(::dlsym(handle, "GetPjrtApi"));
+  if (get_api == nullptr) {
+    throw Error(3, "'" + path +
+                       "' is a shared library but not a PJRT plugin: it has no GetPjrtApi symbol.");
+  }
+  const pjrt_abi::Api* api = get_api();
+  if (api == nullptr || api->struct_size < offsetof(pjrt_abi::Api, PJRT_Error_Destroy)) {
+    throw Error(3, "PJRT plugin '" + path + "' returned no usable API table.");
+  }
+
+  std::shared_ptr<Plugin> p(new Plugin());
+  p->api_ = api;
+  p->path_ = path;
+  p->major_ = api->pjrt_api_version.major_version;
+  p->minor_ = api->pjrt_api_version.minor_version;
+  if (p->major_ != pjrt_abi::kMajor || p->minor_ < pjrt_abi::kMinorSupported) {
+    std::ostringstream os;
+    os << "PJRT plugin '" << path << "' implements PJRT C API " << p->major_ << "." << p->minor_
+       << "; torch-pjrt needs " << pjrt_abi::kMajor << "." << pjrt_abi::kMinorSupported
+       << " or newer (and major " << pjrt_abi::kMajor << "). Install a newer plugin wheel.";
+    throw Error(9, os.str());
+  }
+
+  auto init = pjrt_abi::make<pjrt_abi::PluginInitializeArgs>();
+  TPJ_CALL(*p, PJRT_Plugin_Initialize, &init);
+
+  if (TPJ_HAS(*p, PJRT_Plugin_Attributes)) {
+    auto attrs = pjrt_abi::make<pjrt_abi::PluginAttributesArgs>();
+    TPJ_CALL(*p, PJRT_Plugin_Attributes, &attrs);
+    for (size_t i = 0; i < attrs.num_attributes; ++i) {
+      const auto& v = attrs.attributes[i];
+      p->attributes_[std::string(v.name, v.name_size)] = NamedValueText(v);
+    }
+  }
+  loaded[path] = p;
+  return p;
+}
+
+std::string Plugin::attribute(const std::string& key) const {
+  auto it = attributes_.find(key);
+  return it == attributes_.end() ? std::string() : it->second;
+}
+
+bool Plugin::Has(size_t offset) const {
+  if (offset + sizeof(void*) > api_->struct_size) return false;
+  void* slot;
+  std::memcpy(&slot, reinterpret_cast<const char*>(api_) + offset, sizeof(slot));
+  return slot != nullptr;
+}
+
+void Plugin::Require(size_t offset, const char* name) const {
+  if (!Has(offset)) {
+    std::ostringstream os;
+    os << "PJRT plugin '" << path_ << "' (API " << major_ << "." << minor_ << ") does not provide "
+       << name << ", which torch-pjrt needs for this operation.";
+    throw Error(12, os.str());
+  }
+}
+
+}  // namespace tpj::pjrt

@@ -1,0 +1,75 @@
+#include "runtime/program.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "ir/hash.h"
+#include "ir/printer.h"
+#include "runtime/dtype_map.h"
+
+namespace tpj::runtime {
+namespace {
+
+// Finds "<something>:LINE:COL" in a compiler message; 0 when there is none.
+int MessageLine(const std::string& msg) {
+  for (size_t i = 0; i + 1 < msg.size(); ++i) {
+    if (msg[i] != ':' || !std::isdigit(static_cast<unsigned char>(msg[i + 1]))) continue;
+    size_t j = i + 1;
+    int line = 0;
+    while (j < msg.size() && std::isdigit(static_cast<unsigned char>(msg[j]))) {
+      line = line * 10 + (msg[j] - '0');
+      ++j;
+    }
+    if (j + 1 < msg.size() && msg[j] == ':' && std::isdigit(static_cast<unsigned char>(msg[j + 1]))) {
+      return line;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string ProgramLine(const std::string& text, int line) {
+  if (line <= 0) return "";
+  std::istringstream is(text);
+  std::string l;
+  for (int i = 1; std::getline(is, l); ++i) {
+    if (i == line) {
+      const size_t start = l.find_first_not_of(' ');
+      return "line " + std::to_string(line) + ": " + (start == std::string::npos ? l : l.substr(start));
+    }
+  }
+  return "";
+}
+
+CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
+                             const std::vector<int>& device_ids) {
+  CompiledProgram out;
+  out.stablehlo = ir::PrintStableHlo(graph);
+  out.hash = ir::StructuralHash(graph);
+  pjrt::CompileOptions options;
+  options.num_replicas = graph.num_replicas;
+  options.num_partitions = graph.num_partitions;
+  options.device_ids = device_ids;
+  std::vector<pjrt::ArgSpec> args;
+  for (int32_t id : graph.params) {
+    const ir::Shape& s = graph.nodes[id].results[0];
+    args.push_back(pjrt::ArgSpec{ToPjrt(s.dtype), s.dims});
+  }
+  out.executable = CompileText(client, out.stablehlo, options, std::move(args));
+  return out;
+}
+
+std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::string& text,
+                                              const pjrt::CompileOptions& options,
+                                              std::vector<pjrt::ArgSpec> args) {
+  try {
+    return client.Compile(text, options, std::move(args));
+  } catch (const pjrt::Error& e) {
+    const std::string where = ProgramLine(text, MessageLine(e.what()));
+    if (where.empty()) throw;
+    throw pjrt::Error(e.code(), std::string(e.what()) + "\n  in StableHLO " + where);
+  }
+}
+
+}  // namespace tpj::runtime

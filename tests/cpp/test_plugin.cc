@@ -1,0 +1,36 @@
+#include "test_plugin.h"
+
+#include <cstdlib>
+#include <vector>
+
+#include "pjrt/discovery.h"
+
+namespace tpj::testing {
+
+std::string PluginPath() {
+  std::vector<std::string> dirs;
+  std::string all = TPJ_TEST_SEARCH_PATH;
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find(':', start);
+    if (end == std::string::npos) end = all.size();
+    if (end > start) dirs.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return pjrt::FindPlugin("", dirs).path;
+}
+
+std::shared_ptr<pjrt::Client> SharedClient() {
+  static std::shared_ptr<pjrt::Client> client = [] {
+    auto plugin = pjrt::Plugin::Load(PluginPath());
+    std::vector<pjrt::NamedOption> options;
+    const char* dev = std::getenv("PJRT_DEVICE");
+    if (dev == nullptr || std::string(dev) == "CPU") {
+      options.push_back({"cpu_device_count", int64_t{4}});
+    }
+    return pjrt::Client::Create(plugin, options);
+  }();
+  return client;
+}
+
+}  // namespace tpj::testing
