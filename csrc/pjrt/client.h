@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <variant>
 #include <vector>
@@ -84,7 +85,17 @@ class Client : public std::enable_shared_from_this<Client> {
                                           std::vector<ArgSpec> args = {});
 
  private:
+  friend class Executable;
   Client() = default;
+
+  // Multi-replica launches are serialised: each waits until the previous one
+  // has finished on every device. The XLA CPU plugin runs replicas on a small
+  // thread pool and blocks a thread per replica at each collective; with two
+  // launches in flight the pool fills with replicas of the later launch and
+  // the earlier one never completes (a deadlock, then an abort).
+  std::mutex replicated_mu_;
+  std::vector<std::unique_ptr<Event>> replicated_inflight_;
+
   std::shared_ptr<const Plugin> plugin_;
   pjrt_abi::Client* client_ = nullptr;
   std::string platform_name_;

@@ -1,5 +1,6 @@
 #include "pjrt/executable.h"
 
+#include <atomic>
 #include <sstream>
 
 namespace tpj::pjrt {
@@ -110,6 +111,11 @@ std::vector<std::vector<std::unique_ptr<Buffer>>> Executable::ExecuteReplicated(
     out_lists[r] = outs[r].data();
   }
   auto options = pjrt_abi::make<pjrt_abi::ExecuteOptions>();
+  // Every launch gets its own id: the CPU plugin keys collective rendezvous
+  // on it, and two replicated launches in flight with one id deadlock.
+  static std::atomic<int> next_launch{1};
+  options.launch_id = next_launch.fetch_add(1, std::memory_order_relaxed);
+  if (options.launch_id <= 0) options.launch_id = 1;  // after wrap-around
   auto a = pjrt_abi::make<pjrt_abi::LoadedExecutableExecuteArgs>();
   a.executable = exe_;
   a.options = &options;
@@ -117,7 +123,18 @@ std::vector<std::vector<std::unique_ptr<Buffer>>> Executable::ExecuteReplicated(
   a.num_devices = n;
   a.num_args = num_args;
   a.output_lists = out_lists.data();
+  std::vector<pjrt_abi::Event*> done(n, nullptr);
+  std::unique_lock<std::mutex> serial;
+  if (n > 1) {
+    serial = std::unique_lock<std::mutex>(client_->replicated_mu_);
+    for (auto& e : client_->replicated_inflight_) e->Await();
+    client_->replicated_inflight_.clear();
+    a.device_complete_events = done.data();
+  }
   TPJ_CALL(client_->plugin(), PJRT_LoadedExecutable_Execute, &a);
+  for (pjrt_abi::Event* e : done) {
+    if (e) client_->replicated_inflight_.push_back(std::make_unique<Event>(client_->plugin_ptr(), e));
+  }
 
   std::vector<std::vector<std::unique_ptr<Buffer>>> result(n);
   for (size_t r = 0; r < n; ++r) {

@@ -114,6 +114,30 @@ TEST(Runtime, ReplicatedOnEveryDeviceWithAllReduce) {
   }
 }
 
+TEST(Runtime, ManyReplicatedLaunchesInFlightComplete) {
+  // Launch a collective program many times without reading results in
+  // between: launches must not deadlock the plugin's thread pool.
+  auto c = testing::SharedClient();
+  const auto& ids = c->addressable_device_ids();
+  const int r = static_cast<int>(ids.size());
+  const int n = 64, k = 256, m = 512;
+  auto prog = runtime::CompileGraph(*c, MlpGraph(n, k, m, r, /*all_reduce=*/true), ids);
+  std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> owned(r);
+  std::vector<std::vector<pjrt::Buffer*>> args(r);
+  auto x = Random(n * k, 1), w = Random(k * m, 2), bias = Random(m, 3);
+  for (int i = 0; i < r; ++i) {
+    owned[i].push_back(Upload(x, {n, k}, i));
+    owned[i].push_back(Upload(w, {k, m}, i));
+    owned[i].push_back(Upload(bias, {m}, i));
+    for (auto& b : owned[i]) args[i].push_back(b.get());
+  }
+  std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> out;
+  for (int launch = 0; launch < 50; ++launch) out = prog.executable->ExecuteReplicated(args);
+  auto want = MlpOracle(x, w, bias, n, k, m);
+  for (auto& v : want) v *= float(r);
+  ExpectNear(Download(*out[r - 1][0]), want, 1e-4f);
+}
+
 TEST(Runtime, AllGatherAndReduceScatterAcrossReplicas) {
   auto c = testing::SharedClient();
   const auto& ids = c->addressable_device_ids();

@@ -1,0 +1,236 @@
+// Python view of the PJRT layer: plugins, clients, buffers (numpy in and
+// out), executables. The GIL is released around plugin calls that can block.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "ir/graph.h"
+#include "pjrt/discovery.h"
+#include "pjrt/executable.h"
+#include "python/bind.h"
+#include "runtime/program.h"
+
+namespace py = pybind11;
+
+namespace tpj::python {
+namespace {
+
+pjrt_abi::BufferType NumpyType(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'b') return pjrt_abi::kPred;
+  if (kind == 'i') return size == 1 ? pjrt_abi::kS8 : size == 2 ? pjrt_abi::kS16 : size == 4 ? pjrt_abi::kS32 : pjrt_abi::kS64;
+  if (kind == 'u') return size == 1 ? pjrt_abi::kU8 : size == 2 ? pjrt_abi::kU16 : size == 4 ? pjrt_abi::kU32 : pjrt_abi::kU64;
+  if (kind == 'f') {
+    if (size == 2) return pjrt_abi::kF16;
+    if (size == 4) return pjrt_abi::kF32;
+    if (size == 8) return pjrt_abi::kF64;
+  }
+  if (kind == 'c') {
+    if (size == 8) return pjrt_abi::kC64;
+    if (size == 16) return pjrt_abi::kC128;
+  }
+  throw py::type_error("numpy dtype " + std::string(py::str(dt)) + " has no PJRT buffer type");
+}
+
+py::dtype NumpyDtype(pjrt_abi::BufferType t) {
+  switch (t) {
+    case pjrt_abi::kPred: return py::dtype("bool");
+    case pjrt_abi::kS8: return py::dtype("int8");
+    case pjrt_abi::kS16: return py::dtype("int16");
+    case pjrt_abi::kS32: return py::dtype("int32");
+    case pjrt_abi::kS64: return py::dtype("int64");
+    case pjrt_abi::kU8: return py::dtype("uint8");
+    case pjrt_abi::kU16: return py::dtype("uint16");
+    case pjrt_abi::kU32: return py::dtype("uint32");
+    case pjrt_abi::kU64: return py::dtype("uint64");
+    case pjrt_abi::kF16: return py::dtype("float16");
+    case pjrt_abi::kF32: return py::dtype("float32");
+    case pjrt_abi::kF64: return py::dtype("float64");
+    case pjrt_abi::kC64: return py::dtype("complex64");
+    case pjrt_abi::kC128: return py::dtype("complex128");
+    default:
+      throw py::type_error(std::string("PJRT buffer type ") + pjrt::TypeName(t) +
+                           " has no numpy dtype (bfloat16 included); convert it on device first");
+  }
+}
+
+std::vector<pjrt::NamedOption> Options(const py::dict& d) {
+  std::vector<pjrt::NamedOption> out;
+  for (auto item : d) {
+    pjrt::NamedOption o;
+    o.name = py::cast<std::string>(item.first);
+    py::handle v = item.second;
+    if (py::isinstance<py::bool_>(v)) {
+      o.value = v.cast<bool>();
+    } else if (py::isinstance<py::int_>(v)) {
+      o.value = v.cast<int64_t>();
+    } else if (py::isinstance<py::float_>(v)) {
+      o.value = v.cast<float>();
+    } else if (py::isinstance<py::str>(v)) {
+      o.value = v.cast<std::string>();
+    } else {
+      o.value = v.cast<std::vector<int64_t>>();
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+py::dict DeviceDict(const pjrt::Device& d) {
+  py::dict out;
+  out["id"] = d.id;
+  out["process_index"] = d.process_index;
+  out["local_hardware_id"] = d.local_hardware_id;
+  out["addressable"] = d.addressable;
+  out["kind"] = d.kind;
+  out["debug_string"] = d.debug_string;
+  return out;
+}
+
+}  // namespace
+
+void BindErrors(py::module_& m) {
+  // The exception type lives as long as the interpreter (module attribute,
+  // plus this reference), so the translator can use the raw pointer.
+  static PyObject* pjrt_error =
+      PyErr_NewExceptionWithDoc("torch_pjrt._C.PjrtError",
+                                "An error from a PJRT plugin, or bad input caught before calling it. "
+                                "Attributes: code (absl status code), code_name.",
+                                PyExc_RuntimeError, nullptr);
+  m.attr("PjrtError") = py::handle(pjrt_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const pjrt::Error& e) {
+      py::object err = py::handle(pjrt_error)(e.what());
+      err.attr("code") = e.code();
+      err.attr("code_name") = pjrt::CodeName(e.code());
+      PyErr_SetObject(pjrt_error, err.ptr());
+    } catch (const ir::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+}
+
+void BindPjrt(py::module_& m) {
+  m.def(
+      "find_plugin",
+      [](const std::string& device, const std::vector<std::string>& dirs) {
+        auto c = pjrt::FindPlugin(device, dirs);
+        return py::make_tuple(c.path, c.device, c.reason);
+      },
+      py::arg("device") = "", py::arg("search_dirs") = std::vector<std::string>{},
+      "Returns (path, device, reason) of the plugin to load; raises PjrtError when none is installed.");
+  m.def("register_plugin", &pjrt::RegisterPlugin, py::arg("name"), py::arg("path"));
+  m.def("package_hint", &pjrt::PackageHint, py::arg("device"));
+
+  py::class_<pjrt::Plugin, std::shared_ptr<pjrt::Plugin>>(m, "Plugin")
+      .def_static(
+          "load",
+          [](const std::string& path) {
+            return std::const_pointer_cast<pjrt::Plugin>(pjrt::Plugin::Load(path));
+          },
+          py::arg("path"))
+      .def_property_readonly("path", &pjrt::Plugin::path)
+      .def_property_readonly("api_version",
+                             [](const pjrt::Plugin& p) { return py::make_tuple(p.major_version(), p.minor_version()); })
+      .def_property_readonly("attributes", &pjrt::Plugin::attributes);
+
+  py::class_<pjrt::Buffer>(m, "Buffer")
+      .def_property_readonly("dims", &pjrt::Buffer::dims)
+      .def_property_readonly("dtype", [](const pjrt::Buffer& b) { return std::string(pjrt::TypeName(b.element_type())); })
+      .def_property_readonly("device_id", &pjrt::Buffer::device_id)
+      .def_property_readonly("is_deleted", &pjrt::Buffer::is_deleted)
+      .def_property_readonly("on_device_size", &pjrt::Buffer::on_device_size)
+      .def("delete", &pjrt::Buffer::Delete)
+      .def("block_until_ready", &pjrt::Buffer::AwaitReady, py::call_guard<py::gil_scoped_release>())
+      .def("to_numpy", [](const pjrt::Buffer& b) {
+        py::array out(NumpyDtype(b.element_type()), b.dims());
+        const size_t n = static_cast<size_t>(out.nbytes());
+        void* dst = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          b.ToHost(dst, n);
+        }
+        return out;
+      });
+
+  py::class_<pjrt::Executable>(m, "Executable")
+      .def_property_readonly("num_outputs", &pjrt::Executable::num_outputs)
+      .def(
+          "execute",
+          [](pjrt::Executable& e, const std::vector<std::vector<pjrt::Buffer*>>& args) {
+            std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> out;
+            {
+              py::gil_scoped_release release;
+              out = e.ExecuteReplicated(args);
+            }
+            py::list result;
+            for (auto& replica : out) {
+              py::list l;
+              for (auto& b : replica) l.append(py::cast(std::move(b)));
+              result.append(l);
+            }
+            return result;
+          },
+          py::arg("args"), "args[r] are the buffers of replica r; returns outputs[r][i].")
+      .def("serialize", [](const pjrt::Executable& e) { return py::bytes(e.Serialize()); });
+
+  py::class_<pjrt::Client, std::shared_ptr<pjrt::Client>>(m, "Client")
+      .def(py::init([](const std::shared_ptr<pjrt::Plugin>& p, const py::dict& options) {
+             return pjrt::Client::Create(p, Options(options));
+           }),
+           py::arg("plugin"), py::arg("options") = py::dict())
+      .def_property_readonly("platform_name", &pjrt::Client::platform_name)
+      .def_property_readonly("platform_version", &pjrt::Client::platform_version)
+      .def_property_readonly("process_index", &pjrt::Client::process_index)
+      .def_property_readonly("addressable_device_ids", &pjrt::Client::addressable_device_ids)
+      .def("devices",
+           [](const pjrt::Client& c) {
+             py::list l;
+             for (const auto& d : c.devices()) l.append(DeviceDict(d));
+             return l;
+           })
+      .def(
+          "buffer_from_numpy",
+          [](pjrt::Client& c, const py::array& a, int device_id) {
+            py::array dense = py::array::ensure(a, py::array::c_style);
+            if (!dense) throw py::type_error("expected an array-like value");
+            std::vector<int64_t> dims(dense.shape(), dense.shape() + dense.ndim());
+            const auto type = NumpyType(dense.dtype());
+            const void* data = dense.data();
+            py::gil_scoped_release release;
+            return c.BufferFromHost(data, type, dims, device_id);
+          },
+          py::arg("array"), py::arg("device_id"))
+      .def(
+          "compile",
+          [](pjrt::Client& c, const std::string& text, int num_replicas, const std::vector<int>& device_ids) {
+            pjrt::CompileOptions o;
+            o.num_replicas = num_replicas;
+            o.device_ids = device_ids;
+            py::gil_scoped_release release;
+            return runtime::CompileText(c, text, o);
+          },
+          py::arg("stablehlo"), py::arg("num_replicas") = 1, py::arg("device_ids") = std::vector<int>{})
+      .def(
+          "compile_graph",
+          [](pjrt::Client& c, const ir::Graph& g, const std::vector<int>& device_ids) {
+            py::gil_scoped_release release;
+            return std::move(runtime::CompileGraph(c, g, device_ids).executable);
+          },
+          py::arg("graph"), py::arg("device_ids") = std::vector<int>{})
+      .def(
+          "deserialize",
+          [](pjrt::Client& c, const py::bytes& b, int num_replicas, const std::vector<int>& device_ids) {
+            pjrt::CompileOptions o;
+            o.num_replicas = num_replicas;
+            o.device_ids = device_ids;
+            std::string bytes = b;
+            py::gil_scoped_release release;
+            return c.Deserialize(bytes, o);
+          },
+          py::arg("data"), py::arg("num_replicas") = 1, py::arg("device_ids") = std::vector<int>{});
+}
+
+}  // namespace tpj::python

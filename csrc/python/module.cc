@@ -1,0 +1,12 @@
+// torch_pjrt._C: the extension module. Python is a thin shell over the C++
+// layers; this file only registers the pieces.
+#include <pybind11/pybind11.h>
+
+#include "python/bind.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch-pjrt native core: PJRT runtime, graph IR and StableHLO printer";
+  tpj::python::BindErrors(m);
+  tpj::python::BindPjrt(m);
+  tpj::python::BindIr(m.def_submodule("ir", "Graph IR builder and StableHLO printer"));
+}

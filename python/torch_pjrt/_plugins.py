@@ -1,0 +1,79 @@
+"""Which PJRT plugin to load, and clients over it.
+
+The rule lives in C++ (``csrc/pjrt/discovery.cc``) so that Python and C++
+agree: ``TORCH_PJRT_PLUGIN=/path/to/plugin.so`` wins; else ``PJRT_DEVICE``
+(``CPU``, ``CUDA``, ``ROCM``, ``TPU`` or a name given to
+:func:`register_plugin`) picks an installed plugin from site-packages; else
+``CPU``. This module only supplies Python's search directories.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+from typing import Dict, List, NamedTuple, Optional
+
+from torch_pjrt import _C
+
+
+class PluginChoice(NamedTuple):
+    path: str  #: the plugin shared library
+    device: str  #: upper-case device name it was chosen for, e.g. "CPU"
+    reason: str  #: how it was chosen (for ``python -m torch_pjrt info``)
+
+
+def plugin_search_dirs() -> List[str]:
+    """Directories searched for installed plugins: site-packages, then sys.path."""
+    dirs: List[str] = []
+    candidates = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        candidates.append(site.getusersitepackages())
+    candidates += sys.path
+    for d in candidates:
+        if d and os.path.isdir(d) and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def find_plugin(device: Optional[str] = None) -> PluginChoice:
+    """The plugin for ``device`` (default: ``PJRT_DEVICE``, else CPU).
+
+    Raises :class:`torch_pjrt.PjrtError` naming the package to install when
+    no plugin is found.
+    """
+    path, dev, reason = _C.find_plugin(device or "", plugin_search_dirs())
+    return PluginChoice(path, dev, reason)
+
+
+def register_plugin(name: str, path: str) -> None:
+    """Make ``PJRT_DEVICE=<name>`` load the plugin at ``path`` in this process."""
+    _C.register_plugin(name, path)
+
+
+def load_plugin(device: Optional[str] = None) -> "_C.Plugin":
+    return _C.Plugin.load(find_plugin(device).path)
+
+
+def default_client_options(choice: PluginChoice) -> Dict[str, object]:
+    """Client options from the environment: ``CPU_NUM_DEVICES`` sets the number
+    of devices of the CPU plugin (the plugin's own default otherwise)."""
+    options: Dict[str, object] = {}
+    if choice.device == "CPU" and os.environ.get("CPU_NUM_DEVICES"):
+        value = os.environ["CPU_NUM_DEVICES"]
+        try:
+            count = int(value)
+        except ValueError:
+            raise ValueError(f"CPU_NUM_DEVICES must be a positive integer, got {value!r}") from None
+        if count < 1:
+            raise ValueError(f"CPU_NUM_DEVICES must be a positive integer, got {value!r}")
+        options["cpu_device_count"] = count
+    return options
+
+
+def create_client(device: Optional[str] = None, options: Optional[Dict[str, object]] = None) -> "_C.Client":
+    """A new PJRT client for ``device``; ``options`` override the environment's."""
+    choice = find_plugin(device)
+    merged = default_client_options(choice)
+    merged.update(options or {})
+    return _C.Client(_C.Plugin.load(choice.path), merged)
