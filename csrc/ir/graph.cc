@@ -206,11 +206,24 @@ Value Builder::Binary(Op op, Value x, Value y) {
 
 Value Builder::Convert(Value x, DType to) {
   const DType from = shape(x).dtype;
+  if (from == to) return x;
   if (IsComplex(from) && !IsComplex(to)) {
     throw Error(std::string("Convert from ") + Name(from) + " to " + Name(to) +
                 ": take the real part first (complex to real is not defined)");
   }
   Value v = Add(Op::Convert, {x}, {});
+  g_.nodes[v.node].results[0].dtype = to;
+  return v;
+}
+
+Value Builder::Bitcast(Value x, DType to) {
+  const DType from = shape(x).dtype;
+  if (from == to) return x;
+  if (ByteSize(from) != ByteSize(to)) {
+    throw Error(std::string("Bitcast from ") + Name(from) + " to " + Name(to) +
+                ": element sizes differ");
+  }
+  Value v = Add(Op::BitcastConvert, {x}, {});
   g_.nodes[v.node].results[0].dtype = to;
   return v;
 }
@@ -238,6 +251,13 @@ Value Builder::BroadcastInDim(Value x, const std::vector<int64_t>& dims,
 }
 
 Value Builder::Reshape(Value x, const std::vector<int64_t>& dims) {
+  if (shape(x).dims == dims) return x;
+  const Node& n = g_.nodes[x.node];
+  if (n.op == Op::Reshape) {
+    Value src = n.operands[0];
+    if (g_.shape(src).dims == dims) return src;
+    x = src;
+  }
   Attrs a;
   a.out_dims = dims;
   return Add(Op::Reshape, {x}, std::move(a));
@@ -421,6 +441,50 @@ Value Builder::ReduceScatter(Value x, int64_t dim, ReduceKind kind,
   a.reduce = kind;
   a.replica_groups = DefaultGroups(std::move(groups), g_.num_replicas);
   return Add(Op::ReduceScatter, {x}, std::move(a));
+}
+
+Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::vector<Alias>& aliases,
+              std::vector<int64_t>* used_params) {
+  const size_t n = full.nodes.size();
+  std::vector<char> live(n, 0);
+  std::vector<int32_t> stack;
+  for (Value v : outputs) stack.push_back(v.node);
+  while (!stack.empty()) {
+    const int32_t id = stack.back();
+    stack.pop_back();
+    if (live[id]) continue;
+    live[id] = 1;
+    for (Value o : full.nodes[id].operands) {
+      if (!live[o.node]) stack.push_back(o.node);
+    }
+  }
+  Graph g;
+  g.num_replicas = full.num_replicas;
+  g.num_partitions = full.num_partitions;
+  std::vector<int32_t> remap(n, -1);
+  std::vector<int64_t> param_remap(full.params.size(), -1);
+  if (used_params) used_params->clear();
+  for (size_t id = 0; id < n; ++id) {
+    if (!live[id]) continue;
+    Node node = full.nodes[id];
+    for (Value& o : node.operands) o.node = remap[o.node];
+    if (node.op == Op::Parameter) {
+      const int64_t old = node.attrs.axis;
+      node.attrs.axis = static_cast<int64_t>(g.params.size());
+      param_remap[old] = node.attrs.axis;
+      g.params.push_back(static_cast<int32_t>(g.nodes.size()));
+      if (used_params) used_params->push_back(old);
+    }
+    remap[id] = static_cast<int32_t>(g.nodes.size());
+    g.nodes.push_back(std::move(node));
+  }
+  for (Value v : outputs) g.outputs.push_back(Value{remap[v.node], v.index});
+  for (const Alias& a : aliases) {
+    if (a.param >= 0 && a.param < static_cast<int64_t>(param_remap.size()) && param_remap[a.param] >= 0) {
+      g.aliases.push_back(Alias{param_remap[a.param], a.output});
+    }
+  }
+  return g;
 }
 
 Graph Builder::Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases) {

@@ -111,6 +111,13 @@ struct Graph {
   const Shape& shape(Value v) const { return nodes[v.node].results[v.index]; }
 };
 
+// The part of `full` that `outputs` need: reachable nodes in their original
+// order, parameters renumbered in order. `used_params` receives, for each
+// parameter of the result, its index in `full`. Aliases name parameters of
+// `full`; those of unused parameters are dropped.
+Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::vector<Alias>& aliases,
+              std::vector<int64_t>* used_params);
+
 class Builder {
  public:
   // Collectives span `num_replicas` replicas unless given explicit groups.
@@ -131,7 +138,9 @@ class Builder {
 
   Value Unary(Op op, Value x);
   Value Binary(Op op, Value x, Value y);
-  Value Convert(Value x, DType to);
+  Value Convert(Value x, DType to);  // no node when x already has dtype `to`
+  // Reinterprets the bits of x as `to`, of the same element size.
+  Value Bitcast(Value x, DType to);
   Value IsFinite(Value x);
   Value Compare(CompareDir dir, Value x, Value y);
   Value Select(Value pred, Value on_true, Value on_false);
@@ -139,6 +148,8 @@ class Builder {
 
   Value BroadcastInDim(Value x, const std::vector<int64_t>& dims,
                        const std::vector<int64_t>& broadcast_dims);
+  // No node when x already has these dims; reshape of a reshape reads the
+  // original value.
   Value Reshape(Value x, const std::vector<int64_t>& dims);
   Value Transpose(Value x, const std::vector<int64_t>& perm);
   Value Slice(Value x, const std::vector<int64_t>& starts, const std::vector<int64_t>& limits,

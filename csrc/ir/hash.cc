@@ -35,7 +35,7 @@ class Hasher {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
-void HashAttrs(Hasher& h, const Attrs& a) {
+void HashAttrs(Hasher& h, const Attrs& a, bool values) {
   h.Ints(a.dims);
   h.Ints(a.out_dims);
   h.Ints(a.starts);
@@ -76,7 +76,7 @@ void HashAttrs(Hasher& h, const Attrs& a) {
   h.Int(a.scatter.index_vector_dim);
   h.Int(static_cast<int64_t>(a.replica_groups.size()));
   for (const auto& g : a.replica_groups) h.Ints(g);
-  if (a.data) {
+  if (a.data && values) {
     h.Int(static_cast<int64_t>(a.data->size()));
     h.Bytes(a.data->data(), a.data->size());
   } else {
@@ -84,9 +84,7 @@ void HashAttrs(Hasher& h, const Attrs& a) {
   }
 }
 
-}  // namespace
-
-uint64_t StructuralHash(const Graph& g) {
+uint64_t Hash(const Graph& g, bool values) {
   Hasher h;
   h.Int(g.num_replicas);
   h.Int(g.num_partitions);
@@ -99,8 +97,14 @@ uint64_t StructuralHash(const Graph& g) {
       h.Int(v.index);
     }
     h.Int(static_cast<int64_t>(n.results.size()));
-    for (const auto& s : n.results) h.Shape(s);
-    HashAttrs(h, n.attrs);
+    if (values) {
+      for (const auto& s : n.results) h.Shape(s);
+      HashAttrs(h, n.attrs, true);
+    } else {
+      h.Int(n.op == Op::Parameter ? n.attrs.axis : 0);
+      h.Int(static_cast<int64_t>(n.attrs.reduce));
+      h.Int(static_cast<int64_t>(n.attrs.compare));
+    }
   }
   h.Int(static_cast<int64_t>(g.outputs.size()));
   for (Value v : g.outputs) {
@@ -114,5 +118,10 @@ uint64_t StructuralHash(const Graph& g) {
   }
   return h.Finish();
 }
+
+}  // namespace
+
+uint64_t StructuralHash(const Graph& g) { return Hash(g, true); }
+uint64_t StructureHash(const Graph& g) { return Hash(g, false); }
 
 }  // namespace tpj::ir

@@ -11,4 +11,8 @@ namespace tpj::ir {
 
 uint64_t StructuralHash(const Graph& graph);
 
+// The same, blind to shapes, dtypes and constant values: graphs that differ
+// only in those share it. Used to explain recompilations.
+uint64_t StructureHash(const Graph& graph);
+
 }  // namespace tpj::ir

@@ -284,6 +284,7 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
   }
   switch (op) {
     case Op::Convert:
+    case Op::BitcastConvert:
       Arity(op, in, 1);
       return {in[0]};  // dtype set by the builder
     case Op::IsFinite:

@@ -10,6 +10,7 @@ namespace tpj::ir {
   X(Parameter, "", kSpecial)                                     \
   X(Constant, "stablehlo.constant", kSpecial)                    \
   X(Convert, "stablehlo.convert", kSpecial)                      \
+  X(BitcastConvert, "stablehlo.bitcast_convert", kSpecial)       \
   X(Add, "stablehlo.add", kBinary)                               \
   X(Sub, "stablehlo.subtract", kBinary)                          \
   X(Mul, "stablehlo.multiply", kBinary)                          \

@@ -10,5 +10,7 @@ namespace tpj::python {
 void BindErrors(pybind11::module_& m);
 void BindPjrt(pybind11::module_& m);
 void BindIr(pybind11::module_ m);
+// The pjrt PyTorch device (only in builds with torch).
+void BindTorch(pybind11::module_& m);
 
 }  // namespace tpj::python

@@ -1,6 +1,6 @@
 // torch_pjrt._C: the extension module. Python is a thin shell over the C++
 // layers; this file only registers the pieces.
-#include <pybind11/pybind11.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "python/bind.h"
 
@@ -9,4 +9,5 @@ PYBIND11_MODULE(_C, m) {
   tpj::python::BindErrors(m);
   tpj::python::BindPjrt(m);
   tpj::python::BindIr(m.def_submodule("ir", "Graph IR builder and StableHLO printer"));
+  tpj::python::BindTorch(m);
 }

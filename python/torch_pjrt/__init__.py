@@ -1,9 +1,21 @@
 """torch-pjrt: PyTorch on any PJRT device.
 
-This release provides the native core: PJRT plugin discovery and loading,
-clients, buffers, executables, and the graph IR with its StableHLO printer
-(``torch_pjrt._C``). The ``pjrt`` PyTorch device builds on it.
+``import torch_pjrt`` registers the ``pjrt`` device with PyTorch (it also
+loads automatically with torch >= 2.5 through the ``torch.backends`` entry
+point). Tensors on ``pjrt`` record their operations lazily; :func:`sync`
+compiles the pending work into one StableHLO program per device through the
+PJRT plugin (cached) and runs it.
+
+    dev = torch_pjrt.device()
+    model = Net().to(dev)
+    ...
+    loss.backward(); opt.step(); opt.zero_grad()
+    torch_pjrt.sync()
 """
+
+from __future__ import annotations
+
+import torch
 
 from torch_pjrt import _C
 from torch_pjrt._C import PjrtError
@@ -15,16 +27,31 @@ from torch_pjrt._plugins import (
     plugin_search_dirs,
     register_plugin,
 )
+from torch_pjrt import _device
+from torch_pjrt._device import device, device_count, manual_seed, sync
+from torch_pjrt import metrics, runtime
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "PjrtError",
     "PluginChoice",
     "create_client",
+    "device",
+    "device_count",
     "find_plugin",
     "load_plugin",
+    "manual_seed",
+    "metrics",
     "plugin_search_dirs",
     "register_plugin",
+    "runtime",
+    "sync",
     "__version__",
 ]
+
+_device.register()
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this package is the registration."""

@@ -1,0 +1,116 @@
+// Python view of the pjrt PyTorch device: sync, seeds, metrics, cache, and
+// a few introspection helpers for tests and debugging.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "ir/printer.h"
+#include "python/bind.h"
+#include "runtime/lazy.h"
+#include "runtime/metrics.h"
+#include "torch/device.h"
+#include "torch/tensor.h"
+
+namespace py = pybind11;
+
+namespace tpj::python {
+
+void BindTorch(py::module_& m) {
+  m.def(
+      "_configure",
+      [](const std::vector<std::string>& dirs, const py::dict& options) {
+        std::vector<pjrt::NamedOption> opts;
+        for (auto item : options) {
+          pjrt::NamedOption o;
+          o.name = py::cast<std::string>(item.first);
+          if (py::isinstance<py::bool_>(item.second)) {
+            o.value = item.second.cast<bool>();
+          } else if (py::isinstance<py::int_>(item.second)) {
+            o.value = item.second.cast<int64_t>();
+          } else if (py::isinstance<py::float_>(item.second)) {
+            o.value = item.second.cast<float>();
+          } else {
+            o.value = item.second.cast<std::string>();
+          }
+          opts.push_back(std::move(o));
+        }
+        runtime::Runtime::Configure(dirs, std::move(opts));
+      },
+      py::arg("search_dirs"), py::arg("options"));
+  m.def("_initialized", &runtime::Runtime::Initialized);
+  m.def("_device_count", &aten::DeviceCount);
+  m.def("_current_device", &aten::CurrentDevice);
+  m.def("_set_device", &aten::SetCurrentDevice);
+  m.def(
+      "_sync",
+      [](std::vector<int> devices, bool wait) {
+        auto& rt = runtime::Runtime::Get();
+        if (devices.empty()) {
+          rt.SyncAll({wait});
+        } else {
+          rt.Sync(devices, {wait});
+        }
+      },
+      py::arg("devices"), py::arg("wait"), py::call_guard<py::gil_scoped_release>());
+  m.def("_manual_seed", [](int device, uint64_t seed) { runtime::Runtime::Get().ManualSeed(device, seed); });
+  m.def("_initial_seed", [](int device) { return runtime::Runtime::Get().InitialSeed(device); });
+  m.def("_initialize_cache", [](const std::string& dir, bool readonly) {
+    runtime::Runtime::Get().InitializeDiskCache(dir, readonly);
+  });
+  m.def("_cache_dir", [] { return runtime::Runtime::Get().cache().disk_dir(); });
+  m.def("_clear_memory_cache", [] { runtime::Runtime::Get().cache().Clear(); });
+  m.def("_plugin_path", [] { return runtime::Runtime::Get().plugin_path(); });
+  m.def("_platform_name", [] { return runtime::Runtime::Get().client().platform_name(); });
+
+  m.def("_metrics_counters", [] { return runtime::Metrics::Get().Counters(); });
+  m.def("_metrics_timers", [] { return runtime::Metrics::Get().Timers(); });
+  m.def("_metrics_fallbacks", [] { return runtime::Metrics::Get().Fallbacks(); });
+  m.def("_metrics_recompiles", [] {
+    py::list out;
+    for (const auto& r : runtime::Metrics::Get().Recompiles()) {
+      py::dict d;
+      d["why"] = r.why;
+      d["where"] = r.where;
+      d["structure"] = r.structure;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("_metrics_reset", [] { runtime::Metrics::Get().Reset(); });
+  m.def("_set_location_provider", [](py::function f) {
+    auto holder = std::make_shared<py::function>(std::move(f));
+    runtime::Runtime::Get().SetLocationProvider([holder]() -> std::string {
+      if (!Py_IsInitialized()) return "";
+      py::gil_scoped_acquire gil;
+      try {
+        return py::cast<std::string>((*holder)());
+      } catch (...) {
+        return "";
+      }
+    });
+  });
+
+  m.def("_is_pending", [](const at::Tensor& t) {
+    runtime::TraceScope scope;
+    auto& s = aten::StorageOf(t);
+    return s.pending;
+  });
+  m.def("_has_buffer", [](const at::Tensor& t) {
+    runtime::TraceScope scope;
+    return static_cast<bool>(aten::StorageOf(t).buffer);
+  });
+  m.def("_pending_count", [](int device) { return runtime::Runtime::Get().pending_count(device); });
+  m.def(
+      "_stablehlo",
+      [](const std::vector<at::Tensor>& ts) {
+        runtime::TraceScope scope;
+        TORCH_CHECK(!ts.empty(), "give at least one pjrt tensor");
+        const int d = aten::DeviceIndex(ts[0]);
+        std::vector<ir::Value> outs;
+        for (const auto& t : ts) outs.push_back(aten::Val(t));
+        ir::Graph g = ir::Extract(aten::B(d).graph(), outs, {}, nullptr);
+        return ir::PrintStableHlo(g);
+      },
+      "The StableHLO program that would compute these pjrt tensors now (no compile, no run).");
+}
+
+}  // namespace tpj::python

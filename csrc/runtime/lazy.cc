@@ -1,0 +1,484 @@
+#include "runtime/lazy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "ir/hash.h"
+#include "ir/printer.h"
+#include "pjrt/discovery.h"
+#include "runtime/dtype_map.h"
+#include "runtime/metrics.h"
+#include "runtime/program.h"
+
+namespace tpj::runtime {
+namespace {
+
+std::mutex& ConfigMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<std::string>& ConfigDirs() {
+  static std::vector<std::string> d;
+  return d;
+}
+std::vector<pjrt::NamedOption>& ConfigOptions() {
+  static std::vector<pjrt::NamedOption> o;
+  return o;
+}
+Runtime*& Instance() {
+  static Runtime* r = nullptr;
+  return r;
+}
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool DebugEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_PJRT_DEBUG");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+std::string ShapeText(const ir::Shape& s) {
+  std::ostringstream os;
+  os << ir::Name(s.dtype) << "[";
+  for (size_t i = 0; i < s.dims.size(); ++i) os << (i ? "," : "") << s.dims[i];
+  os << "]";
+  return os.str();
+}
+
+// One line per parameter and constant: what ExplainRecompile compares.
+std::vector<std::string> Signature(const ir::Graph& g) {
+  std::vector<std::string> sig;
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    sig.push_back("parameter " + std::to_string(i) + ": " + ShapeText(g.nodes[g.params[i]].results[0]));
+  }
+  int c = 0;
+  for (const ir::Node& n : g.nodes) {
+    if (n.op == ir::Op::Constant) {
+      std::ostringstream os;
+      os << "constant " << c++ << ": " << ShapeText(n.results[0]);
+      if (n.attrs.data && n.attrs.data->size() <= 16) {
+        os << " bytes";
+        for (uint8_t b : *n.attrs.data) os << " " << static_cast<int>(b);
+      }
+      sig.push_back(os.str());
+    } else if (n.op != ir::Op::Parameter) {
+      // Shapes of every other node are part of the structure key's blind spot.
+      std::ostringstream os;
+      os << ir::OpName(n.op);
+      for (const auto& r : n.results) os << " " << ShapeText(r);
+      sig.push_back(os.str());
+    }
+  }
+  return sig;
+}
+
+}  // namespace
+
+Storage::~Storage() {
+  if (pending && Runtime::Initialized()) Runtime::Get().Unregister(this);
+}
+
+void Runtime::Configure(std::vector<std::string> search_dirs, std::vector<pjrt::NamedOption> options) {
+  std::lock_guard<std::mutex> l(ConfigMutex());
+  if (Instance() != nullptr) {
+    throw pjrt::Error(9, "torch_pjrt is already initialized: configure it before the first pjrt tensor");
+  }
+  ConfigDirs() = std::move(search_dirs);
+  ConfigOptions() = std::move(options);
+}
+
+bool Runtime::Initialized() { return Instance() != nullptr; }
+
+Runtime& Runtime::Get() {
+  Runtime* r = Instance();
+  if (r) return *r;
+  std::lock_guard<std::mutex> l(ConfigMutex());
+  if (Instance() == nullptr) {
+    auto* fresh = new Runtime();  // lives for the process: tensors may outlive any scope
+    fresh->Init();
+    Instance() = fresh;
+  }
+  return *Instance();
+}
+
+void Runtime::Init() {
+  pjrt::PluginChoice choice = pjrt::FindPlugin("", ConfigDirs());
+  plugin_path_ = choice.path;
+  auto plugin = pjrt::Plugin::Load(choice.path);
+  client_ = pjrt::Client::Create(plugin, ConfigOptions());
+  if (client_->addressable_device_ids().empty()) {
+    throw pjrt::Error(5, "the PJRT plugin '" + choice.path + "' has no addressable devices");
+  }
+  traces_.resize(client_->addressable_device_ids().size());
+  for (size_t i = 0; i < traces_.size(); ++i) {
+    ResetTrace(traces_[i]);
+    traces_[i].seed = 0;
+  }
+  fingerprint_ = CompileCache::Fingerprint(*plugin, client_->platform_version());
+  if (const char* dir = std::getenv("TORCH_PJRT_CACHE_DIR"); dir && *dir) {
+    cache_.SetDiskDir(dir, false, fingerprint_);
+  }
+}
+
+void Runtime::InitializeDiskCache(const std::string& dir, bool readonly) {
+  cache_.SetDiskDir(dir, readonly, fingerprint_);
+}
+
+int Runtime::global_id(int device) const {
+  const auto& ids = client_->addressable_device_ids();
+  if (device < 0 || device >= static_cast<int>(ids.size())) {
+    throw pjrt::Error(11, "pjrt device index " + std::to_string(device) + " is out of range: there are " +
+                              std::to_string(ids.size()) + " pjrt device(s)");
+  }
+  return ids[device];
+}
+
+void Runtime::ResetTrace(Trace& t) {
+  t.builder = std::make_unique<ir::Builder>();
+  t.epoch += 1;
+  t.params.clear();
+  t.buffer_params.clear();
+  t.pending.clear();
+  t.rng_pending = false;
+  t.rng_value = ir::Value{};
+}
+
+ir::Builder& Runtime::builder(int device) {
+  global_id(device);
+  return *traces_[device].builder;
+}
+
+size_t Runtime::pending_count(int device) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  return traces_.at(device).pending.size();
+}
+
+ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype) {
+  Trace& t = traces_[device];
+  auto it = t.buffer_params.find(buffer.get());
+  if (it != t.buffer_params.end()) return it->second;
+  Param p;
+  p.buffer = buffer;
+  p.dtype = dtype;
+  t.params.push_back(std::move(p));
+  ir::Value v = t.builder->Parameter({dtype, buffer->dims()});
+  t.buffer_params[buffer.get()] = v;
+  return v;
+}
+
+ir::Value Runtime::HostScalar(int device, ir::DType dtype, const void* bytes) {
+  Trace& t = traces_[device];
+  Param p;
+  p.dtype = dtype;
+  p.host.assign(static_cast<const uint8_t*>(bytes), static_cast<const uint8_t*>(bytes) + ir::ByteSize(dtype));
+  t.params.push_back(std::move(p));
+  return t.builder->Parameter({dtype, {}});
+}
+
+ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
+  Trace& t = traces_[s.device];
+  if (!s.dtype) s.dtype = dtype;
+  const ir::DType have = *s.dtype;
+  const int64_t numel = static_cast<int64_t>(s.nbytes / ir::ByteSize(have));
+  ir::Value v;
+  if (s.pending && s.epoch == t.epoch) {
+    v = s.value;
+  } else if (s.buffer) {
+    v = BufferParam(s.device, s.buffer, have);
+  } else {
+    v = t.builder->Full(have, {numel}, 0);
+  }
+  if (have == dtype) return v;
+  if (ir::ByteSize(have) != ir::ByteSize(dtype)) {
+    throw ir::Error(std::string("a pjrt storage of ") + ir::Name(have) + " cannot be read as " + ir::Name(dtype) +
+                    " (element sizes differ)");
+  }
+  return t.builder->Bitcast(v, dtype);
+}
+
+void Runtime::AssignFlat(Storage& s, ir::Value flat) {
+  Trace& t = traces_[s.device];
+  const ir::Shape& shape = t.builder->shape(flat);
+  if (!s.dtype) s.dtype = shape.dtype;
+  if (shape.dtype != *s.dtype) flat = t.builder->Bitcast(flat, *s.dtype);
+  s.value = flat;
+  s.epoch = t.epoch;
+  if (!s.pending) {
+    s.pending = true;
+    t.pending.insert(&s);
+  }
+}
+
+void Runtime::Register(Storage* s) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  traces_[s->device].pending.insert(s);
+}
+
+void Runtime::Unregister(Storage* s) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (s->device >= 0 && s->device < static_cast<int>(traces_.size())) traces_[s->device].pending.erase(s);
+}
+
+void Runtime::SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (s.pending) {
+    traces_[s.device].pending.erase(&s);
+    s.pending = false;
+  }
+  s.buffer = std::move(buffer);
+  s.dtype = dtype;
+  s.epoch = -1;
+}
+
+ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
+  Trace& t = traces_[device];
+  ir::Value state;
+  if (t.rng_pending) {
+    state = t.rng_value;
+  } else if (t.rng_buffer) {
+    state = BufferParam(device, t.rng_buffer, ir::DType::U64);
+  } else {
+    const uint64_t key[2] = {t.seed, 0};
+    std::vector<uint8_t> bytes(16);
+    std::memcpy(bytes.data(), key, 16);
+    state = t.builder->Constant({ir::DType::U64, {2}}, std::move(bytes));
+  }
+  std::vector<ir::Value> out = t.builder->RngBitGenerator(state, bits);
+  t.rng_value = out[0];
+  t.rng_pending = true;
+  return out[1];
+}
+
+void Runtime::ManualSeed(int device, uint64_t seed) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  Trace& t = traces_.at(device);
+  t.seed = seed;
+  t.rng_buffer.reset();
+  t.rng_pending = false;
+}
+
+uint64_t Runtime::InitialSeed(int device) const { return traces_.at(device).seed; }
+
+void Runtime::SyncAll(const SyncOptions& options) {
+  std::vector<int> all(traces_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  Sync(all, options);
+}
+
+void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  for (int d : devices) SyncDevice(d, options);
+}
+
+DeviceBuffer Runtime::Materialize(Storage& s) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (s.pending) SyncDevice(s.device, {});
+  if (!s.buffer) {
+    const ir::DType t = s.dtype.value_or(ir::DType::U8);
+    const size_t numel = s.nbytes / ir::ByteSize(t);
+    std::vector<uint8_t> zeros(s.nbytes, 0);
+    s.buffer = client_->BufferFromHost(zeros.data(), ToPjrt(t), {static_cast<int64_t>(numel)}, global_id(s.device));
+    s.dtype = t;
+  }
+  return s.buffer;
+}
+
+std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key) {
+  Metrics& m = Metrics::Get();
+  if (auto exe = cache_.Lookup(key)) {
+    m.Add("cache_hits");
+    return exe;
+  }
+  std::vector<pjrt::ArgSpec> args;
+  for (int32_t id : g.params) {
+    const ir::Shape& s = g.nodes[id].results[0];
+    args.push_back({ToPjrt(s.dtype), s.dims});
+  }
+  pjrt::CompileOptions options;
+  options.device_ids = {global_id(device)};
+  bool corrupt = false;
+  if (auto exe = cache_.LoadDisk(key, *client_, options, args, &corrupt)) {
+    m.Add("disk_cache_hits");
+    cache_.Insert(key, exe);
+    return exe;
+  }
+  if (corrupt) m.Add("disk_cache_corrupt");
+  const uint64_t structure = ir::StructureHash(g);
+  ExplainRecompile(structure, g);
+  auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<pjrt::Executable> exe(runtime::CompileText(*client_, ir::PrintStableHlo(g), options, args));
+  m.AddTime("compile", Seconds(t0));
+  m.Add("compiles");
+  cache_.Insert(key, exe);
+  cache_.StoreDisk(key, *exe);
+  return exe;
+}
+
+void Runtime::ExplainRecompile(uint64_t structure, const ir::Graph& g) {
+  std::vector<std::string> sig = Signature(g);
+  auto it = seen_structures_.find(structure);
+  if (it != seen_structures_.end()) {
+    const std::vector<std::string>& old = it->second;
+    std::string why;
+    for (size_t i = 0; i < std::min(old.size(), sig.size()); ++i) {
+      if (old[i] == sig[i]) continue;
+      const size_t colon = old[i].find(':');
+      if (old[i].rfind("parameter", 0) == 0 || old[i].rfind("constant", 0) == 0) {
+        why += (why.empty() ? "" : "; ") + old[i].substr(0, colon) + " changed from" + old[i].substr(colon + 1) +
+               " to" + sig[i].substr(sig[i].find(':') + 1);
+      } else if (why.empty()) {
+        why = "op " + old[i] + " became " + sig[i];
+      }
+      if (why.size() > 400) break;
+    }
+    if (why.empty()) why = "same structure, different details";
+    RecompileReason r{structure, why, location_ ? location_() : std::string()};
+    if (DebugEnabled()) {
+      std::fprintf(stderr, "torch_pjrt: recompiling a known graph (%s)%s%s\n", r.why.c_str(),
+                   r.where.empty() ? "" : " at ", r.where.c_str());
+    }
+    Metrics::Get().Recompiled(std::move(r));
+  } else if (DebugEnabled()) {
+    const std::string where = location_ ? location_() : std::string();
+    std::fprintf(stderr, "torch_pjrt: compiling a new graph (%zu nodes, %zu parameters)%s%s\n", g.nodes.size(),
+                 g.params.size(), where.empty() ? "" : " at ", where.c_str());
+  }
+  seen_structures_[structure] = std::move(sig);
+}
+
+void Runtime::SyncDevice(int device, const SyncOptions& options) {
+  Trace& t = traces_.at(device);
+  if (t.pending.empty() && !t.rng_pending) return;
+  auto t0 = std::chrono::steady_clock::now();
+  Metrics& m = Metrics::Get();
+
+  std::vector<Storage*> storages(t.pending.begin(), t.pending.end());
+  std::sort(storages.begin(), storages.end(), [](const Storage* a, const Storage* b) {
+    return a->value.node != b->value.node ? a->value.node < b->value.node : a->value.index < b->value.index;
+  });
+  std::vector<ir::Value> outputs;
+  std::vector<size_t> output_of(storages.size());
+  for (size_t i = 0; i < storages.size(); ++i) {
+    const ir::Value v = storages[i]->value;
+    auto at = std::find(outputs.begin(), outputs.end(), v);
+    output_of[i] = static_cast<size_t>(at - outputs.begin());
+    if (at == outputs.end()) outputs.push_back(v);
+  }
+  size_t rng_output = SIZE_MAX;
+  if (t.rng_pending) {
+    rng_output = outputs.size();
+    outputs.push_back(t.rng_value);
+  }
+  // Donation: a parameter buffer held only by this trace and by the one
+  // storage that gets a new value in this program is reused for that value.
+  std::vector<ir::Alias> aliases;
+  std::vector<bool> output_aliased(outputs.size(), false);
+  auto param_index = [&](const pjrt::Buffer* b) -> int64_t {
+    auto it = t.buffer_params.find(b);
+    if (it == t.buffer_params.end()) return -1;
+    return t.builder->graph().nodes[it->second.node].attrs.axis;
+  };
+  for (size_t i = 0; i < storages.size(); ++i) {
+    Storage* s = storages[i];
+    if (!s->buffer || s->buffer.use_count() != 2 || output_aliased[output_of[i]]) continue;
+    const int64_t p = param_index(s->buffer.get());
+    if (p < 0) continue;
+    if (t.builder->shape(outputs[output_of[i]]) != t.builder->graph().nodes[t.builder->graph().params[p]].results[0]) {
+      continue;
+    }
+    aliases.push_back({p, static_cast<int64_t>(output_of[i])});
+    output_aliased[output_of[i]] = true;
+  }
+  if (t.rng_pending && t.rng_buffer && t.rng_buffer.use_count() == 2) {
+    const int64_t p = param_index(t.rng_buffer.get());
+    if (p >= 0) aliases.push_back({p, static_cast<int64_t>(rng_output)});
+  }
+  std::vector<int64_t> used;
+  ir::Graph g = ir::Extract(t.builder->graph(), outputs, aliases, &used);
+  std::ostringstream key;
+  key << std::hex << ir::StructuralHash(g) << "-d" << std::dec << global_id(device);
+  m.AddTime("graph_build", Seconds(t0));
+
+  std::shared_ptr<pjrt::Executable> exe;
+  try {
+    exe = GetExecutable(device, g, key.str());
+  } catch (...) {
+    // Leave the device usable: drop this trace's pending work, keep the last
+    // materialized contents of every storage.
+    for (Storage* s : storages) {
+      s->pending = false;
+      s->epoch = -1;
+    }
+    ResetTrace(t);
+    throw;
+  }
+
+  std::vector<DeviceBuffer> host_uploads;
+  std::vector<pjrt::Buffer*> args;
+  const int gid = global_id(device);
+  for (int64_t p : used) {
+    const Param& prm = t.params[p];
+    if (prm.buffer) {
+      args.push_back(prm.buffer.get());
+    } else {
+      host_uploads.push_back(DeviceBuffer(client_->BufferFromHost(prm.host.data(), ToPjrt(prm.dtype), {}, gid)));
+      m.Add("bytes_to_device", static_cast<int64_t>(prm.host.size()));
+      args.push_back(host_uploads.back().get());
+    }
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<pjrt::Buffer>> outs = exe->Execute(args);
+  m.AddTime("execute_launch", Seconds(t1));
+  m.Add("executions");
+
+  std::vector<DeviceBuffer> shared(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) shared[i] = DeviceBuffer(std::move(outs[i]));
+  for (size_t i = 0; i < storages.size(); ++i) {
+    Storage* s = storages[i];
+    s->buffer = shared[output_of[i]];
+    s->pending = false;
+    s->epoch = -1;
+  }
+  if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
+  ResetTrace(t);
+  if (options.wait) {
+    auto t2 = std::chrono::steady_clock::now();
+    for (auto& b : shared) b->AwaitReady();
+    m.AddTime("execute_wait", Seconds(t2));
+  }
+  m.AddTime("sync", Seconds(t0));
+}
+
+namespace {
+thread_local int trace_depth = 0;
+}  // namespace
+
+TraceScope::TraceScope() : lock_(Runtime::Get().mu()) {
+  outer_ = trace_depth++ == 0;
+  start_ns_ = outer_ ? NowNs() : 0;
+}
+
+TraceScope::~TraceScope() {
+  --trace_depth;
+  if (outer_) {
+    Metrics& m = Metrics::Get();
+    m.trace_ns += NowNs() - start_ns_;
+    m.traced_ops += 1;
+  }
+}
+
+}  // namespace tpj::runtime

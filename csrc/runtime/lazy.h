@@ -1,0 +1,153 @@
+// The lazy runtime: storages whose contents are device buffers or pending IR
+// values, one trace (IR builder) per device, and Sync(), which turns every
+// pending value of every live storage into one program per device, compiles
+// it once (cache), and runs it.
+//
+// Thread model: one recursive mutex (Runtime::mu()) guards traces and storage
+// states. Op lowerings hold it while they read and write storages; Sync()
+// holds it while it builds and launches programs. Program execution itself
+// is asynchronous in the plugin; reading a buffer waits for it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "ir/graph.h"
+#include "pjrt/client.h"
+#include "pjrt/executable.h"
+#include "runtime/cache.h"
+#include "runtime/strided.h"
+
+namespace tpj::runtime {
+
+using DeviceBuffer = std::shared_ptr<pjrt::Buffer>;
+
+// The contents of one PyTorch storage on one device: `numel` elements of
+// `dtype`, held flat (rank 1). Exactly one of: a device buffer, a pending
+// value of the device's current trace, or nothing (never written: zeros).
+struct Storage {
+  Storage(int device, size_t nbytes) : device(device), nbytes(nbytes) {}
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  const int device;     // local device index (0..device_count-1)
+  size_t nbytes;
+  std::optional<ir::DType> dtype;  // fixed by the first typed use
+  DeviceBuffer buffer;  // materialized contents (kept while pending: it may be donated)
+  ir::Value value;      // pending contents, valid when epoch == trace epoch
+  int64_t epoch = -1;
+  bool pending = false;
+};
+
+struct SyncOptions {
+  bool wait = false;  // block until the programs finished
+};
+
+class Runtime {
+ public:
+  // The process-wide runtime. The first call loads the plugin (discovery over
+  // `search_dirs` given by Configure, or the environment) and creates the client.
+  static Runtime& Get();
+  // Before first use: where to look for plugins, and client options.
+  static void Configure(std::vector<std::string> search_dirs, std::vector<pjrt::NamedOption> options);
+  static bool Initialized();
+
+  std::recursive_mutex& mu() { return mu_; }
+  pjrt::Client& client() { return *client_; }
+  const std::shared_ptr<pjrt::Client>& client_ptr() { return client_; }
+  int device_count() const { return static_cast<int>(client_->addressable_device_ids().size()); }
+  int global_id(int device) const;  // PJRT device id of local device `device`
+  const std::string& plugin_path() const { return plugin_path_; }
+
+  // --- tracing (caller holds mu()) ---
+  ir::Builder& builder(int device);
+  // The storage's flat value in the current trace, typed `dtype`
+  // (a bitcast when the storage was typed differently with the same width).
+  ir::Value ReadFlat(Storage& s, ir::DType dtype);
+  // Makes `flat` (rank 1, numel elements) the storage's pending contents.
+  void AssignFlat(Storage& s, ir::Value flat);
+  // A 0-d parameter fed from host bytes at launch (scalars that change every
+  // step must not be program constants, or every step recompiles).
+  ir::Value HostScalar(int device, ir::DType dtype, const void* bytes);
+  // A device buffer as a parameter of the current trace (memoized).
+  ir::Value BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype);
+
+  // Random bits: threads the device's Threefry state through the trace.
+  ir::Value RandomBits(int device, const ir::Shape& bits);
+  void ManualSeed(int device, uint64_t seed);
+  uint64_t InitialSeed(int device) const;
+
+  // --- materialization ---
+  void Sync(const std::vector<int>& devices, const SyncOptions& options = {});
+  void SyncAll(const SyncOptions& options = {});
+  // The storage as a device buffer (syncs its device when pending; zeros
+  // when never written).
+  DeviceBuffer Materialize(Storage& s);
+  void SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype);
+  void Register(Storage* s);
+  void Unregister(Storage* s);
+
+  CompileCache& cache() { return cache_; }
+  void InitializeDiskCache(const std::string& dir, bool readonly);
+
+  // Where a sync was requested from (Python file:line), for recompile logs.
+  void SetLocationProvider(std::function<std::string()> f) { location_ = std::move(f); }
+  size_t pending_count(int device);
+
+ private:
+  Runtime() = default;
+  struct Param {
+    DeviceBuffer buffer;         // device data, or
+    std::vector<uint8_t> host;   // bytes of a host scalar
+    ir::DType dtype = ir::DType::F32;
+  };
+  struct Trace {
+    std::unique_ptr<ir::Builder> builder;
+    int64_t epoch = 0;
+    std::vector<Param> params;
+    std::unordered_map<const pjrt::Buffer*, ir::Value> buffer_params;
+    std::unordered_set<Storage*> pending;
+    // Threefry state: host seed, device buffer, or a pending value.
+    DeviceBuffer rng_buffer;
+    ir::Value rng_value;
+    bool rng_pending = false;
+    uint64_t seed = 0;
+  };
+  void Init();
+  void ResetTrace(Trace& t);
+  void SyncDevice(int device, const SyncOptions& options);
+  std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key);
+  void ExplainRecompile(uint64_t structure, const ir::Graph& g);
+
+  std::recursive_mutex mu_;
+  std::shared_ptr<pjrt::Client> client_;
+  std::string plugin_path_;
+  std::vector<Trace> traces_;
+  CompileCache cache_;
+  std::string fingerprint_;
+  std::function<std::string()> location_;
+  // StructureHash -> description of the last compiled graph with it.
+  std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;
+};
+
+// RAII: holds Runtime::mu() and accumulates trace time in the metrics.
+class TraceScope {
+ public:
+  TraceScope();
+  ~TraceScope();
+
+ private:
+  std::lock_guard<std::recursive_mutex> lock_;
+  int64_t start_ns_;
+  bool outer_;
+};
+
+}  // namespace tpj::runtime

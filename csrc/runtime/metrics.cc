@@ -1,0 +1,67 @@
+#include "runtime/metrics.h"
+
+namespace tpj::runtime {
+
+Metrics& Metrics::Get() {
+  static Metrics* m = new Metrics();  // never destroyed: used from exit paths
+  return *m;
+}
+
+void Metrics::Add(const std::string& counter, int64_t delta) {
+  std::lock_guard<std::mutex> l(mu_);
+  counters_[counter] += delta;
+}
+
+void Metrics::AddTime(const std::string& timer, double seconds) {
+  std::lock_guard<std::mutex> l(mu_);
+  timers_[timer] += seconds;
+}
+
+void Metrics::Fallback(const std::string& op) {
+  std::lock_guard<std::mutex> l(mu_);
+  fallbacks_[op] += 1;
+  counters_["cpu_fallbacks"] += 1;
+}
+
+void Metrics::Recompiled(RecompileReason r) {
+  std::lock_guard<std::mutex> l(mu_);
+  recompiles_.push_back(std::move(r));
+  counters_["recompiles"] += 1;
+  if (recompiles_.size() > 1000) recompiles_.erase(recompiles_.begin());  // bounded
+}
+
+std::map<std::string, int64_t> Metrics::Counters() const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto out = counters_;
+  out["traced_ops"] = traced_ops.load();
+  return out;
+}
+
+std::map<std::string, double> Metrics::Timers() const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto out = timers_;
+  out["trace"] = trace_ns.load() * 1e-9;
+  return out;
+}
+
+std::map<std::string, int64_t> Metrics::Fallbacks() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return fallbacks_;
+}
+
+std::vector<RecompileReason> Metrics::Recompiles() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return recompiles_;
+}
+
+void Metrics::Reset() {
+  std::lock_guard<std::mutex> l(mu_);
+  counters_.clear();
+  timers_.clear();
+  fallbacks_.clear();
+  recompiles_.clear();
+  trace_ns = 0;
+  traced_ops = 0;
+}
+
+}  // namespace tpj::runtime

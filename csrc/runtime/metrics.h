@@ -1,0 +1,48 @@
+// Counters and timers of the runtime: what compiled, what was served from the
+// caches, what ran, what fell back to the CPU, and why graphs recompiled.
+// Thread-safe; every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tpj::runtime {
+
+struct RecompileReason {
+  uint64_t structure = 0;  // StructureHash of the graph
+  std::string why;         // "parameter 2: f32[4,8] -> f32[5,8]" etc.
+  std::string where;       // Python location of the sync, when known
+};
+
+class Metrics {
+ public:
+  static Metrics& Get();
+
+  void Add(const std::string& counter, int64_t delta = 1);
+  void AddTime(const std::string& timer, double seconds);
+  void Fallback(const std::string& op);
+  void Recompiled(RecompileReason r);
+
+  std::map<std::string, int64_t> Counters() const;   // includes "fallback::aten::x" entries
+  std::map<std::string, double> Timers() const;      // seconds
+  std::map<std::string, int64_t> Fallbacks() const;  // op -> count
+  std::vector<RecompileReason> Recompiles() const;
+  void Reset();
+
+  // Time spent tracing (inside op lowerings), accumulated cheaply.
+  std::atomic<int64_t> trace_ns{0};
+  std::atomic<int64_t> traced_ops{0};
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, int64_t> counters_;
+  std::map<std::string, double> timers_;
+  std::map<std::string, int64_t> fallbacks_;
+  std::vector<RecompileReason> recompiles_;
+};
+
+}  // namespace tpj::runtime

@@ -1,0 +1,47 @@
+// Strided views over a flat storage value, in IR.
+//
+// Every torch-pjrt storage holds its contents as one flat IR value (or device
+// buffer) of `numel` elements. A tensor is (sizes, strides, offset) over it,
+// exactly as PyTorch describes CPU tensors, so PyTorch's own view machinery
+// (as_strided, view, transpose, select, slice, expand, ...) works unchanged.
+// This file turns such a description into IR that reads the view out of the
+// flat value, and IR that writes a new view value back into it.
+//
+// Plan: drop size-1 dims, treat stride-0 dims as broadcasts, order the rest by
+// stride. If each stride divides the next larger one and no index carries into
+// the next dimension, the view is a static slice of the flat value reshaped
+// to mixed-radix dims, then a transpose and a broadcast; writes are a
+// dynamic_update_slice of the same shape. Anything else (overlapping windows,
+// odd strides) is a gather / scatter with computed indices: always correct,
+// slower.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace tpj::runtime {
+
+struct StridedView {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+};
+
+// True when the view is the whole storage in row-major order.
+bool CoversStorage(const StridedView& v, int64_t storage_numel);
+
+// The view's value, with shape v.sizes, read from `flat` (rank 1).
+ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v);
+
+// `flat` with the elements addressed by `v` replaced by `update` (shape
+// v.sizes, same dtype). Throws ir::Error when two view elements share one
+// storage element (an expanded view cannot be written).
+ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir::Value update);
+
+// For tests: whether ReadStrided/WriteStrided use the slice plan (true) or
+// the gather/scatter fallback (false).
+bool UsesSlicePlan(const StridedView& v, int64_t storage_numel);
+
+}  // namespace tpj::runtime

@@ -1,0 +1,111 @@
+#include "torch/device.h"
+
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/core/Generator.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "runtime/lazy.h"
+#include "torch/tensor.h"
+
+namespace tpj::aten {
+namespace {
+
+thread_local int current_device = 0;
+
+// Device and stream bookkeeping for PrivateUse1. PJRT orders work per device
+// itself, so there is one (default) stream per device and events are no-ops.
+struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+  c10::DeviceType type() const override { return kType; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kType, static_cast<c10::DeviceIndex>(current_device)); }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == kType, "expected a pjrt device, got ", d);
+    if (d.has_index()) current_device = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.has_index()) current_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    try {
+      return static_cast<c10::DeviceIndex>(DeviceCount());
+    } catch (...) {
+      return 0;
+    }
+  }
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void synchronizeDevice(const c10::DeviceIndex d) const override {
+    runtime::Runtime::Get().Sync({d}, {/*wait=*/true});
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+
+struct Hooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return DeviceCount() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(DeviceCount()); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { SetCurrentDevice(d); }
+  c10::DeviceIndex getCurrentDevice() const override { return static_cast<c10::DeviceIndex>(CurrentDevice()); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    const int old = CurrentDevice();
+    SetCurrentDevice(d);
+    return static_cast<c10::DeviceIndex>(old);
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  // A CPU generator per device holds the seed; on-device random numbers come
+  // from the runtime's Threefry state, reseeded through manual_seed.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override {
+    static std::vector<at::Generator> gens;
+    static std::once_flag once;
+    std::call_once(once, [] {
+      for (int i = 0; i < std::max(DeviceCount(), 1); ++i) gens.push_back(at::detail::createCPUGenerator());
+    });
+    const int idx = d < 0 ? CurrentDevice() : d;
+    TORCH_CHECK(idx >= 0 && idx < static_cast<int>(gens.size()), "pjrt device index ", idx, " out of range");
+    return gens[idx];
+  }
+  at::Device getDeviceFromPtr(void*) const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(CurrentDevice()));
+  }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto* s = static_cast<runtime::Storage*>(storage.data_ptr().get_context());
+    TORCH_CHECK(s != nullptr, "not a pjrt storage");
+    TORCH_CHECK(newsize <= s->nbytes, "growing a pjrt storage through resize is not supported");
+  }
+};
+
+struct Register {
+  Register() {
+    at::RegisterPrivateUse1HooksInterface(new Hooks());
+    c10::SetAllocator(c10::DeviceType::PrivateUse1, PjrtAllocator());
+  }
+} registered;
+
+}  // namespace
+
+int CurrentDevice() { return current_device; }
+
+void SetCurrentDevice(int device) {
+  const int n = DeviceCount();
+  TORCH_CHECK_INDEX(device >= 0 && device < n, "pjrt device index ", device, " is out of range: there are ", n,
+                    " pjrt device(s)");
+  current_device = device;
+}
+
+int DeviceCount() { return runtime::Runtime::Get().device_count(); }
+
+}  // namespace tpj::aten

@@ -1,0 +1,274 @@
+// Memory, transfer and view-plumbing kernels: empty, views over storages,
+// copies between the host and pjrt, item(), clone, fill.
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/library.h>
+
+#include "runtime/dtype_map.h"
+#include "runtime/metrics.h"
+#include "torch/device.h"
+#include "torch/tensor.h"
+
+namespace tpj::aten {
+namespace {
+
+using runtime::Runtime;
+using runtime::TraceScope;
+
+int TargetDevice(std::optional<at::Device> device) {
+  if (device && device->has_index()) {
+    const int n = DeviceCount();
+    TORCH_CHECK_INDEX(device->index() >= 0 && device->index() < n, "pjrt device index ", static_cast<int>(device->index()),
+                      " is out of range: there are ", n, " pjrt device(s)");
+    return device->index();
+  }
+  return CurrentDevice();
+}
+
+at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(!layout || *layout == at::kStrided, "pjrt tensors are strided; layout ", *layout, " is not supported");
+  return Empty(size, dtype.value_or(at::get_default_dtype_as_scalartype()), TargetDevice(device));
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory) {
+  const at::ScalarType t = dtype.value_or(at::get_default_dtype_as_scalartype());
+  const size_t nbytes = at::detail::computeStorageNbytes(size, stride, c10::elementSize(t));
+  const int64_t numel = static_cast<int64_t>(nbytes / c10::elementSize(t));
+  at::Tensor flat = Empty({numel}, t, TargetDevice(device));
+  flat.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
+  return flat;
+}
+
+at::Tensor as_strided(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, at::IntArrayRef size) { return at::native::view(self, size); }
+
+at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  TraceScope scope;
+  auto& rt = Runtime::Get();
+  runtime::Storage& s = StorageOf(self);
+  int64_t numel = 1;
+  for (int64_t d : size) numel *= d;
+  const size_t item = c10::elementSize(self.scalar_type());
+  const size_t need = static_cast<size_t>(numel + self.storage_offset()) * item;
+  if (need > s.nbytes) {
+    // Grow in place: old contents first, then zeros (undefined in PyTorch).
+    const ir::DType dt = ToIr(self.scalar_type());
+    ir::Value flat = rt.ReadFlat(s, dt);
+    const int64_t have = static_cast<int64_t>(s.nbytes / item);
+    const int64_t want = static_cast<int64_t>(need / item);
+    ir::Builder& b = rt.builder(s.device);
+    ir::Value grown = b.Pad(flat, b.ScalarConstant(dt, 0), {0}, {want - have}, {0});
+    s.nbytes = need;
+    s.buffer.reset();
+    self.storage().unsafeGetStorageImpl()->set_nbytes(need);
+    rt.AssignFlat(s, grown);
+  }
+  self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, at::IntArrayRef size,
+                        at::IntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, std::move(source), offset, size, stride);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+// Host copy of a pjrt tensor: downloads the flat storage once, then lets the
+// CPU apply the view.
+at::Tensor ToCpu(const at::Tensor& self) {
+  runtime::DeviceBuffer buf;
+  at::ScalarType storage_type = self.scalar_type();
+  {
+    TraceScope scope;
+    runtime::Storage& s = StorageOf(self);
+    if (!s.dtype) s.dtype = ToIr(self.scalar_type());
+    storage_type = ToAten(*s.dtype);
+    buf = Runtime::Get().Materialize(s);
+  }
+  const int64_t numel = buf->element_count();
+  at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(storage_type));
+  if (numel > 0) buf->ToHost(flat.data_ptr(), static_cast<size_t>(flat.nbytes()));
+  runtime::Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(flat.nbytes()));
+  if (storage_type != self.scalar_type()) flat = flat.view(self.scalar_type());
+  return flat.as_strided(self.sizes(), self.strides(), self.storage_offset()).clone();
+}
+
+// Uploads a CPU tensor (any strides) as a dense pjrt buffer of `dtype`.
+runtime::DeviceBuffer Upload(const at::Tensor& cpu, at::ScalarType dtype, int device) {
+  ToIr(dtype);
+  at::Tensor dense = cpu.to(dtype).contiguous();
+  auto& rt = Runtime::Get();
+  std::vector<int64_t> dims{dense.numel()};
+  runtime::Metrics::Get().Add("bytes_to_device", static_cast<int64_t>(dense.nbytes()));
+  return runtime::DeviceBuffer(
+      rt.client().BufferFromHost(dense.const_data_ptr(), runtime::ToPjrt(ToIr(dtype)), dims, rt.global_id(device)));
+}
+
+// dst (pjrt, any view) <- src (host tensor, broadcastable to dst).
+void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
+  at::Tensor full = src.expand(dst.sizes());
+  runtime::DeviceBuffer buf = Upload(full, dst.scalar_type(), DeviceIndex(dst));
+  TraceScope scope;
+  auto& rt = Runtime::Get();
+  runtime::Storage& s = StorageOf(dst);
+  const int64_t numel = static_cast<int64_t>(s.nbytes / dst.element_size());
+  const bool same_type = !s.dtype || *s.dtype == ToIr(dst.scalar_type());
+  if (same_type && runtime::CoversStorage(ViewOf(dst), numel)) {
+    rt.SetBuffer(s, buf, ToIr(dst.scalar_type()));
+    return;
+  }
+  ir::Value v = rt.BufferParam(s.device, buf, ToIr(dst.scalar_type()));
+  Assign(dst, B(s.device).Reshape(v, dst.sizes().vec()));
+}
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (self.numel() == 0) return self;
+  if (IsPjrt(self) && !IsPjrt(src)) {
+    TORCH_CHECK(src.device().is_cpu(), "copy from ", src.device(), " to pjrt is not supported; go through the CPU");
+    CopyHostToPjrt(self, src);
+    return self;
+  }
+  if (!IsPjrt(self)) {
+    self.copy_(ToCpu(src));
+    return self;
+  }
+  if (DeviceIndex(self) != DeviceIndex(src)) {
+    CopyHostToPjrt(self, ToCpu(src));
+    return self;
+  }
+  TraceScope scope;
+  if (self.is_same(src)) return self;
+  Assign(self, BroadcastTo(DeviceIndex(self), ValAs(src, self.scalar_type()), self.sizes().vec()));
+  return self;
+}
+
+at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                   std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<at::MemoryFormat> memory_format) {
+  const at::ScalarType t = dtype.value_or(self.scalar_type());
+  const at::Device target = device.value_or(self.device());
+  if (IsPjrt(self) && target.type() == c10::DeviceType::PrivateUse1) {
+    const int dst = target.has_index() ? TargetDevice(target) : DeviceIndex(self);
+    if (dst == DeviceIndex(self)) {
+      TraceScope scope;
+      return Wrap(ValAs(self, t), dst);
+    }
+    at::Tensor out = Empty(self.sizes(), t, dst);
+    CopyHostToPjrt(out, ToCpu(self));
+    return out;
+  }
+  if (IsPjrt(self)) {
+    TORCH_CHECK(target.is_cpu(), "copy from pjrt to ", target, " is not supported; go through the CPU");
+    at::Tensor cpu = ToCpu(self);
+    return cpu.scalar_type() == t ? cpu : cpu.to(t);
+  }
+  // host -> pjrt
+  at::Tensor out = Empty(self.sizes(), t, TargetDevice(target));
+  if (out.numel() > 0) CopyHostToPjrt(out, self);
+  return out;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = dst;
+  copy_(d, self, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    if (IsPjrt(dst)) {
+      resize_(dst, self.sizes(), std::nullopt);
+    } else {
+      const_cast<at::Tensor&>(dst).resize_(self.sizes());
+    }
+  }
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) { return ToCpu(self).item(); }
+
+at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> format) {
+  TraceScope scope;
+  return Wrap(Val(self), DeviceIndex(self));
+}
+
+bool IsSpecial(const at::Scalar& s) {
+  if (s.isBoolean()) return true;
+  const double v = s.toDouble();
+  return v == 0.0 || v == 1.0;
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  TraceScope scope;
+  const int d = DeviceIndex(self);
+  ir::Value v = IsSpecial(value) ? Const(d, value.toDouble(), self.scalar_type()) : ScalarParam(d, value, self.scalar_type());
+  Assign(self, BroadcastTo(d, v, self.sizes().vec()));
+  return self;
+}
+
+at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+              " dimensions.");
+  TraceScope scope;
+  const int d = DeviceIndex(self);
+  Assign(self, BroadcastTo(d, Operand(value, d, self.scalar_type()), self.sizes().vec()));
+  return self;
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  TraceScope scope;
+  const int d = DeviceIndex(self);
+  Assign(self, BroadcastTo(d, Const(d, 0, self.scalar_type()), self.sizes().vec()));
+  return self;
+}
+
+}  // namespace
+
+}  // namespace tpj::aten
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(tpj::aten::empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(tpj::aten::empty_strided));
+  m.impl("as_strided", TORCH_FN(tpj::aten::as_strided));
+  m.impl("view", TORCH_FN(tpj::aten::view));
+  m.impl("_reshape_alias", TORCH_FN(tpj::aten::reshape_alias));
+  m.impl("resize_", TORCH_FN(tpj::aten::resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpj::aten::set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(tpj::aten::set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(tpj::aten::set_source_tensor));
+  m.impl("copy_", TORCH_FN(tpj::aten::copy_));
+  m.impl("_to_copy", TORCH_FN(tpj::aten::to_copy));
+  m.impl("_copy_from", TORCH_FN(tpj::aten::copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(tpj::aten::copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(tpj::aten::local_scalar_dense));
+  m.impl("clone", TORCH_FN(tpj::aten::clone));
+  m.impl("fill_.Scalar", TORCH_FN(tpj::aten::fill_scalar));
+  m.impl("fill_.Tensor", TORCH_FN(tpj::aten::fill_tensor));
+  m.impl("zero_", TORCH_FN(tpj::aten::zero_));
+}
+

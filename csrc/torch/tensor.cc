@@ -1,0 +1,258 @@
+#include "torch/tensor.h"
+
+#include <ATen/ExpandUtils.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+
+#include <cstring>
+#include <list>
+#include <map>
+
+#include "runtime/dtype_map.h"
+#include "runtime/metrics.h"
+#include "torch/device.h"
+
+namespace tpj::aten {
+namespace {
+
+void DeleteStorage(void* p) { delete static_cast<runtime::Storage*>(p); }
+
+class Allocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override { return Make(CurrentDevice(), nbytes); }
+
+  static c10::DataPtr Make(int device, size_t nbytes) {
+    auto* s = new runtime::Storage(device, nbytes);
+    // The data pointer is a token, never dereferenced: pjrt memory is only
+    // reached through the runtime. It is unique per storage and non-null so
+    // that PyTorch's aliasing checks behave.
+    return {s, s, &DeleteStorage, c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    TORCH_CHECK(false, "pjrt storages have no host-addressable data; use tensor.cpu()");
+  }
+};
+
+Allocator& TheAllocator() {
+  static Allocator a;
+  return a;
+}
+
+}  // namespace
+
+c10::Allocator* PjrtAllocator() { return &TheAllocator(); }
+
+ir::DType ToIr(at::ScalarType t) {
+  switch (t) {
+    case at::kBool: return ir::DType::Bool;
+    case at::kChar: return ir::DType::I8;
+    case at::kShort: return ir::DType::I16;
+    case at::kInt: return ir::DType::I32;
+    case at::kLong: return ir::DType::I64;
+    case at::kByte: return ir::DType::U8;
+    case at::kUInt16: return ir::DType::U16;
+    case at::kUInt32: return ir::DType::U32;
+    case at::kUInt64: return ir::DType::U64;
+    case at::kHalf: return ir::DType::F16;
+    case at::kBFloat16: return ir::DType::BF16;
+    case at::kFloat: return ir::DType::F32;
+    case at::kDouble: return ir::DType::F64;
+    case at::kComplexFloat: return ir::DType::C64;
+    case at::kComplexDouble: return ir::DType::C128;
+    default:
+      TORCH_CHECK_TYPE(false, "dtype ", t, " is not supported on the pjrt device (PJRT has no buffer type for it)");
+  }
+}
+
+bool IsSupported(at::ScalarType t) {
+  switch (t) {
+    case at::kBool: case at::kChar: case at::kShort: case at::kInt: case at::kLong: case at::kByte:
+    case at::kUInt16: case at::kUInt32: case at::kUInt64: case at::kHalf: case at::kBFloat16:
+    case at::kFloat: case at::kDouble: case at::kComplexFloat: case at::kComplexDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
+at::ScalarType ToAten(ir::DType t) {
+  switch (t) {
+    case ir::DType::Bool: return at::kBool;
+    case ir::DType::I8: return at::kChar;
+    case ir::DType::I16: return at::kShort;
+    case ir::DType::I32: return at::kInt;
+    case ir::DType::I64: return at::kLong;
+    case ir::DType::U8: return at::kByte;
+    case ir::DType::U16: return at::kUInt16;
+    case ir::DType::U32: return at::kUInt32;
+    case ir::DType::U64: return at::kUInt64;
+    case ir::DType::F16: return at::kHalf;
+    case ir::DType::BF16: return at::kBFloat16;
+    case ir::DType::F32: return at::kFloat;
+    case ir::DType::F64: return at::kDouble;
+    case ir::DType::C64: return at::kComplexFloat;
+    case ir::DType::C128: return at::kComplexDouble;
+  }
+  return at::kFloat;
+}
+
+bool IsPjrt(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
+
+int DeviceIndex(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }
+
+runtime::Storage& StorageOf(const at::Tensor& t) {
+  TORCH_CHECK(IsPjrt(t), "expected a pjrt tensor, got one on ", t.device());
+  void* ctx = t.storage().data_ptr().get_context();
+  TORCH_CHECK(ctx != nullptr, "pjrt tensor without a pjrt storage");
+  return *static_cast<runtime::Storage*>(ctx);
+}
+
+runtime::StridedView ViewOf(const at::Tensor& t) {
+  return {t.sizes().vec(), t.strides().vec(), t.storage_offset()};
+}
+
+ir::Builder& B(int device) { return runtime::Runtime::Get().builder(device); }
+
+std::vector<int64_t> Dims(const ir::Builder& b, ir::Value v) { return b.shape(v).dims; }
+
+int64_t WrapDim(int64_t dim, int64_t rank) {
+  const int64_t r = std::max<int64_t>(rank, 1);
+  TORCH_CHECK_INDEX(dim >= -r && dim < r, "Dimension out of range (expected to be in range of [", -r, ", ", r - 1,
+                    "], but got ", dim, ")");
+  return dim < 0 ? dim + r : dim;
+}
+
+ir::Value Val(const at::Tensor& t) {
+  auto& rt = runtime::Runtime::Get();
+  runtime::Storage& s = StorageOf(t);
+  const ir::DType dt = ToIr(t.scalar_type());
+  ir::Value flat = rt.ReadFlat(s, dt);
+  return runtime::ReadStrided(rt.builder(s.device), flat, ViewOf(t));
+}
+
+ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype) {
+  ir::Value v = Val(t);
+  return B(DeviceIndex(t)).Convert(v, ToIr(dtype));
+}
+
+ir::Value Operand(const at::Tensor& t, int device, at::ScalarType dtype) {
+  if (IsPjrt(t)) {
+    TORCH_CHECK(DeviceIndex(t) == device, "expected all tensors to be on the same pjrt device, found pjrt:", device,
+                " and pjrt:", DeviceIndex(t));
+    return ValAs(t, dtype);
+  }
+  TORCH_CHECK(t.dim() == 0, "expected all tensors to be on the pjrt device; got a ", t.dim(),
+              "-d tensor on ", t.device(), " (only 0-d CPU tensors, i.e. numbers, mix with pjrt tensors)");
+  return ScalarParam(device, t.item(), dtype);
+}
+
+at::Tensor Empty(at::IntArrayRef sizes, at::ScalarType dtype, int device) {
+  ToIr(dtype);  // refuse unsupported dtypes early
+  int64_t numel = 1;
+  for (int64_t d : sizes) {
+    TORCH_CHECK(d >= 0, "negative dimension ", d, " in size ", sizes);
+    numel *= d;
+  }
+  const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+  auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                       Allocator::Make(device, nbytes), PjrtAllocator(), true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    caffe2::TypeMeta::fromScalarType(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  return t;
+}
+
+at::Tensor Wrap(ir::Value v, int device) {
+  ir::Builder& b = B(device);
+  const ir::Shape shape = b.shape(v);
+  at::Tensor t = Empty(shape.dims, ToAten(shape.dtype), device);
+  runtime::Runtime::Get().AssignFlat(StorageOf(t), b.Reshape(v, {shape.numel()}));
+  return t;
+}
+
+void Assign(const at::Tensor& dst, ir::Value v) {
+  auto& rt = runtime::Runtime::Get();
+  runtime::Storage& s = StorageOf(dst);
+  ir::Builder& b = rt.builder(s.device);
+  const ir::DType dt = ToIr(dst.scalar_type());
+  v = b.Convert(v, dt);
+  const std::vector<int64_t> want = dst.sizes().vec();
+  if (b.shape(v).dims != want) v = BroadcastTo(s.device, v, want);
+  const runtime::StridedView view = ViewOf(dst);
+  const int64_t numel = static_cast<int64_t>(s.nbytes / c10::elementSize(dst.scalar_type()));
+  if (runtime::CoversStorage(view, numel) && (!s.dtype || *s.dtype == dt)) {
+    rt.AssignFlat(s, b.Reshape(v, {numel}));
+    return;
+  }
+  ir::Value flat = rt.ReadFlat(s, dt);
+  try {
+    rt.AssignFlat(s, runtime::WriteStrided(b, flat, view, v));
+  } catch (const ir::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype) {
+  // Scalars become device buffers cached by (device, dtype, bytes).
+  static std::map<std::tuple<int, int, std::string>, runtime::DeviceBuffer> cache;
+  static std::list<std::tuple<int, int, std::string>> order;
+  auto& rt = runtime::Runtime::Get();
+  at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(dtype));
+  const size_t n = c10::elementSize(dtype);
+  std::string bytes(static_cast<const char*>(host.const_data_ptr()), n);
+  auto key = std::make_tuple(device, static_cast<int>(dtype), bytes);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    auto buf = runtime::DeviceBuffer(rt.client().BufferFromHost(bytes.data(), runtime::ToPjrt(ToIr(dtype)), {},
+                                                                rt.global_id(device)));
+    runtime::Metrics::Get().Add("bytes_to_device", static_cast<int64_t>(n));
+    it = cache.emplace(key, buf).first;
+    order.push_back(key);
+    if (order.size() > 4096) {
+      cache.erase(order.front());
+      order.pop_front();
+    }
+  }
+  return rt.BufferParam(device, it->second, ToIr(dtype));
+}
+
+ir::Value Const(int device, double v, at::ScalarType dtype) { return B(device).ScalarConstant(ToIr(dtype), v); }
+
+ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to) {
+  ir::Builder& b = B(device);
+  const std::vector<int64_t> from = b.shape(v).dims;
+  if (from == to) return v;
+  TORCH_CHECK(from.size() <= to.size(), "cannot broadcast shape ", at::IntArrayRef(from), " to ", at::IntArrayRef(to));
+  const size_t lead = to.size() - from.size();
+  std::vector<int64_t> dims;
+  std::vector<int64_t> kept;
+  std::vector<int64_t> kept_sizes;
+  for (size_t i = 0; i < from.size(); ++i) {
+    TORCH_CHECK(from[i] == to[lead + i] || from[i] == 1, "cannot broadcast shape ", at::IntArrayRef(from), " to ",
+                at::IntArrayRef(to));
+    if (from[i] == to[lead + i]) {
+      kept.push_back(static_cast<int64_t>(lead + i));
+      kept_sizes.push_back(from[i]);
+    }
+  }
+  // Drop the size-1 dims that broadcast, then broadcast into place.
+  ir::Value r = b.Reshape(v, kept_sizes);
+  return b.BroadcastInDim(r, to, kept);
+}
+
+int CommonDevice(std::initializer_list<const at::Tensor*> ts) {
+  int device = -1;
+  for (const at::Tensor* t : ts) {
+    if (t == nullptr || !IsPjrt(*t)) continue;
+    const int d = DeviceIndex(*t);
+    TORCH_CHECK(device < 0 || device == d, "expected all tensors to be on the same pjrt device, found pjrt:", device,
+                " and pjrt:", d);
+    device = d;
+  }
+  TORCH_CHECK(device >= 0, "no pjrt tensor among the arguments");
+  return device;
+}
+
+}  // namespace tpj::aten

@@ -1,0 +1,65 @@
+// Bridges between ATen tensors on the pjrt device and the lazy runtime.
+//
+// A pjrt tensor is a plain c10::TensorImpl with real sizes, strides and
+// storage offset over a storage made by our allocator; the storage's
+// DataPtr context is a runtime::Storage that holds the flat contents (device
+// buffer or pending IR value). PyTorch's own view machinery therefore works
+// unchanged; reads and writes through views become IR (runtime/strided.h).
+//
+// Every function here expects the caller to hold a runtime::TraceScope.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Scalar.h>
+
+#include <optional>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/lazy.h"
+
+namespace tpj::aten {
+
+ir::DType ToIr(at::ScalarType t);  // TORCH_CHECK_TYPE for dtypes PJRT has no type for
+at::ScalarType ToAten(ir::DType t);
+bool IsSupported(at::ScalarType t);
+
+c10::Allocator* PjrtAllocator();
+bool IsPjrt(const at::Tensor& t);
+int DeviceIndex(const at::Tensor& t);  // local device index
+runtime::Storage& StorageOf(const at::Tensor& t);
+runtime::StridedView ViewOf(const at::Tensor& t);
+ir::Builder& B(int device);
+
+// The tensor's value in the current trace (any strides), with its dtype.
+ir::Value Val(const at::Tensor& t);
+// The same, converted to `dtype`.
+ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype);
+// A value of `t` for use with pjrt device `device`: pjrt tensors must be on
+// that device; CPU 0-d tensors (Python numbers) become scalar parameters.
+ir::Value Operand(const at::Tensor& t, int device, at::ScalarType dtype);
+
+// A new contiguous pjrt tensor holding `v`; its dtype is v's.
+at::Tensor Wrap(ir::Value v, int device);
+// An uninitialized pjrt tensor (contents read as zeros until written).
+at::Tensor Empty(at::IntArrayRef sizes, at::ScalarType dtype, int device);
+// In-place write: `dst` (any strides) now holds `v` (converted to dst's dtype).
+void Assign(const at::Tensor& dst, ir::Value v);
+
+// A 0-d value holding `s` as `dtype`, fed from the host (no recompile when
+// the number changes). Values are cached on device.
+ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype);
+// A 0-d constant (for numbers that shape the program, e.g. 0, 1, eps).
+ir::Value Const(int device, double v, at::ScalarType dtype);
+
+// Broadcast `v` (of shape `from`) to `to`, numpy-style (trailing alignment).
+ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to);
+
+// The device all pjrt tensors among `ts` are on; checks they agree.
+int CommonDevice(std::initializer_list<const at::Tensor*> ts);
+
+std::vector<int64_t> Dims(const ir::Builder& b, ir::Value v);
+int64_t WrapDim(int64_t dim, int64_t rank);
+
+}  // namespace tpj::aten

@@ -1,0 +1,142 @@
+"""The ``pjrt`` PyTorch device: registration and the user-facing calls."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import List, Optional, Union
+
+import torch
+
+from torch_pjrt import _C, _plugins
+
+_registered = False
+
+
+def _configure_once() -> None:
+    """Hands plugin search directories and client options to the runtime
+    before its first use (which loads the plugin)."""
+    if _C._initialized():
+        return
+    choice = _plugins.find_plugin()
+    try:
+        _C._configure(_plugins.plugin_search_dirs(), _plugins.default_client_options(choice))
+    except _C.PjrtError:
+        pass  # initialized meanwhile by another thread
+
+
+def _location() -> str:
+    """file:line of the innermost caller outside torch and torch_pjrt."""
+    here = os.path.dirname(__file__)
+    torch_dir = os.path.dirname(torch.__file__)
+    frame = sys._getframe(1)
+    while frame is not None:
+        f = frame.f_code.co_filename
+        if not f.startswith(here) and not f.startswith(torch_dir):
+            return f"{f}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    _configure_once()
+    if torch._C._get_privateuse1_backend_name() != "pjrt":
+        torch.utils.rename_privateuse1_backend("pjrt")
+    torch._register_device_module("pjrt", _make_device_module())
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    _registered = True
+
+
+def device_count() -> int:
+    """Number of pjrt devices this process can use (loads the plugin)."""
+    _configure_once()
+    return _C._device_count()
+
+
+def device(index: Optional[int] = None) -> torch.device:
+    """``torch.device("pjrt:<index>")``; the current device when index is None."""
+    n = device_count()
+    if index is None:
+        index = _C._current_device()
+    if not isinstance(index, int) or index < 0 or index >= n:
+        raise IndexError(f"pjrt device index {index} is out of range: there are {n} pjrt device(s)")
+    return torch.device("pjrt", index)
+
+
+def sync(wait: bool = False, devices: Optional[List[Union[int, torch.device]]] = None) -> None:
+    """Compile (once, cached) and launch the pending work of every device, one
+    program per device. Returns once launched; ``wait=True`` blocks until done."""
+    _configure_once()
+    idx = [d.index if isinstance(d, torch.device) else int(d) for d in (devices or [])]
+    if not _C._initialized() and not idx:
+        return
+    _ensure_location_provider()
+    _C._sync(idx, bool(wait))
+
+
+_location_set = False
+
+
+def _ensure_location_provider() -> None:
+    global _location_set
+    if not _location_set:
+        _C._set_location_provider(_location)
+        _location_set = True
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the on-device random generator of every pjrt device."""
+    for d in range(device_count()):
+        _C._manual_seed(d, int(seed) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _make_device_module() -> types.ModuleType:
+    m = types.ModuleType("torch_pjrt.pjrt_device_module")
+
+    def is_available() -> bool:
+        try:
+            return device_count() > 0
+        except Exception:
+            return False
+
+    def current_device() -> int:
+        return _C._current_device()
+
+    def set_device(d) -> None:
+        _C._set_device(d.index if isinstance(d, torch.device) else int(d))
+
+    def synchronize(d=None) -> None:
+        sync(wait=True, devices=None if d is None else [d])
+
+    def manual_seed_one(seed: int) -> None:
+        _C._manual_seed(current_device(), int(seed) & 0xFFFFFFFFFFFFFFFF)
+
+    def initial_seed() -> int:
+        return _C._initial_seed(current_device())
+
+    def get_rng_state(device=None) -> torch.Tensor:
+        idx = current_device() if device is None else torch.device(device).index or 0
+        return torch.tensor([_C._initial_seed(idx)], dtype=torch.int64)
+
+    def set_rng_state(state: torch.Tensor, device=None) -> None:
+        idx = current_device() if device is None else torch.device(device).index or 0
+        _C._manual_seed(idx, int(state.flatten()[0].item()) & 0xFFFFFFFFFFFFFFFF)
+
+    m.is_available = is_available
+    m.device_count = device_count
+    m.current_device = current_device
+    m.set_device = set_device
+    m.synchronize = synchronize
+    m.manual_seed = manual_seed_one
+    m.manual_seed_all = manual_seed
+    m.initial_seed = initial_seed
+    m.get_rng_state = get_rng_state
+    m.set_rng_state = set_rng_state
+    m.is_initialized = _C._initialized
+    m._is_in_bad_fork = lambda: False
+    m._lazy_init = _configure_once
+    return m

@@ -1,0 +1,75 @@
+"""What compiled, what was served from the caches, what ran, what fell back
+to the CPU, and why graphs recompiled.
+
+Counters (``counters()``):
+
+- ``compiles``: programs compiled by the plugin; ``cache_hits``: programs
+  found in the in-memory cache; ``disk_cache_hits`` / ``disk_cache_corrupt``:
+  the on-disk cache; ``executions``: programs launched;
+- ``recompiles``: compiles of a graph whose structure was seen before with
+  other shapes, dtypes or constants (see ``recompiles()`` for why);
+- ``cpu_fallbacks`` and ``aten::<op>``: ops that ran on the CPU;
+- ``bytes_to_device`` / ``bytes_to_host``: transfers;
+- ``traced_ops``: op lowerings run.
+
+Timers (``timers()``, seconds): ``compile``, ``execute_launch``,
+``execute_wait``, ``graph_build``, ``sync``, ``trace``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+from torch_pjrt import _C
+
+
+def counters() -> Dict[str, int]:
+    out = dict(_C._metrics_counters())
+    for op, n in _C._metrics_fallbacks().items():
+        out[op] = n
+    return out
+
+
+def timers() -> Dict[str, float]:
+    return dict(_C._metrics_timers())
+
+
+def fallbacks() -> Dict[str, int]:
+    """Op name (``aten::<name>``) -> times it ran on the CPU."""
+    return dict(_C._metrics_fallbacks())
+
+
+def recompiles() -> List[dict]:
+    """Each recompilation: ``why`` (which input or constant changed from what
+    to what) and ``where`` (Python file:line of the sync)."""
+    return list(_C._metrics_recompiles())
+
+
+def reset() -> None:
+    _C._metrics_reset()
+
+
+def report() -> str:
+    c = counters()
+    t = timers()
+    lines = ["torch_pjrt metrics"]
+    for key in ("compiles", "recompiles", "cache_hits", "disk_cache_hits", "disk_cache_corrupt", "executions",
+                "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops"):
+        lines.append(f"  {key:<20} {c.get(key, 0)}")
+    ops = c.get("traced_ops", 0)
+    for key in ("compile", "execute_launch", "execute_wait", "graph_build", "sync", "trace"):
+        lines.append(f"  {key + '_time':<20} {t.get(key, 0.0):.4f} s")
+    if ops:
+        lines.append(f"  {'trace_per_op':<20} {t.get('trace', 0.0) / ops * 1e6:.2f} us")
+    fb = fallbacks()
+    if fb:
+        lines.append("  CPU fallbacks:")
+        for op, n in sorted(fb.items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {op:<40} {n}")
+    rc = recompiles()
+    if rc:
+        lines.append("  recompilations:")
+        for r in rc[-20:]:
+            where = f" at {r['where']}" if r["where"] else ""
+            lines.append(f"    {r['why']}{where}")
+    return "\n".join(lines)
