@@ -269,6 +269,13 @@ Value Builder::Transpose(Value x, const std::vector<int64_t>& perm) {
   return Add(Op::Transpose, {x}, std::move(a));
 }
 
+Value Builder::Reverse(Value x, const std::vector<int64_t>& dims) {
+  if (dims.empty()) return x;
+  Attrs a;
+  a.dims = dims;
+  return Add(Op::Reverse, {x}, std::move(a));
+}
+
 Value Builder::Slice(Value x, const std::vector<int64_t>& starts,
                      const std::vector<int64_t>& limits, const std::vector<int64_t>& strides) {
   Attrs a;

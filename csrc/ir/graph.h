@@ -152,6 +152,7 @@ class Builder {
   // original value.
   Value Reshape(Value x, const std::vector<int64_t>& dims);
   Value Transpose(Value x, const std::vector<int64_t>& perm);
+  Value Reverse(Value x, const std::vector<int64_t>& dims);
   Value Slice(Value x, const std::vector<int64_t>& starts, const std::vector<int64_t>& limits,
               const std::vector<int64_t>& strides);
   Value DynamicSlice(Value x, const std::vector<Value>& starts, const std::vector<int64_t>& sizes);

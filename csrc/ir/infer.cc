@@ -352,6 +352,10 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       for (size_t i = 0; i < out.size(); ++i) out[i] = in[0].dims[a.dims[i]];
       return {Shape{in[0].dtype, out}};
     }
+    case Op::Reverse:
+      Arity(op, in, 1);
+      UniqueDims(op, in, a.dims, in[0].rank(), "reverse dimension");
+      return {in[0]};
     case Op::Slice: {
       Arity(op, in, 1);
       const Shape& x = in[0];

@@ -54,6 +54,7 @@ namespace tpj::ir {
   X(BroadcastInDim, "stablehlo.broadcast_in_dim", kSpecial)      \
   X(Reshape, "stablehlo.reshape", kSpecial)                      \
   X(Transpose, "stablehlo.transpose", kSpecial)                  \
+  X(Reverse, "stablehlo.reverse", kSpecial)                      \
   X(Slice, "stablehlo.slice", kSpecial)                          \
   X(DynamicSlice, "stablehlo.dynamic_slice", kSpecial)           \
   X(DynamicUpdateSlice, "stablehlo.dynamic_update_slice", kSpecial) \

@@ -309,6 +309,9 @@ class Printer {
       case Op::Transpose:
         attrs = "permutation = " + Array(a.dims);
         break;
+      case Op::Reverse:
+        attrs = "dimensions = " + Array(a.dims);
+        break;
       case Op::Slice:
         attrs = "start_indices = " + Array(a.starts) + ", limit_indices = " + Array(a.limits) +
                 ", strides = " + Array(a.strides);

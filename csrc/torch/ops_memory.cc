@@ -247,6 +247,14 @@ at::Tensor& zero_(at::Tensor& self) {
   return self;
 }
 
+// pjrt tensors are plain strided TensorImpls, so `param.data = pjrt_tensor`
+// may swap a CPU parameter's contents in place (Module.to keeps tied
+// parameters tied that way, as for CUDA).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) { return t.layout() == at::kStrided && (t.is_cpu() || IsPjrt(t)); };
+  return dense(self) && dense(from);
+}
+
 }  // namespace
 
 }  // namespace tpj::aten
@@ -270,5 +278,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fill_.Scalar", TORCH_FN(tpj::aten::fill_scalar));
   m.impl("fill_.Tensor", TORCH_FN(tpj::aten::fill_tensor));
   m.impl("zero_", TORCH_FN(tpj::aten::zero_));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(tpj::aten::has_compatible_shallow_copy_type));
 }
 

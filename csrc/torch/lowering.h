@@ -1,0 +1,70 @@
+// Shared helpers of the op lowerings (ops_*.cc): dtype promotion, operand
+// preparation, and registration shorthands. Lowerings hold a TraceScope.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/lazy.h"
+#include "torch/tensor.h"
+
+namespace tpj::aten {
+
+using runtime::TraceScope;
+
+// The dtype float-valued ops compute in: floats stay, integers/bool promote
+// to the default float dtype.
+inline at::ScalarType FloatType(at::ScalarType t) {
+  return at::isFloatingType(t) || at::isComplexType(t) ? t : at::typeMetaToScalarType(at::get_default_dtype());
+}
+
+// Two operands broadcast to one shape in one dtype.
+struct Operands {
+  int device;
+  std::vector<int64_t> shape;
+  ir::Value x, y;
+};
+
+inline Operands Prepare(const at::Tensor& a, const at::Tensor& b, at::ScalarType t) {
+  Operands o;
+  o.device = CommonDevice({&a, &b});
+  o.shape = at::infer_size(a.sizes(), b.sizes());
+  o.x = BroadcastTo(o.device, Operand(a, o.device, t), o.shape);
+  o.y = BroadcastTo(o.device, Operand(b, o.device, t), o.shape);
+  return o;
+}
+
+inline Operands PrepareScalar(const at::Tensor& a, const at::Scalar& s, at::ScalarType t) {
+  Operands o;
+  o.device = DeviceIndex(a);
+  o.shape = a.sizes().vec();
+  o.x = ValAs(a, t);
+  o.y = BroadcastTo(o.device, ScalarParam(o.device, s, t), o.shape);
+  return o;
+}
+
+// A scalar broadcast to `shape`: constants for 0/1/-1 (they let XLA fold),
+// host-fed parameters for anything else.
+inline ir::Value Number(int device, const at::Scalar& s, at::ScalarType t, const std::vector<int64_t>& shape) {
+  const double v = s.isBoolean() ? (s.toBool() ? 1 : 0) : (s.isComplex() ? 2.5 : s.toDouble());
+  ir::Value r = (v == 0 || v == 1 || v == -1) && !s.isComplex() ? Const(device, v, t) : ScalarParam(device, s, t);
+  return BroadcastTo(device, r, shape);
+}
+
+inline ir::Value Fill(int device, double v, at::ScalarType t, const std::vector<int64_t>& shape) {
+  return B(device).Full(ToIr(t), shape, v);
+}
+
+inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
+
+// Result dtype of an in-place op must be castable to self's dtype.
+inline void CheckInplace(const at::Tensor& self, at::ScalarType result) {
+  TORCH_CHECK(at::canCast(result, self.scalar_type()), "result type ", result,
+              " can't be cast to the desired output type ", self.scalar_type());
+}
+
+}  // namespace tpj::aten

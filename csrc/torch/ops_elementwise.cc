@@ -1,0 +1,696 @@
+// Elementwise lowerings: arithmetic, comparisons, logic, math functions,
+// activations and their backward formulas, with PyTorch's type promotion and
+// broadcasting. Each functional op has its in-place twin.
+#include <cmath>
+
+#include "torch/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+using ir::Op;
+
+// ------------------------------------------------------------------ binary
+
+at::Tensor AddSub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha, bool sub) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(a, b);
+  Operands o = Prepare(a, b, t);
+  ir::Builder& bb = B(o.device);
+  ir::Value y = o.y;
+  if (!IsOne(alpha)) y = bb.Binary(Op::Mul, y, Number(o.device, alpha, t, o.shape));
+  return Wrap(bb.Binary(sub ? Op::Sub : Op::Add, o.x, y), o.device);
+}
+
+at::Tensor add_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(a, b, alpha, false); }
+at::Tensor sub_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(a, b, alpha, true); }
+at::Tensor add_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
+  return AddSub(a, at::scalar_to_tensor(b), alpha, false);
+}
+at::Tensor sub_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
+  return AddSub(a, at::scalar_to_tensor(b), alpha, true);
+}
+at::Tensor rsub_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(b, a, alpha, true); }
+at::Tensor rsub_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(a, b);
+  const int d = DeviceIndex(a);
+  ir::Builder& bb = B(d);
+  ir::Value x = ValAs(a, t);
+  if (!IsOne(alpha)) x = bb.Binary(Op::Mul, x, Number(d, alpha, t, a.sizes().vec()));
+  return Wrap(bb.Binary(Op::Sub, Number(d, b, t, a.sizes().vec()), x), d);
+}
+
+at::Tensor Simple(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarType t) {
+  TraceScope s;
+  Operands o = Prepare(a, b, t);
+  return Wrap(B(o.device).Binary(op, o.x, o.y), o.device);
+}
+
+at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Mul, at::result_type(a, b)); }
+at::Tensor mul_scalar(const at::Tensor& a, const at::Scalar& b) { return mul_tensor(a, at::scalar_to_tensor(b)); }
+at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Max, at::result_type(a, b)); }
+at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Min, at::result_type(a, b)); }
+at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Atan2, FloatType(at::result_type(a, b))); }
+
+at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode) {
+  TraceScope s;
+  const at::ScalarType rt = at::result_type(a, b);
+  const bool integral = at::isIntegralType(rt, /*includeBool=*/true);
+  if (!mode) {
+    Operands o = Prepare(a, b, FloatType(rt));
+    return Wrap(B(o.device).Binary(Op::Div, o.x, o.y), o.device);
+  }
+  Operands o = Prepare(a, b, rt);
+  ir::Builder& bb = B(o.device);
+  if (*mode == "trunc") {
+    if (integral) return Wrap(bb.Binary(Op::Div, o.x, o.y), o.device);  // integer division truncates
+    ir::Value q = bb.Binary(Op::Div, o.x, o.y);
+    ir::Value neg = bb.Compare(ir::CompareDir::LT, q, Fill(o.device, 0, rt, o.shape));
+    return Wrap(bb.Select(neg, bb.Unary(Op::Ceil, q), bb.Unary(Op::Floor, q)), o.device);
+  }
+  TORCH_CHECK(*mode == "floor", "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
+  if (integral) {
+    // floor division: truncate, then step down where signs differ and it was inexact.
+    ir::Value q = bb.Binary(Op::Div, o.x, o.y);
+    ir::Value r = bb.Binary(Op::Rem, o.x, o.y);
+    ir::Value zero = Fill(o.device, 0, rt, o.shape);
+    ir::Value inexact = bb.Compare(ir::CompareDir::NE, r, zero);
+    ir::Value signs = bb.Compare(ir::CompareDir::NE, bb.Compare(ir::CompareDir::LT, r, zero),
+                                 bb.Compare(ir::CompareDir::LT, o.y, zero));
+    ir::Value adjust = bb.Binary(Op::And, inexact, signs);
+    return Wrap(bb.Select(adjust, bb.Binary(Op::Sub, q, Fill(o.device, 1, rt, o.shape)), q), o.device);
+  }
+  return Wrap(bb.Unary(Op::Floor, bb.Binary(Op::Div, o.x, o.y)), o.device);
+}
+at::Tensor div_tensor(const at::Tensor& a, const at::Tensor& b) { return Div(a, b, std::nullopt); }
+at::Tensor div_tensor_mode(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> m) { return Div(a, b, m); }
+at::Tensor div_scalar(const at::Tensor& a, const at::Scalar& b) { return Div(a, at::scalar_to_tensor(b), std::nullopt); }
+
+at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(a, b);
+  Operands o = Prepare(a, b, t);
+  ir::Builder& bb = B(o.device);
+  ir::Value r = bb.Binary(Op::Rem, o.x, o.y);
+  ir::Value zero = Fill(o.device, 0, t, o.shape);
+  ir::Value fix = bb.Binary(Op::And, bb.Compare(ir::CompareDir::NE, r, zero),
+                            bb.Compare(ir::CompareDir::NE, bb.Compare(ir::CompareDir::LT, r, zero),
+                                       bb.Compare(ir::CompareDir::LT, o.y, zero)));
+  return Wrap(bb.Select(fix, bb.Binary(Op::Add, r, o.y), r), o.device);
+}
+at::Tensor remainder_scalar(const at::Tensor& a, const at::Scalar& b) { return remainder_tensor(a, at::scalar_to_tensor(b)); }
+
+at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(a, e);
+  const int d = DeviceIndex(a);
+  ir::Builder& bb = B(d);
+  ir::Value x = ValAs(a, t);
+  if (!e.isComplex()) {
+    const double v = e.toDouble();
+    if (v == 1) return Wrap(x, d);
+    if (v == 2) return Wrap(bb.Binary(Op::Mul, x, x), d);
+    if (v == 3) return Wrap(bb.Binary(Op::Mul, bb.Binary(Op::Mul, x, x), x), d);
+    if (v == 0.5 && at::isFloatingType(t)) return Wrap(bb.Unary(Op::Sqrt, x), d);
+    if (v == -1 && at::isFloatingType(t)) return Wrap(bb.Binary(Op::Div, Fill(d, 1, t, a.sizes().vec()), x), d);
+  }
+  return Wrap(bb.Binary(Op::Pow, x, Number(d, e, t, a.sizes().vec())), d);
+}
+at::Tensor pow_tensor_tensor(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Pow, at::result_type(a, b)); }
+at::Tensor pow_scalar(const at::Scalar& base, const at::Tensor& e) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(base, e);
+  const int d = DeviceIndex(e);
+  return Wrap(B(d).Binary(Op::Pow, Number(d, base, t, e.sizes().vec()), ValAs(e, t)), d);
+}
+
+at::Tensor Logical(const at::Tensor& a, const at::Tensor& b, Op op) {
+  TraceScope s;
+  Operands o = Prepare(a, b, at::kBool);
+  return Wrap(B(o.device).Binary(op, o.x, o.y), o.device);
+}
+at::Tensor logical_and(const at::Tensor& a, const at::Tensor& b) { return Logical(a, b, Op::And); }
+at::Tensor logical_or(const at::Tensor& a, const at::Tensor& b) { return Logical(a, b, Op::Or); }
+at::Tensor logical_xor(const at::Tensor& a, const at::Tensor& b) { return Logical(a, b, Op::Xor); }
+
+at::Tensor Bitwise(const at::Tensor& a, const at::Tensor& b, Op op) {
+  const at::ScalarType t = at::result_type(a, b);
+  TORCH_CHECK(at::isIntegralType(t, true), "bitwise ops are only defined for integer and bool tensors, got ", t);
+  return Simple(a, b, op, t);
+}
+at::Tensor bitwise_and(const at::Tensor& a, const at::Tensor& b) { return Bitwise(a, b, Op::And); }
+at::Tensor bitwise_or(const at::Tensor& a, const at::Tensor& b) { return Bitwise(a, b, Op::Or); }
+at::Tensor bitwise_xor(const at::Tensor& a, const at::Tensor& b) { return Bitwise(a, b, Op::Xor); }
+at::Tensor bitwise_and_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, at::scalar_to_tensor(b), Op::And); }
+at::Tensor bitwise_or_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, at::scalar_to_tensor(b), Op::Or); }
+
+// ------------------------------------------------------------- comparisons
+
+at::Tensor Cmp(const at::Tensor& a, const at::Tensor& b, ir::CompareDir dir) {
+  TraceScope s;
+  Operands o = Prepare(a, b, at::result_type(a, b));
+  return Wrap(B(o.device).Compare(dir, o.x, o.y), o.device);
+}
+#define TPJ_CMP(name, dir)                                                                            \
+  at::Tensor name##_tensor(const at::Tensor& a, const at::Tensor& b) { return Cmp(a, b, ir::CompareDir::dir); } \
+  at::Tensor name##_scalar(const at::Tensor& a, const at::Scalar& b) {                                 \
+    return Cmp(a, at::scalar_to_tensor(b), ir::CompareDir::dir);                                        \
+  }
+TPJ_CMP(eq, EQ)
+TPJ_CMP(ne, NE)
+TPJ_CMP(lt, LT)
+TPJ_CMP(le, LE)
+TPJ_CMP(gt, GT)
+TPJ_CMP(ge, GE)
+#undef TPJ_CMP
+
+// ----------------------------------------------------------------- unary
+
+at::Tensor Unary(const at::Tensor& a, Op op, bool to_float) {
+  TraceScope s;
+  const at::ScalarType t = to_float ? FloatType(a.scalar_type()) : a.scalar_type();
+  return Wrap(B(DeviceIndex(a)).Unary(op, ValAs(a, t)), DeviceIndex(a));
+}
+
+#define TPJ_UNARY(name, op, to_float) \
+  at::Tensor name(const at::Tensor& a) { return Unary(a, Op::op, to_float); }
+TPJ_UNARY(neg, Neg, false)
+TPJ_UNARY(exp, Exp, true)
+TPJ_UNARY(expm1, Expm1, true)
+TPJ_UNARY(log, Log, true)
+TPJ_UNARY(log1p, Log1p, true)
+TPJ_UNARY(tanh, Tanh, true)
+TPJ_UNARY(sigmoid, Logistic, true)
+TPJ_UNARY(sqrt, Sqrt, true)
+TPJ_UNARY(rsqrt, Rsqrt, true)
+TPJ_UNARY(sin, Sin, true)
+TPJ_UNARY(cos, Cos, true)
+TPJ_UNARY(tan, Tan, true)
+TPJ_UNARY(erf, Erf, true)
+#undef TPJ_UNARY
+
+at::Tensor IntegerSafe(const at::Tensor& a, Op op) {
+  if (at::isIntegralType(a.scalar_type(), true)) {
+    TraceScope s;
+    return Wrap(Val(a), DeviceIndex(a));  // floor/ceil/round/trunc of integers: identity
+  }
+  return Unary(a, op, false);
+}
+at::Tensor floor(const at::Tensor& a) { return IntegerSafe(a, Op::Floor); }
+at::Tensor ceil(const at::Tensor& a) { return IntegerSafe(a, Op::Ceil); }
+at::Tensor round(const at::Tensor& a) { return IntegerSafe(a, Op::Round); }
+at::Tensor trunc(const at::Tensor& a) {
+  if (at::isIntegralType(a.scalar_type(), true)) return IntegerSafe(a, Op::Floor);
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  ir::Value x = Val(a);
+  ir::Value neg = b.Compare(ir::CompareDir::LT, x, Fill(d, 0, a.scalar_type(), a.sizes().vec()));
+  return Wrap(b.Select(neg, b.Unary(Op::Ceil, x), b.Unary(Op::Floor, x)), d);
+}
+
+at::Tensor abs(const at::Tensor& a) {
+  if (a.scalar_type() == at::kBool) {
+    TraceScope s;
+    return Wrap(Val(a), DeviceIndex(a));
+  }
+  return Unary(a, Op::Abs, false);
+}
+
+at::Tensor sign(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  if (a.scalar_type() == at::kBool) return Wrap(Val(a), d);
+  return Wrap(B(d).Unary(Op::Sign, Val(a)), d);
+}
+
+at::Tensor reciprocal(const at::Tensor& a) {
+  TraceScope s;
+  const at::ScalarType t = FloatType(a.scalar_type());
+  const int d = DeviceIndex(a);
+  return Wrap(B(d).Binary(Op::Div, Fill(d, 1, t, a.sizes().vec()), ValAs(a, t)), d);
+}
+
+at::Tensor logical_not(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  return Wrap(B(d).Unary(Op::Not, ValAs(a, at::kBool)), d);
+}
+
+at::Tensor bitwise_not(const at::Tensor& a) {
+  TORCH_CHECK(at::isIntegralType(a.scalar_type(), true), "bitwise_not is only defined for integer and bool tensors");
+  TraceScope s;
+  return Wrap(B(DeviceIndex(a)).Unary(Op::Not, Val(a)), DeviceIndex(a));
+}
+
+at::Tensor isnan(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  if (!at::isFloatingType(a.scalar_type())) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
+  ir::Value x = Val(a);
+  return Wrap(B(d).Compare(ir::CompareDir::NE, x, x), d);
+}
+
+at::Tensor isinf(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  if (!at::isFloatingType(a.scalar_type())) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
+  ir::Builder& b = B(d);
+  ir::Value x = b.Unary(Op::Abs, Val(a));
+  return Wrap(b.Compare(ir::CompareDir::EQ, x, Fill(d, INFINITY, a.scalar_type(), a.sizes().vec())), d);
+}
+
+// ------------------------------------------------------------ activations
+
+at::Tensor relu(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  return Wrap(B(d).Binary(Op::Max, Val(a), Fill(d, 0, a.scalar_type(), a.sizes().vec())), d);
+}
+
+at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& threshold) {
+  TraceScope s;
+  const at::ScalarType t = grad.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  ir::Value keep = b.Compare(ir::CompareDir::GT, o.y, Number(o.device, threshold, t, o.shape));
+  return Wrap(b.Select(keep, o.x, Fill(o.device, 0, t, o.shape)), o.device);
+}
+
+at::Tensor threshold(const at::Tensor& a, const at::Scalar& th, const at::Scalar& value) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const auto shape = a.sizes().vec();
+  ir::Value x = Val(a);
+  ir::Value keep = b.Compare(ir::CompareDir::GT, x, Number(d, th, a.scalar_type(), shape));
+  return Wrap(b.Select(keep, x, Number(d, value, a.scalar_type(), shape)), d);
+}
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kGeluC = 0.044715;
+
+at::Tensor gelu(const at::Tensor& a, c10::string_view approximate) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = a.scalar_type();
+  const auto shape = a.sizes().vec();
+  auto c = [&](double v) { return Fill(d, v, t, shape); };
+  ir::Value x = Val(a);
+  ir::Value inner;
+  if (approximate == "tanh") {
+    ir::Value x3 = b.Binary(Op::Mul, b.Binary(Op::Mul, x, x), x);
+    inner = b.Unary(Op::Tanh, b.Binary(Op::Mul, c(kSqrt2OverPi), b.Binary(Op::Add, x, b.Binary(Op::Mul, c(kGeluC), x3))));
+  } else {
+    inner = b.Unary(Op::Erf, b.Binary(Op::Mul, x, c(kSqrt1_2)));
+  }
+  return Wrap(b.Binary(Op::Mul, b.Binary(Op::Mul, c(0.5), x), b.Binary(Op::Add, c(1), inner)), d);
+}
+
+at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  auto c = [&](double v) { return Fill(d, v, t, shape); };
+  ir::Value x = Val(self);
+  ir::Value g = ValAs(grad, t);
+  ir::Value dx;
+  if (approximate == "tanh") {
+    ir::Value x2 = b.Binary(Op::Mul, x, x);
+    ir::Value inner = b.Binary(Op::Mul, c(kSqrt2OverPi), b.Binary(Op::Add, x, b.Binary(Op::Mul, c(kGeluC), b.Binary(Op::Mul, x2, x))));
+    ir::Value th = b.Unary(Op::Tanh, inner);
+    ir::Value left = b.Binary(Op::Mul, c(0.5), b.Binary(Op::Add, c(1), th));
+    ir::Value dinner = b.Binary(Op::Mul, c(kSqrt2OverPi), b.Binary(Op::Add, c(1), b.Binary(Op::Mul, c(3 * kGeluC), x2)));
+    ir::Value right = b.Binary(Op::Mul, b.Binary(Op::Mul, c(0.5), x),
+                               b.Binary(Op::Mul, b.Binary(Op::Sub, c(1), b.Binary(Op::Mul, th, th)), dinner));
+    dx = b.Binary(Op::Add, left, right);
+  } else {
+    ir::Value cdf = b.Binary(Op::Mul, c(0.5), b.Binary(Op::Add, c(1), b.Unary(Op::Erf, b.Binary(Op::Mul, x, c(kSqrt1_2)))));
+    ir::Value pdf = b.Binary(Op::Mul, c(0.39894228040143267794),
+                             b.Unary(Op::Exp, b.Binary(Op::Mul, c(-0.5), b.Binary(Op::Mul, x, x))));
+    dx = b.Binary(Op::Add, cdf, b.Binary(Op::Mul, x, pdf));
+  }
+  return Wrap(b.Binary(Op::Mul, g, dx), d);
+}
+
+at::Tensor silu(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  ir::Value x = Val(a);
+  return Wrap(b.Binary(Op::Mul, x, b.Unary(Op::Logistic, x)), d);
+}
+
+at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  ir::Value x = Val(self);
+  ir::Value sg = b.Unary(Op::Logistic, x);
+  ir::Value one = Fill(d, 1, self.scalar_type(), shape);
+  ir::Value dx = b.Binary(Op::Mul, sg, b.Binary(Op::Add, one, b.Binary(Op::Mul, x, b.Binary(Op::Sub, one, sg))));
+  return Wrap(b.Binary(Op::Mul, ValAs(grad, self.scalar_type()), dx), d);
+}
+
+at::Tensor sigmoid_backward(const at::Tensor& grad, const at::Tensor& out) {
+  TraceScope s;
+  const int d = DeviceIndex(out);
+  ir::Builder& b = B(d);
+  ir::Value y = Val(out);
+  ir::Value one = Fill(d, 1, out.scalar_type(), out.sizes().vec());
+  return Wrap(b.Binary(Op::Mul, ValAs(grad, out.scalar_type()), b.Binary(Op::Mul, y, b.Binary(Op::Sub, one, y))), d);
+}
+
+at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& out) {
+  TraceScope s;
+  const int d = DeviceIndex(out);
+  ir::Builder& b = B(d);
+  ir::Value y = Val(out);
+  ir::Value one = Fill(d, 1, out.scalar_type(), out.sizes().vec());
+  return Wrap(b.Binary(Op::Mul, ValAs(grad, out.scalar_type()), b.Binary(Op::Sub, one, b.Binary(Op::Mul, y, y))), d);
+}
+
+at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const auto shape = a.sizes().vec();
+  ir::Value x = Val(a);
+  ir::Value pos = b.Compare(ir::CompareDir::GT, x, Fill(d, 0, a.scalar_type(), shape));
+  return Wrap(b.Select(pos, x, b.Binary(Op::Mul, x, Number(d, slope, a.scalar_type(), shape))), d);
+}
+
+at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& slope, bool) {
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  ir::Value g = ValAs(grad, self.scalar_type());
+  ir::Value pos = b.Compare(ir::CompareDir::GT, Val(self), Fill(d, 0, self.scalar_type(), shape));
+  return Wrap(b.Select(pos, g, b.Binary(Op::Mul, g, Number(d, slope, self.scalar_type(), shape))), d);
+}
+
+// ------------------------------------------------------ clamp, where, fill
+
+at::Tensor clamp(const at::Tensor& a, const std::optional<at::Scalar>& lo, const std::optional<at::Scalar>& hi) {
+  TORCH_CHECK(lo || hi, "torch.clamp: At least one of 'min' or 'max' must not be None");
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  at::ScalarType t = a.scalar_type();
+  if (lo) t = at::promoteTypes(t, at::result_type(a, *lo));
+  if (hi) t = at::promoteTypes(t, at::result_type(a, *hi));
+  const auto shape = a.sizes().vec();
+  ir::Value x = ValAs(a, t);
+  if (lo) x = b.Binary(Op::Max, x, Number(d, *lo, t, shape));
+  if (hi) x = b.Binary(Op::Min, x, Number(d, *hi, t, shape));
+  return Wrap(x, d);
+}
+
+at::Tensor clamp_tensor(const at::Tensor& a, const std::optional<at::Tensor>& lo, const std::optional<at::Tensor>& hi) {
+  TORCH_CHECK((lo && lo->defined()) || (hi && hi->defined()), "torch.clamp: At least one of 'min' or 'max' must not be None");
+  TraceScope s;
+  at::ScalarType t = a.scalar_type();
+  if (lo && lo->defined()) t = at::promoteTypes(t, at::result_type(a, *lo));
+  if (hi && hi->defined()) t = at::promoteTypes(t, at::result_type(a, *hi));
+  std::vector<int64_t> shape = a.sizes().vec();
+  if (lo && lo->defined()) shape = at::infer_size(shape, lo->sizes());
+  if (hi && hi->defined()) shape = at::infer_size(shape, hi->sizes());
+  const int d = CommonDevice({&a, lo ? &*lo : nullptr, hi ? &*hi : nullptr});
+  ir::Builder& b = B(d);
+  ir::Value x = BroadcastTo(d, Operand(a, d, t), shape);
+  if (lo && lo->defined()) x = b.Binary(Op::Max, x, BroadcastTo(d, Operand(*lo, d, t), shape));
+  if (hi && hi->defined()) x = b.Binary(Op::Min, x, BroadcastTo(d, Operand(*hi, d, t), shape));
+  return Wrap(x, d);
+}
+
+at::Tensor clamp_min(const at::Tensor& a, const at::Scalar& lo) { return tpj::aten::clamp(a, lo, std::nullopt); }
+at::Tensor clamp_max(const at::Tensor& a, const at::Scalar& hi) { return tpj::aten::clamp(a, std::nullopt, hi); }
+
+at::Tensor where_self(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& other) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(a, other);
+  const int d = CommonDevice({&cond, &a, &other});
+  std::vector<int64_t> shape = at::infer_size(at::infer_size(cond.sizes(), a.sizes()), other.sizes());
+  ir::Value c = BroadcastTo(d, Operand(cond, d, at::kBool), shape);
+  ir::Value x = BroadcastTo(d, Operand(a, d, t), shape);
+  ir::Value y = BroadcastTo(d, Operand(other, d, t), shape);
+  return Wrap(B(d).Select(c, x, y), d);
+}
+
+at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  TraceScope s;
+  const int d = CommonDevice({&self, &mask});
+  const auto shape = self.sizes().vec();
+  ir::Value m = BroadcastTo(d, Operand(mask, d, at::kBool), shape);
+  Assign(self, B(d).Select(m, Number(d, value, self.scalar_type(), shape), Val(self)));
+  return self;
+}
+
+at::Tensor& masked_fill_tensor_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  TraceScope s;
+  const int d = CommonDevice({&self, &mask, &value});
+  const auto shape = self.sizes().vec();
+  ir::Value m = BroadcastTo(d, Operand(mask, d, at::kBool), shape);
+  Assign(self, B(d).Select(m, BroadcastTo(d, Operand(value, d, self.scalar_type()), shape), Val(self)));
+  return self;
+}
+
+// ------------------------------------------------- fused optimizer helpers
+
+at::Tensor AddcOp(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const at::Scalar& value, Op op) {
+  TraceScope s;
+  const at::ScalarType t = at::promoteTypes(at::result_type(self, t1), t2.scalar_type());
+  const int d = CommonDevice({&self, &t1, &t2});
+  std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), t1.sizes()), t2.sizes());
+  ir::Builder& b = B(d);
+  ir::Value prod = b.Binary(op, BroadcastTo(d, Operand(t1, d, t), shape), BroadcastTo(d, Operand(t2, d, t), shape));
+  if (!IsOne(value)) prod = b.Binary(Op::Mul, prod, Number(d, value, t, shape));
+  return Wrap(b.Binary(Op::Add, BroadcastTo(d, Operand(self, d, t), shape), prod), d);
+}
+at::Tensor addcmul(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  return AddcOp(self, a, b, v, Op::Mul);
+}
+at::Tensor addcdiv(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  return AddcOp(self, a, b, v, Op::Div);
+}
+
+at::Tensor lerp_scalar(const at::Tensor& self, const at::Tensor& end, const at::Scalar& w) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(self, end, t);
+  ir::Builder& b = B(o.device);
+  ir::Value diff = b.Binary(Op::Sub, o.y, o.x);
+  return Wrap(b.Binary(Op::Add, o.x, b.Binary(Op::Mul, Number(o.device, w, t, o.shape), diff)), o.device);
+}
+
+at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& w) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  const int d = CommonDevice({&self, &end, &w});
+  std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), end.sizes()), w.sizes());
+  ir::Builder& b = B(d);
+  ir::Value x = BroadcastTo(d, Operand(self, d, t), shape);
+  ir::Value y = BroadcastTo(d, Operand(end, d, t), shape);
+  ir::Value ww = BroadcastTo(d, Operand(w, d, t), shape);
+  return Wrap(b.Binary(Op::Add, x, b.Binary(Op::Mul, ww, b.Binary(Op::Sub, y, x))), d);
+}
+
+// In-place twins: compute functionally, then write into self.
+template <class F, class... A>
+at::Tensor& Inplace(at::Tensor& self, F f, const A&... args) {
+  at::Tensor r = f(self, args...);
+  CheckInplace(self, r.scalar_type());
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+
+}  // namespace
+
+// In-place kernels, spelled out for exact signatures.
+namespace inplace {
+at::Tensor& add_(at::Tensor& s, const at::Tensor& o, const at::Scalar& a) { return Inplace(s, add_tensor, o, a); }
+at::Tensor& add_s_(at::Tensor& s, const at::Scalar& o, const at::Scalar& a) { return Inplace(s, add_scalar, o, a); }
+at::Tensor& sub_(at::Tensor& s, const at::Tensor& o, const at::Scalar& a) { return Inplace(s, sub_tensor, o, a); }
+at::Tensor& sub_s_(at::Tensor& s, const at::Scalar& o, const at::Scalar& a) { return Inplace(s, sub_scalar, o, a); }
+at::Tensor& mul_(at::Tensor& s, const at::Tensor& o) { return Inplace(s, mul_tensor, o); }
+at::Tensor& mul_s_(at::Tensor& s, const at::Scalar& o) { return Inplace(s, mul_scalar, o); }
+at::Tensor& div_(at::Tensor& s, const at::Tensor& o) { return Inplace(s, div_tensor, o); }
+at::Tensor& div_s_(at::Tensor& s, const at::Scalar& o) { return Inplace(s, div_scalar, o); }
+at::Tensor& div_mode_(at::Tensor& s, const at::Tensor& o, std::optional<c10::string_view> m) {
+  return Inplace(s, div_tensor_mode, o, m);
+}
+at::Tensor& pow_s_(at::Tensor& s, const at::Scalar& e) { return Inplace(s, pow_tensor_scalar, e); }
+at::Tensor& pow_t_(at::Tensor& s, const at::Tensor& e) { return Inplace(s, pow_tensor_tensor, e); }
+at::Tensor& remainder_(at::Tensor& s, const at::Tensor& o) { return Inplace(s, remainder_tensor, o); }
+at::Tensor& neg_(at::Tensor& s) { return Inplace(s, neg); }
+at::Tensor& exp_(at::Tensor& s) { return Inplace(s, exp); }
+at::Tensor& log_(at::Tensor& s) { return Inplace(s, log); }
+at::Tensor& sqrt_(at::Tensor& s) { return Inplace(s, sqrt); }
+at::Tensor& rsqrt_(at::Tensor& s) { return Inplace(s, rsqrt); }
+at::Tensor& tanh_(at::Tensor& s) { return Inplace(s, tanh); }
+at::Tensor& sigmoid_(at::Tensor& s) { return Inplace(s, sigmoid); }
+at::Tensor& relu_(at::Tensor& s) { return Inplace(s, relu); }
+at::Tensor& abs_(at::Tensor& s) { return Inplace(s, abs); }
+at::Tensor& floor_(at::Tensor& s) { return Inplace(s, floor); }
+at::Tensor& reciprocal_(at::Tensor& s) { return Inplace(s, reciprocal); }
+at::Tensor& silu_(at::Tensor& s) { return Inplace(s, silu); }
+at::Tensor& clamp_(at::Tensor& s, const std::optional<at::Scalar>& lo, const std::optional<at::Scalar>& hi) {
+  return Inplace(s, clamp, lo, hi);
+}
+at::Tensor& clamp_min_(at::Tensor& s, const at::Scalar& lo) { return Inplace(s, clamp_min, lo); }
+at::Tensor& clamp_max_(at::Tensor& s, const at::Scalar& hi) { return Inplace(s, clamp_max, hi); }
+at::Tensor& addcmul_(at::Tensor& s, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  return Inplace(s, addcmul, a, b, v);
+}
+at::Tensor& addcdiv_(at::Tensor& s, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  return Inplace(s, addcdiv, a, b, v);
+}
+at::Tensor& lerp_s_(at::Tensor& s, const at::Tensor& e, const at::Scalar& w) { return Inplace(s, lerp_scalar, e, w); }
+at::Tensor& lerp_t_(at::Tensor& s, const at::Tensor& e, const at::Tensor& w) { return Inplace(s, lerp_tensor, e, w); }
+at::Tensor& logical_not_(at::Tensor& s) { return Inplace(s, logical_not); }
+at::Tensor& leaky_relu_(at::Tensor& s, const at::Scalar& slope) { return Inplace(s, leaky_relu, slope); }
+at::Tensor& gelu_(at::Tensor& s, c10::string_view a) { return Inplace(s, gelu, a); }
+at::Tensor& threshold_(at::Tensor& s, const at::Scalar& th, const at::Scalar& v) { return Inplace(s, threshold, th, v); }
+at::Tensor& eq_s_(at::Tensor& s, const at::Scalar& o) { return Inplace(s, eq_scalar, o); }
+}  // namespace inplace
+
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+#define KI(name, fn) m.impl(name, TORCH_FN(tpj::aten::inplace::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("add.Tensor", add_tensor);
+  K("add.Scalar", add_scalar);
+  K("sub.Tensor", sub_tensor);
+  K("sub.Scalar", sub_scalar);
+  K("rsub.Tensor", rsub_tensor);
+  K("rsub.Scalar", rsub_scalar);
+  K("mul.Tensor", mul_tensor);
+  K("mul.Scalar", mul_scalar);
+  K("div.Tensor", div_tensor);
+  K("div.Tensor_mode", div_tensor_mode);
+  K("div.Scalar", div_scalar);
+  K("remainder.Tensor", remainder_tensor);
+  K("remainder.Scalar", remainder_scalar);
+  K("pow.Tensor_Scalar", pow_tensor_scalar);
+  K("pow.Tensor_Tensor", pow_tensor_tensor);
+  K("pow.Scalar", pow_scalar);
+  K("maximum", maximum);
+  K("minimum", minimum);
+  K("atan2", atan2);
+  K("logical_and", logical_and);
+  K("logical_or", logical_or);
+  K("logical_xor", logical_xor);
+  K("logical_not", logical_not);
+  K("bitwise_and.Tensor", bitwise_and);
+  K("bitwise_or.Tensor", bitwise_or);
+  K("bitwise_xor.Tensor", bitwise_xor);
+  K("bitwise_and.Scalar", bitwise_and_s);
+  K("bitwise_or.Scalar", bitwise_or_s);
+  K("bitwise_not", bitwise_not);
+  K("eq.Tensor", eq_tensor);
+  K("eq.Scalar", eq_scalar);
+  K("ne.Tensor", ne_tensor);
+  K("ne.Scalar", ne_scalar);
+  K("lt.Tensor", lt_tensor);
+  K("lt.Scalar", lt_scalar);
+  K("le.Tensor", le_tensor);
+  K("le.Scalar", le_scalar);
+  K("gt.Tensor", gt_tensor);
+  K("gt.Scalar", gt_scalar);
+  K("ge.Tensor", ge_tensor);
+  K("ge.Scalar", ge_scalar);
+  K("neg", neg);
+  K("exp", exp);
+  K("expm1", expm1);
+  K("log", log);
+  K("log1p", log1p);
+  K("tanh", tanh);
+  K("sigmoid", sigmoid);
+  K("sqrt", sqrt);
+  K("rsqrt", rsqrt);
+  K("sin", sin);
+  K("cos", cos);
+  K("tan", tan);
+  K("erf", erf);
+  K("floor", floor);
+  K("ceil", ceil);
+  K("round", round);
+  K("trunc", trunc);
+  K("abs", abs);
+  K("sign", sign);
+  K("sgn", sign);
+  K("reciprocal", reciprocal);
+  K("isnan", isnan);
+  K("isinf", isinf);
+  K("relu", relu);
+  K("threshold", threshold);
+  K("threshold_backward", threshold_backward);
+  K("gelu", gelu);
+  K("gelu_backward", gelu_backward);
+  K("silu", silu);
+  K("silu_backward", silu_backward);
+  K("sigmoid_backward", sigmoid_backward);
+  K("tanh_backward", tanh_backward);
+  K("leaky_relu", leaky_relu);
+  K("leaky_relu_backward", leaky_relu_backward);
+  K("clamp", clamp);
+  K("clamp.Tensor", clamp_tensor);
+  K("clamp_min", clamp_min);
+  K("clamp_max", clamp_max);
+  K("where.self", where_self);
+  K("masked_fill_.Scalar", masked_fill_scalar_);
+  K("masked_fill_.Tensor", masked_fill_tensor_);
+  K("addcmul", addcmul);
+  K("addcdiv", addcdiv);
+  K("lerp.Scalar", lerp_scalar);
+  K("lerp.Tensor", lerp_tensor);
+
+  KI("add_.Tensor", add_);
+  KI("add_.Scalar", add_s_);
+  KI("sub_.Tensor", sub_);
+  KI("sub_.Scalar", sub_s_);
+  KI("mul_.Tensor", mul_);
+  KI("mul_.Scalar", mul_s_);
+  KI("div_.Tensor", div_);
+  KI("div_.Scalar", div_s_);
+  KI("div_.Tensor_mode", div_mode_);
+  KI("pow_.Scalar", pow_s_);
+  KI("pow_.Tensor", pow_t_);
+  KI("remainder_.Tensor", remainder_);
+  KI("neg_", neg_);
+  KI("exp_", exp_);
+  KI("log_", log_);
+  KI("sqrt_", sqrt_);
+  KI("rsqrt_", rsqrt_);
+  KI("tanh_", tanh_);
+  KI("sigmoid_", sigmoid_);
+  KI("relu_", relu_);
+  KI("abs_", abs_);
+  KI("floor_", floor_);
+  KI("reciprocal_", reciprocal_);
+  KI("silu_", silu_);
+  KI("clamp_", clamp_);
+  KI("clamp_min_", clamp_min_);
+  KI("clamp_max_", clamp_max_);
+  KI("addcmul_", addcmul_);
+  KI("addcdiv_", addcdiv_);
+  KI("lerp_.Scalar", lerp_s_);
+  KI("lerp_.Tensor", lerp_t_);
+  KI("logical_not_", logical_not_);
+  KI("leaky_relu_", leaky_relu_);
+  KI("gelu_", gelu_);
+  KI("threshold_", threshold_);
+  KI("eq_.Scalar", eq_s_);
+}

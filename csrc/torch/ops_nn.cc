@@ -1,0 +1,777 @@
+// Neural-network lowerings: layer and batch normalization, convolution,
+// pooling, losses, each with its backward.
+#include <cmath>
+#include <numeric>
+
+#include "torch/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+using ir::Op;
+using ir::ReduceKind;
+
+ir::Value Sum(int d, ir::Value x, const std::vector<int64_t>& dims, bool keep) {
+  ir::Builder& b = B(d);
+  const ir::Shape s = b.shape(x);
+  ir::Value r = b.Reduce(x, b.ScalarConstant(s.dtype, 0), dims, ReduceKind::Sum);
+  if (keep) {
+    std::vector<int64_t> kept = s.dims;
+    for (int64_t k : dims) kept[k] = 1;
+    r = b.Reshape(r, kept);
+  }
+  return r;
+}
+
+ir::Value Mul(int d, ir::Value x, ir::Value y) { return B(d).Binary(Op::Mul, x, y); }
+ir::Value Add(int d, ir::Value x, ir::Value y) { return B(d).Binary(Op::Add, x, y); }
+ir::Value Sub(int d, ir::Value x, ir::Value y) { return B(d).Binary(Op::Sub, x, y); }
+
+std::vector<int64_t> Range(int64_t from, int64_t to) {
+  std::vector<int64_t> r;
+  for (int64_t i = from; i < to; ++i) r.push_back(i);
+  return r;
+}
+
+at::Tensor EmptyOut(int d, at::ScalarType t) { return Wrap(Fill(d, 0, t, {0}), d); }
+
+// -------------------------------------------------------------- layer norm
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                                 const std::optional<at::Tensor>& weight,
+                                                                 const std::optional<at::Tensor>& bias, double eps) {
+  const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
+  TORCH_CHECK(axis >= 0 && input.sizes().slice(axis).equals(normalized_shape), "Given normalized_shape=", normalized_shape,
+              ", expected input with shape [*, ", normalized_shape, "], but got input of size", input.sizes());
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = input.scalar_type();
+  const auto shape = input.sizes().vec();
+  const auto dims = Range(axis, input.dim());
+  double n = 1;
+  for (int64_t k : normalized_shape) n *= static_cast<double>(k);
+  ir::Value x = Val(input);
+  ir::Value sum = Sum(d, x, dims, true);
+  ir::Value mean = b.Binary(Op::Div, sum, Fill(d, n, t, b.shape(sum).dims));
+  ir::Value xc = Sub(d, x, BroadcastTo(d, mean, shape));
+  ir::Value var_sum = Sum(d, Mul(d, xc, xc), dims, true);
+  const auto stat_shape = b.shape(var_sum).dims;
+  ir::Value var = b.Binary(Op::Div, var_sum, Fill(d, n, t, stat_shape));
+  ir::Value rstd = b.Unary(Op::Rsqrt, Add(d, var, Fill(d, eps, t, stat_shape)));
+  ir::Value y = Mul(d, xc, BroadcastTo(d, rstd, shape));
+  if (weight && weight->defined()) y = Mul(d, y, BroadcastTo(d, Operand(*weight, d, t), shape));
+  if (bias && bias->defined()) y = Add(d, y, BroadcastTo(d, Operand(*bias, d, t), shape));
+  return {Wrap(y, d), Wrap(mean, d), Wrap(rstd, d)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    std::array<bool, 3> mask) {
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = input.scalar_type();
+  const auto shape = input.sizes().vec();
+  const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
+  const auto norm_dims = Range(axis, input.dim());
+  const auto batch_dims = Range(0, axis);
+  double n = 1;
+  for (int64_t k : normalized_shape) n *= static_cast<double>(k);
+  ir::Value go = ValAs(grad_out, t);
+  ir::Value r = BroadcastTo(d, ValAs(rstd, t), shape);
+  ir::Value xhat = Mul(d, Sub(d, Val(input), BroadcastTo(d, ValAs(mean, t), shape)), r);
+  at::Tensor gi, gw, gb;
+  if (mask[0]) {
+    ir::Value g = go;
+    if (weight && weight->defined()) g = Mul(d, g, BroadcastTo(d, Operand(*weight, d, t), shape));
+    ir::Value mg = BroadcastTo(d, b.Binary(Op::Div, Sum(d, g, norm_dims, true),
+                                           Fill(d, n, t, b.shape(Sum(d, g, norm_dims, true)).dims)), shape);
+    ir::Value gx = Sum(d, Mul(d, g, xhat), norm_dims, true);
+    ir::Value mgx = BroadcastTo(d, b.Binary(Op::Div, gx, Fill(d, n, t, b.shape(gx).dims)), shape);
+    gi = Wrap(Mul(d, r, Sub(d, Sub(d, g, mg), Mul(d, xhat, mgx))), d);
+  }
+  if (mask[1] && weight && weight->defined()) gw = Wrap(b.Reshape(Sum(d, Mul(d, go, xhat), batch_dims, false), weight->sizes().vec()), d);
+  if (mask[2] && bias && bias->defined()) gb = Wrap(b.Reshape(Sum(d, go, batch_dims, false), bias->sizes().vec()), d);
+  return {gi, gw, gb};
+}
+
+// -------------------------------------------------------------- batch norm
+
+// Channel statistics broadcast helpers: channel dim is 1.
+ir::Value PerChannel(int d, ir::Value c, const std::vector<int64_t>& shape) {
+  ir::Builder& b = B(d);
+  return b.BroadcastInDim(c, shape, {1});
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                                                         const std::optional<at::Tensor>& bias,
+                                                         const std::optional<at::Tensor>& running_mean,
+                                                         const std::optional<at::Tensor>& running_var, bool training,
+                                                         double momentum, double eps) {
+  TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2D input, got ", input.dim(), "D");
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = input.scalar_type();
+  const auto shape = input.sizes().vec();
+  const int64_t c = shape[1];
+  std::vector<int64_t> red{0};
+  for (int64_t i = 2; i < input.dim(); ++i) red.push_back(i);
+  double n = 1;
+  for (int64_t k : red) n *= static_cast<double>(shape[k]);
+  ir::Value x = Val(input);
+  ir::Value mean, invstd, var;
+  const bool have_running = running_mean && running_mean->defined() && running_var && running_var->defined();
+  if (training) {
+    TORCH_CHECK(n > 1 || input.numel() == 0, "Expected more than 1 value per channel when training, got input size ", input.sizes());
+    mean = b.Binary(Op::Div, Sum(d, x, red, false), Fill(d, n, t, {c}));
+    ir::Value xc = Sub(d, x, PerChannel(d, mean, shape));
+    var = b.Binary(Op::Div, Sum(d, Mul(d, xc, xc), red, false), Fill(d, n, t, {c}));
+    if (have_running) {
+      const at::ScalarType rt = running_mean->scalar_type();
+      ir::Value m = Fill(d, momentum, rt, {c});
+      ir::Value one_m = Fill(d, 1 - momentum, rt, {c});
+      ir::Value unbiased = b.Binary(Op::Mul, b.Convert(var, ToIr(rt)), Fill(d, n / std::max(n - 1, 1.0), rt, {c}));
+      Assign(*running_mean, Add(d, Mul(d, one_m, ValAs(*running_mean, rt)), Mul(d, m, b.Convert(mean, ToIr(rt)))));
+      Assign(*running_var, Add(d, Mul(d, one_m, ValAs(*running_var, rt)), Mul(d, m, unbiased)));
+    }
+  } else {
+    TORCH_CHECK(have_running, "batch_norm in eval mode needs running_mean and running_var");
+    mean = ValAs(*running_mean, t);
+    var = ValAs(*running_var, t);
+  }
+  invstd = b.Unary(Op::Rsqrt, Add(d, var, Fill(d, eps, t, {c})));
+  ir::Value y = Mul(d, Sub(d, x, PerChannel(d, mean, shape)), PerChannel(d, invstd, shape));
+  if (weight && weight->defined()) y = Mul(d, y, PerChannel(d, ValAs(*weight, t), shape));
+  if (bias && bias->defined()) y = Add(d, y, PerChannel(d, ValAs(*bias, t), shape));
+  if (!training) return {Wrap(y, d), EmptyOut(d, t), EmptyOut(d, t)};
+  return {Wrap(y, d), Wrap(mean, d), Wrap(invstd, d)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& w,
+                                                                 const std::optional<at::Tensor>& bias,
+                                                                 const std::optional<at::Tensor>& rm,
+                                                                 const std::optional<at::Tensor>& rv, bool training,
+                                                                 double momentum, double eps) {
+  return BatchNorm(input, w, bias, rm, rv, training, momentum, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_legit(const at::Tensor& input, const std::optional<at::Tensor>& w,
+                                                        const std::optional<at::Tensor>& bias, at::Tensor& rm, at::Tensor& rv,
+                                                        bool training, double momentum, double eps) {
+  return BatchNorm(input, w, bias, rm, rv, training, momentum, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_legit_no_stats(const at::Tensor& input, const std::optional<at::Tensor>& w,
+                                                                 const std::optional<at::Tensor>& bias, bool training,
+                                                                 double momentum, double eps) {
+  return BatchNorm(input, w, bias, std::nullopt, std::nullopt, true, momentum, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_legit_no_training(const at::Tensor& input,
+                                                                    const std::optional<at::Tensor>& w,
+                                                                    const std::optional<at::Tensor>& bias,
+                                                                    const at::Tensor& rm, const at::Tensor& rv,
+                                                                    double momentum, double eps) {
+  return BatchNorm(input, w, bias, rm, rv, false, momentum, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd, bool train, double eps,
+    std::array<bool, 3> mask) {
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = input.scalar_type();
+  const auto shape = input.sizes().vec();
+  const int64_t c = shape[1];
+  std::vector<int64_t> red{0};
+  for (int64_t i = 2; i < input.dim(); ++i) red.push_back(i);
+  double n = 1;
+  for (int64_t k : red) n *= static_cast<double>(shape[k]);
+  ir::Value go = ValAs(grad_out, t);
+  ir::Value mean, invstd;
+  if (train) {
+    mean = ValAs(*save_mean, t);
+    invstd = ValAs(*save_invstd, t);
+  } else {
+    mean = ValAs(*running_mean, t);
+    invstd = b.Unary(Op::Rsqrt, Add(d, ValAs(*running_var, t), Fill(d, eps, t, {c})));
+  }
+  ir::Value xhat = Mul(d, Sub(d, Val(input), PerChannel(d, mean, shape)), PerChannel(d, invstd, shape));
+  ir::Value gb = Sum(d, go, red, false);
+  ir::Value gw = Sum(d, Mul(d, go, xhat), red, false);
+  ir::Value w = weight && weight->defined() ? ValAs(*weight, t) : Fill(d, 1, t, {c});
+  at::Tensor gi;
+  if (mask[0]) {
+    ir::Value scale = Mul(d, w, invstd);
+    if (train) {
+      ir::Value inner = Sub(d, Sub(d, Mul(d, go, Fill(d, n, t, shape)), PerChannel(d, gb, shape)),
+                            Mul(d, xhat, PerChannel(d, gw, shape)));
+      gi = Wrap(Mul(d, PerChannel(d, b.Binary(Op::Div, scale, Fill(d, n, t, {c})), shape), inner), d);
+    } else {
+      gi = Wrap(Mul(d, go, PerChannel(d, scale, shape)), d);
+    }
+  }
+  return {gi, mask[1] ? Wrap(gw, d) : at::Tensor(), mask[2] ? Wrap(gb, d) : at::Tensor()};
+}
+
+// ------------------------------------------------------------- convolution
+
+ir::ConvDims StandardDims(int64_t rank) {
+  ir::ConvDims c;
+  c.in_spatial = c.k_spatial = c.out_spatial = Range(2, rank);
+  return c;
+}
+
+std::vector<int64_t> Expand(at::IntArrayRef v, int64_t n, int64_t fill = 1) {
+  if (v.empty()) return std::vector<int64_t>(n, fill);
+  if (v.size() == 1 && n > 1) return std::vector<int64_t>(n, v[0]);
+  return v.vec();
+}
+
+// Weight [Cin, Cout/g, k...] of a transposed conv as the kernel
+// [Cout, Cin/g, k...] of the equivalent direct conv, spatially flipped.
+ir::Value TransposedKernel(int d, ir::Value w, const std::vector<int64_t>& ws, int64_t groups) {
+  ir::Builder& b = B(d);
+  const int64_t cin = ws[0], cout_g = ws[1], r = static_cast<int64_t>(ws.size());
+  std::vector<int64_t> split{groups, cin / groups, cout_g};
+  split.insert(split.end(), ws.begin() + 2, ws.end());
+  ir::Value x = b.Reshape(w, split);
+  std::vector<int64_t> perm{0, 2, 1};
+  for (int64_t i = 3; i < r + 1; ++i) perm.push_back(i);
+  x = b.Transpose(x, perm);
+  std::vector<int64_t> merged{groups * cout_g, cin / groups};
+  merged.insert(merged.end(), ws.begin() + 2, ws.end());
+  x = b.Reshape(x, merged);
+  return b.Reverse(x, Range(2, r));
+}
+
+// Direct convolution with PyTorch's arguments, NC<spatial> layout.
+ir::Value Conv(int d, ir::Value x, ir::Value k, const std::vector<int64_t>& stride, const std::vector<int64_t>& lo,
+               const std::vector<int64_t>& hi, const std::vector<int64_t>& lhs_dil, const std::vector<int64_t>& dil,
+               int64_t groups) {
+  const int64_t rank = static_cast<int64_t>(B(d).shape(x).dims.size());
+  return B(d).Convolution(x, k, StandardDims(rank), stride, lo, hi, lhs_dil, dil, groups, 1);
+}
+
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                    at::IntArrayRef stride_, at::IntArrayRef padding_, at::IntArrayRef dilation_,
+                                    bool transposed, at::IntArrayRef output_padding_, int64_t groups) {
+  TraceScope s;
+  const int d = CommonDevice({&input, &weight});
+  const int64_t ns = input.dim() - 2;
+  TORCH_CHECK(ns >= 1, "convolution: expected at least 3D input, got ", input.dim(), "D");
+  const auto stride = Expand(stride_, ns), padding = Expand(padding_, ns, 0), dilation = Expand(dilation_, ns);
+  const auto out_pad = Expand(output_padding_, ns, 0);
+  const auto ws = weight.sizes().vec();
+  ir::Value x = Val(input);
+  ir::Value w = ValAs(weight, input.scalar_type());
+  ir::Value y;
+  try {
+    if (!transposed) {
+      y = Conv(d, x, w, stride, padding, padding, std::vector<int64_t>(ns, 1), dilation, groups);
+    } else {
+      std::vector<int64_t> lo(ns), hi(ns);
+      for (int64_t i = 0; i < ns; ++i) {
+        lo[i] = dilation[i] * (ws[2 + i] - 1) - padding[i];
+        hi[i] = lo[i] + out_pad[i];
+      }
+      y = Conv(d, x, TransposedKernel(d, w, ws, groups), std::vector<int64_t>(ns, 1), lo, hi, stride, dilation, groups);
+    }
+  } catch (const ir::Error& e) {
+    TORCH_CHECK(false, "convolution: ", e.what());
+  }
+  if (bias && bias->defined()) {
+    const auto shape = B(d).shape(y).dims;
+    y = Add(d, y, B(d).BroadcastInDim(ValAs(*bias, input.scalar_type()), shape, {1}));
+  }
+  return Wrap(y, d);
+}
+
+// dL/dW of a direct conv y = conv(x, W): a convolution of x with dy.
+ir::Value WeightGrad(int d, ir::Value x, ir::Value dy, const std::vector<int64_t>& ks, const std::vector<int64_t>& stride,
+                     const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups) {
+  ir::Builder& b = B(d);
+  const auto xs = b.shape(x).dims, ys = b.shape(dy).dims;
+  const int64_t ns = static_cast<int64_t>(xs.size()) - 2;
+  ir::ConvDims c;
+  c.in_batch = 1;  // Cin plays the batch
+  c.in_feature = 0;  // N is contracted
+  c.in_spatial = Range(2, ns + 2);
+  c.k_in = 0;
+  c.k_out = 1;
+  c.k_spatial = Range(2, ns + 2);
+  c.out_feature = 0;
+  c.out_batch = 1;
+  c.out_spatial = Range(2, ns + 2);
+  std::vector<int64_t> hi(ns);
+  for (int64_t i = 0; i < ns; ++i) {
+    hi[i] = (ks[2 + i] - 1) * dilation[i] + stride[i] * (ys[2 + i] - 1) + 1 - xs[2 + i] - padding[i];
+  }
+  return b.Convolution(x, dy, c, dilation, padding, hi, std::vector<int64_t>(ns, 1), stride, 1, groups);
+}
+
+// dL/dx of a direct conv: the transposed conv of dy with W.
+ir::Value InputGrad(int d, ir::Value dy, ir::Value w, const std::vector<int64_t>& ws, const std::vector<int64_t>& xs,
+                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                    const std::vector<int64_t>& dilation, int64_t groups) {
+  ir::Builder& b = B(d);
+  const int64_t ns = static_cast<int64_t>(xs.size()) - 2;
+  const auto ys = b.shape(dy).dims;
+  std::vector<int64_t> lo(ns), hi(ns);
+  for (int64_t i = 0; i < ns; ++i) {
+    lo[i] = dilation[i] * (ws[2 + i] - 1) - padding[i];
+    // rows of x past the last window get no gradient: pad up to x's size
+    const int64_t covered = (ys[2 + i] - 1) * stride[i] + 1 + 2 * lo[i] - dilation[i] * (ws[2 + i] - 1);
+    hi[i] = lo[i] + (xs[2 + i] - covered);
+  }
+  // The direct-conv weight [Cout, Cin/g, k] is, read as a transposed-conv
+  // weight from dy's Cout channels to x's Cin channels, already in layout.
+  ir::Value k = TransposedKernel(d, w, ws, groups);
+  return Conv(d, dy, k, std::vector<int64_t>(ns, 1), lo, hi, stride, dilation, groups);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride_,
+    at::IntArrayRef padding_, at::IntArrayRef dilation_, bool transposed, at::IntArrayRef output_padding_,
+    int64_t groups, std::array<bool, 3> mask) {
+  TraceScope s;
+  const int d = CommonDevice({&grad_output, &input, &weight});
+  const int64_t ns = input.dim() - 2;
+  const auto stride = Expand(stride_, ns), padding = Expand(padding_, ns, 0), dilation = Expand(dilation_, ns);
+  const auto ws = weight.sizes().vec(), xs = input.sizes().vec();
+  const at::ScalarType t = input.scalar_type();
+  ir::Value dy = ValAs(grad_output, t);
+  ir::Value x = Val(input);
+  ir::Value w = ValAs(weight, t);
+  at::Tensor gi, gw, gb;
+  if (!transposed) {
+    if (mask[0]) gi = Wrap(InputGrad(d, dy, w, ws, xs, stride, padding, dilation, groups), d);
+    if (mask[1]) gw = Wrap(WeightGrad(d, x, dy, ws, stride, padding, dilation, groups), d);
+  } else {
+    // y = convT(x, W) is the input-gradient of a direct conv; its gradients
+    // are a direct conv (for x) and a weight gradient with the roles swapped.
+    if (mask[0]) gi = Wrap(Conv(d, dy, w, stride, padding, padding, std::vector<int64_t>(ns, 1), dilation, groups), d);
+    if (mask[1]) gw = Wrap(WeightGrad(d, dy, x, ws, stride, padding, dilation, groups), d);
+  }
+  if (mask[2]) {
+    std::vector<int64_t> red{0};
+    for (int64_t i = 2; i < grad_output.dim(); ++i) red.push_back(i);
+    gb = Wrap(Sum(d, dy, red, false), d);
+  }
+  return {gi, gw, gb};
+}
+
+// ----------------------------------------------------------------- pooling
+
+struct Pool2d {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, h, w;
+  int64_t extra_h = 0, extra_w = 0;  // ceil_mode padding beyond `p`
+};
+
+int64_t PoolOut(int64_t in, int64_t k, int64_t p, int64_t s, int64_t dil, bool ceil_mode) {
+  const int64_t span = in + 2 * p - dil * (k - 1) - 1;
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+Pool2d MakePool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad, at::IntArrayRef dil,
+                bool ceil_mode) {
+  TORCH_CHECK(x.dim() == 3 || x.dim() == 4, "pool2d: expected 3D or 4D input, got ", x.dim(), "D");
+  Pool2d p;
+  p.kh = k[0];
+  p.kw = k.size() > 1 ? k[1] : k[0];
+  p.sh = st.empty() ? p.kh : st[0];
+  p.sw = st.empty() ? p.kw : (st.size() > 1 ? st[1] : st[0]);
+  p.ph = pad.empty() ? 0 : pad[0];
+  p.pw = pad.size() > 1 ? pad[1] : p.ph;
+  p.dh = dil.empty() ? 1 : dil[0];
+  p.dw = dil.size() > 1 ? dil[1] : p.dh;
+  TORCH_CHECK(p.ph <= p.kh / 2 && p.pw <= p.kw / 2, "pad should be at most half of effective kernel size");
+  p.h = x.size(-2);
+  p.w = x.size(-1);
+  p.oh = PoolOut(p.h, p.kh, p.ph, p.sh, p.dh, ceil_mode);
+  p.ow = PoolOut(p.w, p.kw, p.pw, p.sw, p.dw, ceil_mode);
+  TORCH_CHECK(p.oh > 0 && p.ow > 0, "pool2d: output size is too small (", p.oh, "x", p.ow, ")");
+  p.extra_h = std::max<int64_t>(0, (p.oh - 1) * p.sh + (p.kh - 1) * p.dh + 1 - (p.h + 2 * p.ph));
+  p.extra_w = std::max<int64_t>(0, (p.ow - 1) * p.sw + (p.kw - 1) * p.dw + 1 - (p.w + 2 * p.pw));
+  return p;
+}
+
+// x as [B, H, W] (batch and channels merged).
+ir::Value As3d(int d, ir::Value x, const std::vector<int64_t>& shape) {
+  int64_t bsz = 1;
+  for (size_t i = 0; i + 2 < shape.size(); ++i) bsz *= shape[i];
+  return B(d).Reshape(x, {bsz, shape[shape.size() - 2], shape.back()});
+}
+
+std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& self, at::IntArrayRef k, at::IntArrayRef st,
+                                                           at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
+  Pool2d p = MakePool(self, k, st, pad, dil, ceil_mode);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  ir::Value x = As3d(d, Val(self), shape);
+  const int64_t bsz = b.shape(x).dims[0];
+  const double lowest = at::isFloatingType(t) ? -INFINITY : -9.2e18;
+  ir::Value padded = b.Pad(x, b.ScalarConstant(ToIr(t), lowest), {0, p.ph, p.pw}, {0, p.ph + p.extra_h, p.pw + p.extra_w},
+                           {0, 0, 0});
+  const std::vector<int64_t> oshape{bsz, p.oh, p.ow};
+  ir::Value row = b.Iota({ir::DType::I64, oshape}, 1);
+  ir::Value col = b.Iota({ir::DType::I64, oshape}, 2);
+  ir::Value best, best_idx;
+  for (int64_t i = 0; i < p.kh; ++i) {
+    for (int64_t j = 0; j < p.kw; ++j) {
+      const int64_t r0 = i * p.dh, c0 = j * p.dw;
+      ir::Value v = b.Slice(padded, {0, r0, c0}, {bsz, r0 + (p.oh - 1) * p.sh + 1, c0 + (p.ow - 1) * p.sw + 1},
+                            {1, p.sh, p.sw});
+      // flat input index of this window element: (oh*sh - ph + r0) * W + (ow*sw - pw + c0)
+      ir::Value r = Add(d, Mul(d, row, Fill(d, static_cast<double>(p.sh), at::kLong, oshape)),
+                        Fill(d, static_cast<double>(r0 - p.ph), at::kLong, oshape));
+      ir::Value c = Add(d, Mul(d, col, Fill(d, static_cast<double>(p.sw), at::kLong, oshape)),
+                        Fill(d, static_cast<double>(c0 - p.pw), at::kLong, oshape));
+      ir::Value idx = Add(d, Mul(d, r, Fill(d, static_cast<double>(p.w), at::kLong, oshape)), c);
+      if (i == 0 && j == 0) {
+        best = v;
+        best_idx = idx;
+        continue;
+      }
+      ir::Value better = b.Compare(ir::CompareDir::GT, v, best);
+      if (at::isFloatingType(t)) {
+        ir::Value vnan = b.Compare(ir::CompareDir::NE, v, v);
+        ir::Value bnan = b.Compare(ir::CompareDir::NE, best, best);
+        better = b.Binary(Op::Or, better, b.Binary(Op::And, vnan, b.Unary(Op::Not, bnan)));
+      }
+      best = b.Select(better, v, best);
+      best_idx = b.Select(better, idx, best_idx);
+    }
+  }
+  std::vector<int64_t> out = shape;
+  out[out.size() - 2] = p.oh;
+  out[out.size() - 1] = p.ow;
+  return {Wrap(b.Reshape(best, out), d), Wrap(b.Reshape(best_idx, out), d)};
+}
+
+at::Tensor max_pool2d_with_indices_backward(const at::Tensor& grad, const at::Tensor& self, at::IntArrayRef k,
+                                            at::IntArrayRef st, at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode,
+                                            const at::Tensor& indices) {
+  TraceScope s;
+  const int d = CommonDevice({&grad, &self, &indices});
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  const int64_t hw = shape[shape.size() - 2] * shape.back();
+  const int64_t bsz = self.numel() / std::max<int64_t>(hw, 1);
+  const int64_t ohw = grad.numel() / std::max<int64_t>(bsz, 1);
+  ir::Value g = b.Reshape(ValAs(grad, self.scalar_type()), {bsz, ohw});
+  ir::Value idx = b.Reshape(Val(indices), {bsz, ohw});
+  ir::Value brow = b.Iota({ir::DType::I64, {bsz, ohw}}, 0);
+  ir::Value coords = b.Concatenate({b.Reshape(brow, {bsz, ohw, 1}), b.Reshape(idx, {bsz, ohw, 1})}, 2);
+  ir::ScatterDims sd;
+  sd.inserted_window_dims = {0, 1};
+  sd.scatter_dims_to_operand_dims = {0, 1};
+  sd.index_vector_dim = 2;
+  ir::Value r = b.Scatter(Fill(d, 0, self.scalar_type(), {bsz, hw}), coords, g, sd, false);
+  return Wrap(b.Reshape(r, shape), d);
+}
+
+// Divisors of avg_pool2d per output position, [oh, ow].
+ir::Value AvgDivisor(int d, const Pool2d& p, bool count_include_pad, std::optional<int64_t> divisor_override,
+                     at::ScalarType t) {
+  ir::Builder& b = B(d);
+  if (divisor_override) return Fill(d, static_cast<double>(*divisor_override), t, {p.oh, p.ow});
+  ir::Value ones = Fill(d, 1, t, {p.h, p.w});
+  ir::Value region = count_include_pad ? b.Pad(ones, b.ScalarConstant(ToIr(t), 1), {p.ph, p.pw}, {p.ph, p.pw}, {0, 0})
+                                       : b.Pad(ones, b.ScalarConstant(ToIr(t), 0), {p.ph, p.pw}, {p.ph, p.pw}, {0, 0});
+  region = b.Pad(region, b.ScalarConstant(ToIr(t), 0), {0, 0}, {p.extra_h, p.extra_w}, {0, 0});
+  return b.ReduceWindow(region, b.ScalarConstant(ToIr(t), 0), ReduceKind::Sum, {p.kh, p.kw}, {p.sh, p.sw}, {}, {},
+                        {0, 0}, {0, 0});
+}
+
+at::Tensor avg_pool2d(const at::Tensor& self, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad, bool ceil_mode,
+                      bool count_include_pad, std::optional<int64_t> divisor_override) {
+  Pool2d p = MakePool(self, k, st, pad, {}, ceil_mode);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  ir::Value x = As3d(d, Val(self), shape);
+  const int64_t bsz = b.shape(x).dims[0];
+  ir::Value sum = b.ReduceWindow(x, b.ScalarConstant(ToIr(t), 0), ReduceKind::Sum, {1, p.kh, p.kw}, {1, p.sh, p.sw}, {},
+                                 {}, {0, p.ph, p.pw}, {0, p.ph + p.extra_h, p.pw + p.extra_w});
+  ir::Value div = b.BroadcastInDim(AvgDivisor(d, p, count_include_pad, divisor_override, t), {bsz, p.oh, p.ow}, {1, 2});
+  std::vector<int64_t> out = shape;
+  out[out.size() - 2] = p.oh;
+  out[out.size() - 1] = p.ow;
+  return Wrap(b.Reshape(b.Binary(Op::Div, sum, div), out), d);
+}
+
+at::Tensor avg_pool2d_backward(const at::Tensor& grad, const at::Tensor& self, at::IntArrayRef k, at::IntArrayRef st,
+                               at::IntArrayRef pad, bool ceil_mode, bool count_include_pad,
+                               std::optional<int64_t> divisor_override) {
+  Pool2d p = MakePool(self, k, st, pad, {}, ceil_mode);
+  TraceScope s;
+  const int d = CommonDevice({&grad, &self});
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  const int64_t bsz = self.numel() / std::max<int64_t>(p.h * p.w, 1);
+  ir::Value g = b.Reshape(ValAs(grad, t), {bsz, p.oh, p.ow});
+  g = b.Binary(Op::Div, g, b.BroadcastInDim(AvgDivisor(d, p, count_include_pad, divisor_override, t), {bsz, p.oh, p.ow}, {1, 2}));
+  // Spread each output's gradient over its window: dilate by the stride,
+  // pad by k-1, sum windows of k; then drop the padding rows.
+  const int64_t hp = p.h + 2 * p.ph + p.extra_h, wp = p.w + 2 * p.pw + p.extra_w;
+  const int64_t lh = (p.oh - 1) * p.sh + 1, lw = (p.ow - 1) * p.sw + 1;
+  ir::Value dil = b.Pad(g, b.ScalarConstant(ToIr(t), 0), {0, p.kh - 1, p.kw - 1}, {0, hp - lh, wp - lw},
+                        {0, p.sh - 1, p.sw - 1});
+  ir::Value full = b.ReduceWindow(dil, b.ScalarConstant(ToIr(t), 0), ReduceKind::Sum, {1, p.kh, p.kw}, {1, 1, 1}, {}, {},
+                                  {0, 0, 0}, {0, 0, 0});
+  ir::Value gi = b.Slice(full, {0, p.ph, p.pw}, {bsz, p.ph + p.h, p.pw + p.w}, {1, 1, 1});
+  return Wrap(b.Reshape(gi, shape), d);
+}
+
+// Averaging matrix [out, in] of adaptive pooling along one dimension.
+ir::Value AdaptiveMatrix(int d, int64_t in, int64_t out, at::ScalarType t) {
+  std::vector<float> m(static_cast<size_t>(out * in), 0.f);
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t start = (o * in) / out;
+    const int64_t end = ((o + 1) * in + out - 1) / out;
+    for (int64_t i = start; i < end; ++i) m[o * in + i] = 1.f / static_cast<float>(end - start);
+  }
+  std::vector<uint8_t> bytes(m.size() * sizeof(float));
+  std::memcpy(bytes.data(), m.data(), bytes.size());
+  ir::Builder& b = B(d);
+  return b.Convert(b.Constant({ir::DType::F32, {out, in}}, std::move(bytes)), ToIr(t));
+}
+
+ir::Value AdaptiveApply(int d, ir::Value x3, ir::Value ph, ir::Value pw) {
+  ir::Builder& b = B(d);
+  // x3 [B, H, W]; y = ph @ x @ pw^T per batch
+  ir::DotDims rows;
+  rows.lhs_contract = {1};
+  rows.rhs_contract = {1};  // [B,H,W] x [oh,H] -> [B, W, oh]
+  ir::Value t1 = b.DotGeneral(x3, ph, rows);
+  ir::DotDims cols;
+  cols.lhs_contract = {1};
+  cols.rhs_contract = {1};  // [B, W, oh] x [ow, W] -> [B, oh, ow]
+  return b.DotGeneral(t1, pw, cols);
+}
+
+at::Tensor adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output_size) {
+  TORCH_CHECK(output_size.size() == 2, "adaptive_avg_pool2d: output_size must be 2");
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4, "adaptive_avg_pool2d: expected 3D or 4D input");
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  const int64_t h = shape[shape.size() - 2], w = shape.back();
+  ir::Value y = AdaptiveApply(d, As3d(d, Val(self), shape), AdaptiveMatrix(d, h, output_size[0], t),
+                              AdaptiveMatrix(d, w, output_size[1], t));
+  std::vector<int64_t> out = shape;
+  out[out.size() - 2] = output_size[0];
+  out[out.size() - 1] = output_size[1];
+  return Wrap(b.Reshape(y, out), d);
+}
+
+at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& grad, const at::Tensor& self) {
+  TraceScope s;
+  const int d = CommonDevice({&grad, &self});
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec(), gshape = grad.sizes().vec();
+  const int64_t h = shape[shape.size() - 2], w = shape.back();
+  const int64_t oh = gshape[gshape.size() - 2], ow = gshape.back();
+  // the transposed matrices spread each output gradient over its window
+  ir::Value ph = b.Transpose(AdaptiveMatrix(d, h, oh, t), {1, 0});
+  ir::Value pw = b.Transpose(AdaptiveMatrix(d, w, ow, t), {1, 0});
+  ir::Value g = AdaptiveApply(d, As3d(d, ValAs(grad, t), gshape), ph, pw);
+  return Wrap(b.Reshape(g, shape), d);
+}
+
+// ------------------------------------------------------------------ losses
+
+// NLL over class dim 1 (or 0 for 1-D input). Returns per-element losses
+// (target shape) and the weight of each element.
+void NllParts(int d, const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+              int64_t ignore_index, ir::Value* loss, ir::Value* wmask, std::vector<int64_t>* tshape) {
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const int64_t cdim = self.dim() == 1 ? 0 : 1;
+  const int64_t c = self.size(cdim);
+  *tshape = target.sizes().vec();
+  ir::Value tgt = b.Convert(Val(target), ir::DType::I64);
+  ir::Value valid = b.Compare(ir::CompareDir::NE, tgt, Fill(d, static_cast<double>(ignore_index), at::kLong, *tshape));
+  ir::Value safe = b.Select(valid, tgt, Fill(d, 0, at::kLong, *tshape));
+  // one-hot over classes: [*tshape with class dim inserted]
+  std::vector<int64_t> xshape = self.sizes().vec();
+  std::vector<int64_t> tdims;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    if (i != cdim) tdims.push_back(i);
+  }
+  ir::Value tb = b.BroadcastInDim(safe, xshape, tdims);
+  ir::Value hot = b.Compare(ir::CompareDir::EQ, b.Iota({ir::DType::I64, xshape}, cdim), tb);
+  ir::Value picked = b.Reduce(b.Select(hot, Val(self), Fill(d, 0, t, xshape)), b.ScalarConstant(ToIr(t), 0), {cdim},
+                              ReduceKind::Sum);
+  ir::Value w = b.Convert(valid, ToIr(t));
+  if (weight && weight->defined()) {
+    ir::Value wc = b.BroadcastInDim(ValAs(*weight, t), xshape, {cdim});
+    ir::Value wt = b.Reduce(b.Select(hot, wc, Fill(d, 0, t, xshape)), b.ScalarConstant(ToIr(t), 0), {cdim}, ReduceKind::Sum);
+    w = Mul(d, w, wt);
+  }
+  (void)c;
+  *wmask = w;
+  *loss = b.Unary(Op::Neg, Mul(d, picked, w));
+}
+
+std::tuple<at::Tensor, at::Tensor> NllForward(const at::Tensor& self, const at::Tensor& target,
+                                              const std::optional<at::Tensor>& weight, int64_t reduction,
+                                              int64_t ignore_index) {
+  TraceScope s;
+  const int d = CommonDevice({&self, &target});
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  ir::Value loss, w;
+  std::vector<int64_t> tshape;
+  NllParts(d, self, target, weight, ignore_index, &loss, &w, &tshape);
+  std::vector<int64_t> all = Range(0, static_cast<int64_t>(tshape.size()));
+  ir::Value total = b.Reduce(w, b.ScalarConstant(ToIr(t), 0), all, ReduceKind::Sum);
+  if (reduction == at::Reduction::None) return {Wrap(loss, d), Wrap(total, d)};
+  ir::Value sum = b.Reduce(loss, b.ScalarConstant(ToIr(t), 0), all, ReduceKind::Sum);
+  if (reduction == at::Reduction::Sum) return {Wrap(sum, d), Wrap(total, d)};
+  return {Wrap(b.Binary(Op::Div, sum, total), d), Wrap(total, d)};
+}
+
+at::Tensor NllBackward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                       const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index,
+                       const at::Tensor& total_weight) {
+  TraceScope s;
+  const int d = CommonDevice({&grad, &self, &target});
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const int64_t cdim = self.dim() == 1 ? 0 : 1;
+  const std::vector<int64_t> xshape = self.sizes().vec();
+  const std::vector<int64_t> tshape = target.sizes().vec();
+  ir::Value tgt = b.Convert(Val(target), ir::DType::I64);
+  ir::Value valid = b.Compare(ir::CompareDir::NE, tgt, Fill(d, static_cast<double>(ignore_index), at::kLong, tshape));
+  ir::Value w = b.Convert(valid, ToIr(t));
+  std::vector<int64_t> tdims;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    if (i != cdim) tdims.push_back(i);
+  }
+  ir::Value tb = b.BroadcastInDim(b.Select(valid, tgt, Fill(d, 0, at::kLong, tshape)), xshape, tdims);
+  ir::Value hot = b.Compare(ir::CompareDir::EQ, b.Iota({ir::DType::I64, xshape}, cdim), tb);
+  if (weight && weight->defined()) {
+    ir::Value wc = b.BroadcastInDim(ValAs(*weight, t), xshape, {cdim});
+    ir::Value wt = b.Reduce(b.Select(hot, wc, Fill(d, 0, t, xshape)), b.ScalarConstant(ToIr(t), 0), {cdim}, ReduceKind::Sum);
+    w = Mul(d, w, wt);
+  }
+  ir::Value g = ValAs(grad, t);
+  ir::Value per;  // gradient per target element
+  if (reduction == at::Reduction::None) {
+    per = Mul(d, b.Unary(Op::Neg, w), g);
+  } else {
+    ir::Value scale = reduction == at::Reduction::Mean ? b.Binary(Op::Div, g, ValAs(total_weight, t)) : g;
+    per = Mul(d, b.Unary(Op::Neg, w), BroadcastTo(d, b.Reshape(scale, {}), tshape));
+  }
+  return Wrap(b.Select(hot, b.BroadcastInDim(per, xshape, tdims), Fill(d, 0, t, xshape)), d);
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_loss_forward(const at::Tensor& self, const at::Tensor& target,
+                                                    const std::optional<at::Tensor>& weight, int64_t reduction,
+                                                    int64_t ignore_index) {
+  TORCH_CHECK(self.dim() >= 1 && self.dim() <= 2, "input tensor should be 1D or 2D");
+  TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
+  TORCH_CHECK(self.dim() == 1 || self.size(0) == target.size(0), "Expected input batch_size (", self.size(0),
+              ") to match target batch_size (", target.size(0), ").");
+  return NllForward(self, target, weight, reduction, ignore_index);
+}
+
+at::Tensor nll_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                             const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index,
+                             const at::Tensor& total_weight) {
+  return NllBackward(grad, self, target, weight, reduction, ignore_index, total_weight);
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(const at::Tensor& self, const at::Tensor& target,
+                                                      const std::optional<at::Tensor>& weight, int64_t reduction,
+                                                      int64_t ignore_index) {
+  TORCH_CHECK(self.dim() == 4 && target.dim() == 3, "nll_loss2d: expected 4D input and 3D target");
+  return NllForward(self, target, weight, reduction, ignore_index);
+}
+
+at::Tensor nll_loss2d_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                               const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index,
+                               const at::Tensor& total_weight) {
+  return NllBackward(grad, self, target, weight, reduction, ignore_index, total_weight);
+}
+
+at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(self, target);
+  Operands o = Prepare(self, target, t);
+  ir::Builder& b = B(o.device);
+  ir::Value diff = Sub(o.device, o.x, o.y);
+  ir::Value sq = Mul(o.device, diff, diff);
+  if (reduction == at::Reduction::None) return Wrap(sq, o.device);
+  const auto all = Range(0, static_cast<int64_t>(o.shape.size()));
+  ir::Value sum = b.Reduce(sq, b.ScalarConstant(ToIr(t), 0), all, ReduceKind::Sum);
+  if (reduction == at::Reduction::Sum) return Wrap(sum, o.device);
+  double n = 1;
+  for (int64_t k : o.shape) n *= static_cast<double>(k);
+  return Wrap(b.Binary(Op::Div, sum, Fill(o.device, n, t, {})), o.device);
+}
+
+at::Tensor mse_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(self, target, t);
+  ir::Builder& b = B(o.device);
+  double scale = 2;
+  if (reduction == at::Reduction::Mean) {
+    double n = 1;
+    for (int64_t k : o.shape) n *= static_cast<double>(k);
+    scale /= n;
+  }
+  ir::Value g = BroadcastTo(o.device, ValAs(grad, t), o.shape);
+  ir::Value r = Mul(o.device, Mul(o.device, Sub(o.device, o.x, o.y), Fill(o.device, scale, t, o.shape)), g);
+  (void)b;
+  return Wrap(r, o.device);
+}
+
+}  // namespace
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("native_layer_norm", native_layer_norm);
+  K("native_layer_norm_backward", native_layer_norm_backward);
+  K("native_batch_norm", native_batch_norm);
+  K("_native_batch_norm_legit", bn_legit);
+  K("_native_batch_norm_legit.no_stats", bn_legit_no_stats);
+  K("_native_batch_norm_legit_no_training", bn_legit_no_training);
+  K("native_batch_norm_backward", native_batch_norm_backward);
+  K("convolution_overrideable", convolution_overrideable);
+  K("convolution_backward_overrideable", convolution_backward_overrideable);
+  K("max_pool2d_with_indices", max_pool2d_with_indices);
+  K("max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
+  K("avg_pool2d", avg_pool2d);
+  K("avg_pool2d_backward", avg_pool2d_backward);
+  K("_adaptive_avg_pool2d", adaptive_avg_pool2d);
+  K("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
+  K("nll_loss_forward", nll_loss_forward);
+  K("nll_loss_backward", nll_loss_backward);
+  K("nll_loss2d_forward", nll_loss2d_forward);
+  K("nll_loss2d_backward", nll_loss2d_backward);
+  K("mse_loss", mse_loss);
+  K("mse_loss_backward", mse_loss_backward);
+}

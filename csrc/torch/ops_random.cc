@@ -1,0 +1,180 @@
+// Random numbers on the device: uniform/normal/bernoulli/integers and
+// dropout, from the runtime's per-device Threefry state (seeded by
+// torch_pjrt.manual_seed / torch.manual_seed). A torch.Generator argument is
+// not supported on pjrt and is refused.
+#include <cmath>
+
+#include "torch/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+using ir::Op;
+
+void NoGenerator(const std::optional<at::Generator>& g) {
+  TORCH_CHECK(!g.has_value() || !g->defined(),
+              "pjrt tensors draw from the device's own generator; seed it with torch.manual_seed or "
+              "torch_pjrt.manual_seed instead of passing a torch.Generator");
+}
+
+// Uniform [0, 1) of dtype t (f32 math for half types), shape `shape`.
+ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) {
+  ir::Builder& b = B(d);
+  auto& rt = runtime::Runtime::Get();
+  if (t == at::kDouble) {
+    ir::Value bits = rt.RandomBits(d, {ir::DType::U64, shape});
+    ir::Value m = b.Binary(Op::Or, b.Binary(Op::ShiftRightLogical, bits, Fill(d, 12, at::kUInt64, shape)),
+                           Fill(d, 0x3FF0000000000000ULL * 1.0, at::kUInt64, shape));
+    return b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F64), Fill(d, 1, at::kDouble, shape));
+  }
+  ir::Value bits = rt.RandomBits(d, {ir::DType::U32, shape});
+  ir::Value m = b.Binary(Op::Or, b.Binary(Op::ShiftRightLogical, bits, Fill(d, 9, at::kUInt32, shape)),
+                         Fill(d, 0x3F800000, at::kUInt32, shape));
+  ir::Value u = b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F32), Fill(d, 1, at::kFloat, shape));
+  if (t == at::kFloat) return u;
+  // Rounding to a narrower type must not produce 1.0.
+  ir::Value c = b.Convert(u, ToIr(t));
+  const double below_one = t == at::kHalf ? 0.99951171875 : 0.99609375;
+  return b.Binary(Op::Min, c, Fill(d, below_one, t, shape));
+}
+
+at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "uniform_ expects a floating point tensor, got ", self.scalar_type());
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  ir::Value u = Uniform01(d, shape, t);
+  if (from != 0 || to != 1) {
+    u = b.Binary(Op::Add, b.Binary(Op::Mul, u, Number(d, to - from, t, shape)), Number(d, from, t, shape));
+  }
+  Assign(self, u);
+  return self;
+}
+
+at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(std >= 0, "normal expects std >= 0.0, but found std ", std);
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "normal_ expects a floating point tensor");
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType ct = t == at::kDouble ? at::kDouble : at::kFloat;
+  const auto shape = self.sizes().vec();
+  // Box-Muller: sqrt(-2 ln(1 - u1)) * cos(2 pi u2)
+  ir::Value u1 = Uniform01(d, shape, ct);
+  ir::Value u2 = Uniform01(d, shape, ct);
+  ir::Value r = b.Unary(Op::Sqrt, b.Binary(Op::Mul, Fill(d, -2, ct, shape),
+                                           b.Unary(Op::Log, b.Binary(Op::Sub, Fill(d, 1, ct, shape), u1))));
+  ir::Value z = b.Binary(Op::Mul, r, b.Unary(Op::Cos, b.Binary(Op::Mul, Fill(d, 2 * M_PI, ct, shape), u2)));
+  if (std != 1) z = b.Binary(Op::Mul, z, Number(d, std, ct, shape));
+  if (mean != 0) z = b.Binary(Op::Add, z, Number(d, mean, ct, shape));
+  Assign(self, z);
+  return self;
+}
+
+at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  ir::Value u = Uniform01(d, shape, at::kFloat);
+  Assign(self, b.Compare(ir::CompareDir::LT, u, Number(d, p, at::kFloat, shape)));
+  return self;
+}
+
+at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TraceScope s;
+  const int d = CommonDevice({&self, &p});
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  ir::Value u = Uniform01(d, shape, at::kFloat);
+  Assign(self, b.Compare(ir::CompareDir::LT, u, BroadcastTo(d, Operand(p, d, at::kFloat), shape)));
+  return self;
+}
+
+at::Tensor bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  ir::Value u = Uniform01(d, shape, at::kFloat);
+  return Wrap(b.Convert(b.Compare(ir::CompareDir::LT, u, ValAs(self, at::kFloat)), ToIr(self.scalar_type())), d);
+}
+
+at::Tensor& RandomRange(at::Tensor& self, double from, double to) {
+  TORCH_CHECK(to > from, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", to);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  ir::Value u = Uniform01(d, shape, at::kDouble);
+  ir::Value v = b.Unary(Op::Floor, b.Binary(Op::Mul, u, Number(d, to - from, at::kDouble, shape)));
+  v = b.Binary(Op::Add, v, Number(d, from, at::kDouble, shape));
+  Assign(self, v);
+  return self;
+}
+
+at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  const double hi = to ? static_cast<double>(*to)
+                       : (at::isFloatingType(self.scalar_type()) ? std::ldexp(1.0, std::numeric_limits<float>::digits)
+                                                                  : 9.2e18);
+  return RandomRange(self, static_cast<double>(from), hi);
+}
+
+at::Tensor& random_to_(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  return RandomRange(self, 0, static_cast<double>(to));
+}
+
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const auto shape = input.sizes().vec();
+  const at::ScalarType t = input.scalar_type();
+  if (train.has_value() && !*train) {
+    return {Wrap(Val(input), d), Wrap(Fill(d, 1, at::kBool, shape), d)};
+  }
+  if (p == 1) return {Wrap(Fill(d, 0, t, shape), d), Wrap(Fill(d, 0, at::kBool, shape), d)};
+  ir::Value keep = b.Compare(ir::CompareDir::GE, Uniform01(d, shape, at::kFloat), Number(d, p, at::kFloat, shape));
+  ir::Value scale = Number(d, 1.0 / (1.0 - p), t, shape);
+  ir::Value out = b.Select(keep, b.Binary(Op::Mul, Val(input), scale), Fill(d, 0, t, shape));
+  return {Wrap(out, d), Wrap(keep, d)};
+}
+
+at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
+  TraceScope s;
+  const int d = CommonDevice({&grad, &mask});
+  ir::Builder& b = B(d);
+  const auto shape = grad.sizes().vec();
+  const at::ScalarType t = grad.scalar_type();
+  ir::Value keep = ValAs(mask, at::kBool);
+  return Wrap(b.Select(keep, b.Binary(Op::Mul, Val(grad), Number(d, scale, t, shape)), Fill(d, 0, t, shape)), d);
+}
+
+}  // namespace
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("uniform_", uniform_);
+  K("normal_", normal_);
+  K("bernoulli_.float", bernoulli_float_);
+  K("bernoulli_.Tensor", bernoulli_tensor_);
+  K("bernoulli", bernoulli);
+  K("random_.from", random_from_);
+  K("random_.to", random_to_);
+  K("native_dropout", native_dropout);
+  K("native_dropout_backward", native_dropout_backward);
+}

@@ -1,0 +1,454 @@
+// Reductions and matrix products: sum/mean/max/min/argmax/any/all/norm/var,
+// cumulative sums, softmax and log-softmax with their backward formulas,
+// mm/bmm/addmm/baddbmm/dot/mv.
+#include <cmath>
+#include <limits>
+
+#include "torch/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+using ir::Op;
+using ir::ReduceKind;
+
+std::vector<int64_t> ReduceDims(at::OptionalIntArrayRef dims, int64_t rank) {
+  std::vector<int64_t> out;
+  if (!dims || dims->empty()) {
+    for (int64_t i = 0; i < rank; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t d : *dims) {
+    const int64_t w = WrapDim(d, rank);
+    if (rank == 0) continue;
+    TORCH_CHECK(std::find(out.begin(), out.end(), w) == out.end(), "dim ", w, " appears multiple times in the list of dims");
+    out.push_back(w);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+double InitFor(ReduceKind k, at::ScalarType t) {
+  switch (k) {
+    case ReduceKind::Sum: case ReduceKind::Or: return 0;
+    case ReduceKind::Prod: case ReduceKind::And: return 1;
+    case ReduceKind::Max:
+      if (at::isFloatingType(t)) return -INFINITY;
+      if (t == at::kBool) return 0;
+      return at::isSignedType(t) ? static_cast<double>(std::numeric_limits<int64_t>::lowest()) : 0;
+    case ReduceKind::Min:
+      if (at::isFloatingType(t)) return INFINITY;
+      if (t == at::kBool) return 1;
+      return static_cast<double>(std::numeric_limits<int64_t>::max());
+  }
+  return 0;
+}
+
+// Reduces `x` (shape `shape`, dtype t) over dims; keepdim reshapes back.
+ir::Value ReduceValue(int d, ir::Value x, const std::vector<int64_t>& shape, const std::vector<int64_t>& dims,
+                      ReduceKind kind, at::ScalarType t, bool keepdim) {
+  ir::Builder& b = B(d);
+  double init = InitFor(kind, t);
+  if (!at::isFloatingType(t) && t != at::kBool && (kind == ReduceKind::Max || kind == ReduceKind::Min)) {
+    // integer extremes of the actual type
+    const auto info = [&]() -> std::pair<double, double> {
+      switch (t) {
+        case at::kChar: return {-128, 127};
+        case at::kShort: return {-32768, 32767};
+        case at::kInt: return {-2147483648.0, 2147483647.0};
+        case at::kByte: return {0, 255};
+        default: return {-9223372036854775808.0, 9223372036854775807.0};
+      }
+    }();
+    init = kind == ReduceKind::Max ? info.first : info.second;
+  }
+  ir::Value r = b.Reduce(x, b.ScalarConstant(ToIr(t), init), dims, kind);
+  if (keepdim) {
+    std::vector<int64_t> kept = shape;
+    for (int64_t dim : dims) kept[dim] = 1;
+    r = b.Reshape(r, kept);
+  }
+  return r;
+}
+
+at::ScalarType SumType(const at::Tensor& a, std::optional<at::ScalarType> dtype) {
+  if (dtype) return *dtype;
+  return at::isIntegralType(a.scalar_type(), true) ? at::kLong : a.scalar_type();
+}
+
+at::Tensor sum_dim(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const at::ScalarType t = SumType(a, dtype);
+  const auto shape = a.sizes().vec();
+  return Wrap(ReduceValue(d, ValAs(a, t), shape, ReduceDims(dim, a.dim()), ReduceKind::Sum, t, keepdim), d);
+}
+at::Tensor sum_all(const at::Tensor& a, std::optional<at::ScalarType> dtype) { return sum_dim(a, std::nullopt, false, dtype); }
+
+int64_t Count(const at::Tensor& a, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t dim : dims) n *= a.dim() == 0 ? 1 : a.size(dim);
+  return n;
+}
+
+at::Tensor mean_dim(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  const at::ScalarType t = dtype.value_or(a.scalar_type());
+  TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t),
+              "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ",
+              t);
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const auto dims = ReduceDims(dim, a.dim());
+  ir::Value sum = ReduceValue(d, ValAs(a, t), a.sizes().vec(), dims, ReduceKind::Sum, t, keepdim);
+  ir::Builder& b = B(d);
+  const auto rshape = b.shape(sum).dims;
+  return Wrap(b.Binary(Op::Div, sum, Fill(d, static_cast<double>(Count(a, dims)), t, rshape)), d);
+}
+at::Tensor mean_all(const at::Tensor& a, std::optional<at::ScalarType> dtype) { return mean_dim(a, std::nullopt, false, dtype); }
+
+at::Tensor Extreme(const at::Tensor& a, at::IntArrayRef dim, bool keepdim, ReduceKind k) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const auto dims = ReduceDims(dim, a.dim());
+  for (int64_t x : dims) TORCH_CHECK(a.dim() == 0 || a.size(x) > 0, "reduction over a zero-size dimension has no identity");
+  return Wrap(ReduceValue(d, Val(a), a.sizes().vec(), dims, k, a.scalar_type(), keepdim), d);
+}
+at::Tensor amax(const at::Tensor& a, at::IntArrayRef dim, bool keepdim) { return Extreme(a, dim, keepdim, ReduceKind::Max); }
+at::Tensor amin(const at::Tensor& a, at::IntArrayRef dim, bool keepdim) { return Extreme(a, dim, keepdim, ReduceKind::Min); }
+at::Tensor max_all(const at::Tensor& a) {
+  TORCH_CHECK(a.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+  return Extreme(a, {}, false, ReduceKind::Max);
+}
+at::Tensor min_all(const at::Tensor& a) {
+  TORCH_CHECK(a.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+  return Extreme(a, {}, false, ReduceKind::Min);
+}
+
+// Index (i64) of the first extreme along `dim` (NaN counts as the extreme).
+ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, bool is_max, at::ScalarType t,
+                     ir::Value* values) {
+  ir::Builder& b = B(d);
+  ir::Value m = ReduceValue(d, x, shape, {dim}, is_max ? ReduceKind::Max : ReduceKind::Min, t, true);
+  ir::Value mb = BroadcastTo(d, m, shape);
+  ir::Value hit = b.Compare(ir::CompareDir::EQ, x, mb);
+  if (at::isFloatingType(t)) {
+    ir::Value nan = b.Compare(ir::CompareDir::NE, x, x);
+    hit = b.Binary(Op::Or, hit, nan);
+    // a NaN anywhere makes the extreme NaN (as PyTorch)
+    ir::Value any_nan = ReduceValue(d, nan, shape, {dim}, ReduceKind::Or, at::kBool, true);
+    if (values) *values = b.Select(any_nan, Fill(d, NAN, t, b.shape(m).dims), m);
+  } else if (values) {
+    *values = m;
+  }
+  ir::Value iota = b.Iota({ir::DType::I64, shape}, dim);
+  ir::Value big = Fill(d, static_cast<double>(shape[dim]), at::kLong, shape);
+  ir::Value idx = b.Select(hit, iota, big);
+  return ReduceValue(d, idx, shape, {dim}, ReduceKind::Min, at::kLong, true);
+}
+
+std::tuple<at::Tensor, at::Tensor> MaxMinDim(const at::Tensor& a, int64_t dim, bool keepdim, bool is_max) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const int64_t w = WrapDim(dim, a.dim());
+  std::vector<int64_t> shape = a.sizes().vec();
+  ir::Value x = Val(a);
+  if (shape.empty()) {
+    return {Wrap(x, d), Wrap(Fill(d, 0, at::kLong, {}), d)};
+  }
+  TORCH_CHECK(shape[w] > 0, "max/min(): Expected reduction dim ", w, " to have non-zero size.");
+  ir::Value values;
+  ir::Value idx = ArgExtreme(d, x, shape, w, is_max, a.scalar_type(), &values);
+  ir::Builder& b = B(d);
+  if (!keepdim) {
+    std::vector<int64_t> out = shape;
+    out.erase(out.begin() + w);
+    values = b.Reshape(values, out);
+    idx = b.Reshape(idx, out);
+  }
+  return {Wrap(values, d), Wrap(idx, d)};
+}
+std::tuple<at::Tensor, at::Tensor> max_dim(const at::Tensor& a, int64_t dim, bool keepdim) { return MaxMinDim(a, dim, keepdim, true); }
+std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor& a, int64_t dim, bool keepdim) { return MaxMinDim(a, dim, keepdim, false); }
+
+at::Tensor ArgMaxMin(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim, bool is_max) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  if (!dim) {
+    TORCH_CHECK(a.numel() > 0, "argmax/argmin(): Expected reduction dim to be specified for input.numel() == 0.");
+    ir::Value flat = b.Reshape(Val(a), {a.numel()});
+    ir::Value idx = ArgExtreme(d, flat, {a.numel()}, 0, is_max, a.scalar_type(), nullptr);
+    std::vector<int64_t> out = keepdim ? std::vector<int64_t>(a.dim(), 1) : std::vector<int64_t>{};
+    return Wrap(b.Reshape(idx, out), d);
+  }
+  auto r = MaxMinDim(a, *dim, keepdim, is_max);
+  return std::get<1>(r);
+}
+at::Tensor argmax(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim) { return ArgMaxMin(a, dim, keepdim, true); }
+at::Tensor argmin(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim) { return ArgMaxMin(a, dim, keepdim, false); }
+
+at::Tensor AnyAll(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepdim, bool any) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  return Wrap(ReduceValue(d, ValAs(a, at::kBool), a.sizes().vec(), ReduceDims(dim, a.dim()),
+                          any ? ReduceKind::Or : ReduceKind::And, at::kBool, keepdim),
+              d);
+}
+at::Tensor any_all(const at::Tensor& a) { return AnyAll(a, std::nullopt, false, true); }
+at::Tensor all_all(const at::Tensor& a) { return AnyAll(a, std::nullopt, false, false); }
+at::Tensor any_dim(const at::Tensor& a, int64_t dim, bool keepdim) { return AnyAll(a, at::IntArrayRef{dim}, keepdim, true); }
+at::Tensor all_dim(const at::Tensor& a, int64_t dim, bool keepdim) { return AnyAll(a, at::IntArrayRef{dim}, keepdim, false); }
+at::Tensor any_dims(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepdim) { return AnyAll(a, dim, keepdim, true); }
+at::Tensor all_dims(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepdim) { return AnyAll(a, dim, keepdim, false); }
+
+at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                              std::optional<at::ScalarType> dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = dtype.value_or(FloatType(a.scalar_type()));
+  const auto dims = ReduceDims(dim, a.dim());
+  const auto shape = a.sizes().vec();
+  ir::Value x = b.Unary(Op::Abs, ValAs(a, t));
+  const double p = ord.toDouble();
+  if (std::isinf(p)) {
+    return Wrap(ReduceValue(d, x, shape, dims, p > 0 ? ReduceKind::Max : ReduceKind::Min, t, keepdim), d);
+  }
+  if (p == 0) {
+    ir::Value nz = b.Convert(b.Compare(ir::CompareDir::NE, x, Fill(d, 0, t, shape)), ToIr(t));
+    return Wrap(ReduceValue(d, nz, shape, dims, ReduceKind::Sum, t, keepdim), d);
+  }
+  if (p == 1) return Wrap(ReduceValue(d, x, shape, dims, ReduceKind::Sum, t, keepdim), d);
+  if (p == 2) {
+    ir::Value sq = ReduceValue(d, b.Binary(Op::Mul, x, x), shape, dims, ReduceKind::Sum, t, keepdim);
+    return Wrap(b.Unary(Op::Sqrt, sq), d);
+  }
+  ir::Value pw = ReduceValue(d, b.Binary(Op::Pow, x, Fill(d, p, t, shape)), shape, dims, ReduceKind::Sum, t, keepdim);
+  return Wrap(b.Binary(Op::Pow, pw, Fill(d, 1.0 / p, t, b.shape(pw).dims)), d);
+}
+
+at::Tensor VarStd(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
+                  bool keepdim, bool take_sqrt) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = FloatType(a.scalar_type());
+  const auto dims = ReduceDims(dim, a.dim());
+  const auto shape = a.sizes().vec();
+  ir::Value x = ValAs(a, t);
+  const double n = static_cast<double>(Count(a, dims));
+  ir::Value sum = ReduceValue(d, x, shape, dims, ReduceKind::Sum, t, true);
+  ir::Value mean = b.Binary(Op::Div, sum, Fill(d, n, t, b.shape(sum).dims));
+  ir::Value diff = b.Binary(Op::Sub, x, BroadcastTo(d, mean, shape));
+  ir::Value ss = ReduceValue(d, b.Binary(Op::Mul, diff, diff), shape, dims, ReduceKind::Sum, t, keepdim);
+  const double corr = correction ? correction->toDouble() : 1.0;
+  ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), t, b.shape(ss).dims));
+  return Wrap(take_sqrt ? b.Unary(Op::Sqrt, var) : var, d);
+}
+at::Tensor var_correction(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& c, bool keepdim) {
+  return VarStd(a, dim, c, keepdim, false);
+}
+at::Tensor std_correction(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& c, bool keepdim) {
+  return VarStd(a, dim, c, keepdim, true);
+}
+
+at::Tensor cumsum(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType> dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = SumType(a, dtype);
+  if (a.dim() == 0) return Wrap(ValAs(a, t), d);
+  const int64_t w = WrapDim(dim, a.dim());
+  const auto shape = a.sizes().vec();
+  const int64_t r = a.dim();
+  std::vector<int64_t> window(r, 1), strides(r, 1), low(r, 0), high(r, 0);
+  window[w] = std::max<int64_t>(shape[w], 1);
+  low[w] = window[w] - 1;
+  return Wrap(b.ReduceWindow(ValAs(a, t), b.ScalarConstant(ToIr(t), 0), ReduceKind::Sum, window, strides, {}, {}, low,
+                             high),
+              d);
+}
+
+// ---------------------------------------------------------------- softmax
+
+ir::Value LogSoftmax(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, at::ScalarType t) {
+  ir::Builder& b = B(d);
+  ir::Value m = BroadcastTo(d, ReduceValue(d, x, shape, {dim}, ReduceKind::Max, t, true), shape);
+  ir::Value z = b.Binary(Op::Sub, x, m);
+  ir::Value lse = ReduceValue(d, b.Unary(Op::Exp, z), shape, {dim}, ReduceKind::Sum, t, true);
+  return b.Binary(Op::Sub, z, BroadcastTo(d, b.Unary(Op::Log, lse), shape));
+}
+
+at::Tensor softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
+  const auto shape = a.sizes().vec();
+  if (shape.empty()) return Wrap(Fill(d, 1, t, {}), d);
+  const int64_t w = WrapDim(dim, a.dim());
+  ir::Value x = ValAs(a, t);
+  ir::Value m = BroadcastTo(d, ReduceValue(d, x, shape, {w}, ReduceKind::Max, t, true), shape);
+  ir::Value e = b.Unary(Op::Exp, b.Binary(Op::Sub, x, m));
+  ir::Value sum = BroadcastTo(d, ReduceValue(d, e, shape, {w}, ReduceKind::Sum, t, true), shape);
+  return Wrap(b.Binary(Op::Div, e, sum), d);
+}
+
+at::Tensor log_softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
+  const auto shape = a.sizes().vec();
+  if (shape.empty()) return Wrap(Fill(d, 0, t, {}), d);
+  return Wrap(LogSoftmax(d, ValAs(a, t), shape, WrapDim(dim, a.dim()), t), d);
+}
+
+at::Tensor softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(out);
+  ir::Builder& b = B(d);
+  const auto shape = out.sizes().vec();
+  const at::ScalarType t = out.scalar_type();
+  if (shape.empty()) return Wrap(Fill(d, 0, input_dtype, {}), d);
+  const int64_t w = WrapDim(dim, out.dim());
+  ir::Value y = Val(out);
+  ir::Value g = ValAs(grad, t);
+  ir::Value gy = b.Binary(Op::Mul, g, y);
+  ir::Value sum = BroadcastTo(d, ReduceValue(d, gy, shape, {w}, ReduceKind::Sum, t, true), shape);
+  return Wrap(b.Convert(b.Binary(Op::Sub, gy, b.Binary(Op::Mul, y, sum)), ToIr(input_dtype)), d);
+}
+
+at::Tensor log_softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(out);
+  ir::Builder& b = B(d);
+  const auto shape = out.sizes().vec();
+  const at::ScalarType t = out.scalar_type();
+  if (shape.empty()) return Wrap(Fill(d, 0, input_dtype, {}), d);
+  const int64_t w = WrapDim(dim, out.dim());
+  ir::Value g = ValAs(grad, t);
+  ir::Value sum = BroadcastTo(d, ReduceValue(d, g, shape, {w}, ReduceKind::Sum, t, true), shape);
+  return Wrap(b.Convert(b.Binary(Op::Sub, g, b.Binary(Op::Mul, b.Unary(Op::Exp, Val(out)), sum)), ToIr(input_dtype)), d);
+}
+
+// ---------------------------------------------------------- matrix products
+
+ir::Value Dot(int d, ir::Value x, ir::Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, int64_t lc, int64_t rc) {
+  ir::DotDims dd;
+  dd.lhs_batch = std::move(lb);
+  dd.rhs_batch = std::move(rb);
+  dd.lhs_contract = {lc};
+  dd.rhs_contract = {rc};
+  return B(d).DotGeneral(x, y, dd);
+}
+
+void CheckMatmul(const at::Tensor& a, const at::Tensor& b, int64_t ra, int64_t rb, const char* name) {
+  TORCH_CHECK(a.dim() == ra, name, ": self must be a ", ra, "D tensor");
+  TORCH_CHECK(b.dim() == rb, name, ": mat2 must be a ", rb, "D tensor");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(),
+              " != ", b.scalar_type());
+}
+
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  CheckMatmul(a, b, 2, 2, "mm");
+  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
+              b.size(0), "x", b.size(1), ")");
+  TraceScope s;
+  const int d = CommonDevice({&a, &b});
+  return Wrap(Dot(d, Val(a), Val(b), {}, {}, 1, 0), d);
+}
+
+at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
+  CheckMatmul(a, b, 3, 3, "bmm");
+  TORCH_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "Expected size for first two dimensions of batch2 tensor to be: [",
+              a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+  TraceScope s;
+  const int d = CommonDevice({&a, &b});
+  return Wrap(Dot(d, Val(a), Val(b), {0}, {0}, 2, 1), d);
+}
+
+at::Tensor Scaled(int d, ir::Value prod, const at::Tensor& self, const at::Scalar& beta, const at::Scalar& alpha,
+                  at::ScalarType t) {
+  ir::Builder& b = B(d);
+  const auto shape = b.shape(prod).dims;
+  if (!IsOne(alpha)) prod = b.Binary(Op::Mul, prod, Number(d, alpha, t, shape));
+  if (!beta.isComplex() && beta.toDouble() == 0) return Wrap(prod, d);
+  ir::Value c = BroadcastTo(d, Operand(self, d, t), shape);
+  if (!IsOne(beta)) c = b.Binary(Op::Mul, c, Number(d, beta, t, shape));
+  return Wrap(b.Binary(Op::Add, c, prod), d);
+}
+
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
+                 const at::Scalar& alpha) {
+  CheckMatmul(m1, m2, 2, 2, "addmm");
+  TORCH_CHECK(m1.size(1) == m2.size(0), "mat1 and mat2 shapes cannot be multiplied (", m1.size(0), "x", m1.size(1),
+              " and ", m2.size(0), "x", m2.size(1), ")");
+  TraceScope s;
+  const int d = CommonDevice({&self, &m1, &m2});
+  return Scaled(d, Dot(d, Val(m1), Val(m2), {}, {}, 1, 0), self, beta, alpha, m1.scalar_type());
+}
+
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  CheckMatmul(b1, b2, 3, 3, "baddbmm");
+  TraceScope s;
+  const int d = CommonDevice({&self, &b1, &b2});
+  return Scaled(d, Dot(d, Val(b1), Val(b2), {0}, {0}, 2, 1), self, beta, alpha, b1.scalar_type());
+}
+
+at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
+  TORCH_CHECK(a.size(0) == b.size(0), "inconsistent tensor size, expected tensor [", a.size(0),
+              "] and src [", b.size(0), "] to have the same number of elements, but got ", a.size(0), " and ", b.size(0),
+              " elements respectively");
+  TraceScope s;
+  const int d = CommonDevice({&a, &b});
+  return Wrap(Dot(d, Val(a), Val(b), {}, {}, 0, 0), d);
+}
+
+at::Tensor mv(const at::Tensor& a, const at::Tensor& v) {
+  TORCH_CHECK(a.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", a.dim(), ", ", v.dim());
+  TraceScope s;
+  const int d = CommonDevice({&a, &v});
+  return Wrap(Dot(d, Val(a), Val(v), {}, {}, 1, 0), d);
+}
+
+}  // namespace
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("sum.dim_IntList", sum_dim);
+  K("sum", sum_all);
+  K("mean.dim", mean_dim);
+  K("mean", mean_all);
+  K("amax", amax);
+  K("amin", amin);
+  K("max", max_all);
+  K("min", min_all);
+  K("max.dim", max_dim);
+  K("min.dim", min_dim);
+  K("argmax", argmax);
+  K("argmin", argmin);
+  K("any", any_all);
+  K("all", all_all);
+  K("any.dim", any_dim);
+  K("all.dim", all_dim);
+  K("any.dims", any_dims);
+  K("all.dims", all_dims);
+  K("linalg_vector_norm", linalg_vector_norm);
+  K("var.correction", var_correction);
+  K("std.correction", std_correction);
+  K("cumsum", cumsum);
+  K("_softmax", softmax);
+  K("_log_softmax", log_softmax);
+  K("_softmax_backward_data", softmax_backward);
+  K("_log_softmax_backward_data", log_softmax_backward);
+  K("mm", mm);
+  K("bmm", bmm);
+  K("addmm", addmm);
+  K("baddbmm", baddbmm);
+  K("dot", dot);
+  K("mv", mv);
+}

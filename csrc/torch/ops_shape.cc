@@ -1,0 +1,508 @@
+// Data movement lowerings: cat, index_select, gather/scatter, advanced
+// indexing (index, index_put_), embedding backward, tril/triu, padding,
+// sort/topk, flip, arange.
+#include <numeric>
+
+#include "torch/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+using ir::Op;
+
+at::Tensor cat(const at::ITensorListRef& list, int64_t dim) {
+  std::vector<at::Tensor> ts(list.begin(), list.end());
+  TORCH_CHECK(!ts.empty(), "torch.cat(): expected a non-empty list of Tensors");
+  TraceScope s;
+  at::ScalarType t = ts[0].scalar_type();
+  for (const auto& x : ts) t = at::promoteTypes(t, x.scalar_type());
+  // Legacy rule: 1-D empty tensors are skipped.
+  std::vector<const at::Tensor*> kept;
+  for (const auto& x : ts) {
+    if (!(x.dim() == 1 && x.numel() == 0)) kept.push_back(&x);
+  }
+  int d = -1;
+  for (const auto& x : ts) {
+    if (IsPjrt(x)) d = d < 0 ? DeviceIndex(x) : d;
+  }
+  TORCH_CHECK(d >= 0, "torch.cat(): no pjrt tensor among the inputs");
+  if (kept.empty()) return Wrap(Fill(d, 0, t, {0}), d);
+  const int64_t rank = kept[0]->dim();
+  const int64_t w = WrapDim(dim, rank);
+  std::vector<ir::Value> vals;
+  for (const at::Tensor* x : kept) {
+    TORCH_CHECK(x->dim() == rank, "Tensors must have same number of dimensions: got ", rank, " and ", x->dim());
+    for (int64_t i = 0; i < rank; ++i) {
+      TORCH_CHECK(i == w || x->size(i) == kept[0]->size(i), "Sizes of tensors must match except in dimension ", w,
+                  ". Expected size ", kept[0]->size(i), " but got size ", x->size(i), " for tensor number ",
+                  &*x - &ts[0], " in the list.");
+    }
+    vals.push_back(Operand(*x, d, t));
+  }
+  if (vals.size() == 1) return Wrap(vals[0], d);
+  return Wrap(B(d).Concatenate(vals, w), d);
+}
+
+// i64 index value, negative entries wrapped by `size`.
+ir::Value WrapIndex(int d, ir::Value idx, int64_t size) {
+  ir::Builder& b = B(d);
+  idx = b.Convert(idx, ir::DType::I64);
+  const auto shape = b.shape(idx).dims;
+  ir::Value neg = b.Compare(ir::CompareDir::LT, idx, Fill(d, 0, at::kLong, shape));
+  return b.Select(neg, b.Binary(Op::Add, idx, Fill(d, static_cast<double>(size), at::kLong, shape)), idx);
+}
+
+at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_select(): Expected dtype int32/int64 for index");
+  TraceScope s;
+  const int d = CommonDevice({&self, &index});
+  ir::Builder& b = B(d);
+  if (self.dim() == 0) return Wrap(Val(self), d);
+  const int64_t w = WrapDim(dim, self.dim());
+  const int64_t n = index.numel();
+  ir::Value idx = b.Reshape(WrapIndex(d, Operand(index, d, index.scalar_type()), self.size(w)), {n, 1});
+  ir::GatherDims g;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    if (i != w) g.offset_dims.push_back(i);
+  }
+  g.collapsed_slice_dims = {w};
+  g.start_index_map = {w};
+  g.index_vector_dim = 1;
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[w] = 1;
+  return Wrap(b.Gather(Val(self), idx, g, sizes), d);
+}
+
+// Full coordinates for gather/scatter along `dim`: index values at `dim`,
+// iota elsewhere; shape [*index.shape, rank].
+ir::Value Coordinates(int d, ir::Value idx, const std::vector<int64_t>& ishape, int64_t dim) {
+  ir::Builder& b = B(d);
+  const int64_t r = static_cast<int64_t>(ishape.size());
+  std::vector<int64_t> one = ishape;
+  one.push_back(1);
+  std::vector<ir::Value> parts;
+  for (int64_t k = 0; k < r; ++k) {
+    ir::Value c = k == dim ? idx : b.Iota({ir::DType::I64, ishape}, k);
+    parts.push_back(b.Reshape(c, one));
+  }
+  return b.Concatenate(parts, r);
+}
+
+at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
+  TraceScope s;
+  const int d = CommonDevice({&self, &index});
+  ir::Builder& b = B(d);
+  if (self.dim() == 0) return Wrap(b.Reshape(Val(self), index.sizes().vec()), d);
+  const int64_t w = WrapDim(dim, self.dim());
+  TORCH_CHECK(index.dim() == self.dim(), "Index tensor must have the same number of dimensions as input tensor");
+  const auto ishape = index.sizes().vec();
+  if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), ishape), d);
+  ir::Value coords = Coordinates(d, WrapIndex(d, Val(index), self.size(w)), ishape, w);
+  ir::GatherDims g;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    g.collapsed_slice_dims.push_back(i);
+    g.start_index_map.push_back(i);
+  }
+  g.index_vector_dim = index.dim();
+  return Wrap(b.Gather(Val(self), coords, g, std::vector<int64_t>(self.dim(), 1)), d);
+}
+
+ir::Value ScatterInto(int d, const at::Tensor& self, int64_t dim, const at::Tensor& index, ir::Value src, bool replace) {
+  ir::Builder& b = B(d);
+  const int64_t w = WrapDim(dim, self.dim());
+  const auto ishape = index.sizes().vec();
+  ir::Value coords = Coordinates(d, WrapIndex(d, Val(index), self.size(w)), ishape, w);
+  ir::ScatterDims sd;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    sd.inserted_window_dims.push_back(i);
+    sd.scatter_dims_to_operand_dims.push_back(i);
+  }
+  sd.index_vector_dim = index.dim();
+  return b.Scatter(Val(self), coords, src, sd, replace);
+}
+
+ir::Value SrcRegion(int d, const at::Tensor& src, const at::Tensor& index, at::ScalarType t) {
+  ir::Builder& b = B(d);
+  ir::Value v = ValAs(src, t);
+  if (src.sizes() == index.sizes()) return v;
+  std::vector<int64_t> zeros(src.dim(), 0), ones(src.dim(), 1);
+  return b.Slice(v, zeros, index.sizes().vec(), ones);
+}
+
+at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  TraceScope s;
+  const int d = CommonDevice({&self, &index, &src});
+  if (index.numel() == 0) return Wrap(Val(self), d);
+  return Wrap(ScatterInto(d, self, dim, index, SrcRegion(d, src, index, self.scalar_type()), false), d);
+}
+
+at::Tensor scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  TraceScope s;
+  const int d = CommonDevice({&self, &index, &src});
+  if (index.numel() == 0) return Wrap(Val(self), d);
+  return Wrap(ScatterInto(d, self, dim, index, SrcRegion(d, src, index, self.scalar_type()), true), d);
+}
+
+at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  TraceScope s;
+  const int d = CommonDevice({&self, &index});
+  if (index.numel() == 0) return Wrap(Val(self), d);
+  return Wrap(ScatterInto(d, self, dim, index, Number(d, value, self.scalar_type(), index.sizes().vec()), true), d);
+}
+
+at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  at::Tensor r = tpj::aten::scatter_add(self, dim, index, src);
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  at::Tensor r = tpj::aten::scatter_src(self, dim, index, src);
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& v) {
+  at::Tensor r = tpj::aten::scatter_value(self, dim, index, v);
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+
+// --------------------------------------------------------- advanced indexing
+
+struct IndexPlan {
+  std::vector<int64_t> dims;       // indexed dims of self
+  std::vector<at::Tensor> tensors;  // integer index tensors (one per dim)
+  std::vector<int64_t> bshape;      // broadcast shape of the index tensors
+  bool adjacent = true;
+};
+
+IndexPlan PlanIndex(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  IndexPlan p;
+  TORCH_CHECK_INDEX(static_cast<int64_t>(indices.size()) <= self.dim(), "too many indices for tensor of dimension ",
+                    self.dim(), " (got ", indices.size(), ")");
+  int64_t pos = 0;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    std::optional<at::Tensor> t = indices.get(i);
+    if (!t || !t->defined()) {
+      ++pos;
+      continue;
+    }
+    if (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte) {
+      // A mask selects data-dependent positions: its nonzero() needs the values.
+      at::Tensor nz = at::nonzero(*t);
+      for (int64_t k = 0; k < t->dim(); ++k) {
+        TORCH_CHECK_INDEX(t->size(k) == self.size(pos + k), "The shape of the mask ", t->sizes(), " at index ", k,
+                          " does not match the shape of the indexed tensor ", self.sizes(), " at index ", pos + k);
+        p.dims.push_back(pos + k);
+        p.tensors.push_back(nz.select(1, k));
+      }
+      pos += t->dim();
+      continue;
+    }
+    TORCH_CHECK_INDEX(at::isIntegralType(t->scalar_type(), false), "tensors used as indices must be long, int, byte or bool tensors");
+    p.dims.push_back(pos++);
+    p.tensors.push_back(*t);
+  }
+  for (size_t i = 1; i < p.dims.size(); ++i) {
+    if (p.dims[i] != p.dims[i - 1] + 1) p.adjacent = false;
+  }
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    p.bshape = i == 0 ? p.tensors[0].sizes().vec() : at::infer_size(p.bshape, p.tensors[i].sizes());
+  }
+  return p;
+}
+
+// Coordinates [*bshape, k] for the indexed dims; gather/scatter dims.
+ir::Value IndexCoords(int d, const at::Tensor& self, const IndexPlan& p) {
+  ir::Builder& b = B(d);
+  std::vector<int64_t> one = p.bshape;
+  one.push_back(1);
+  std::vector<ir::Value> parts;
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    ir::Value v = BroadcastTo(d, WrapIndex(d, Operand(p.tensors[i], d, p.tensors[i].scalar_type()), self.size(p.dims[i])), p.bshape);
+    parts.push_back(b.Reshape(v, one));
+  }
+  return parts.size() == 1 ? parts[0] : b.Concatenate(parts, static_cast<int64_t>(p.bshape.size()));
+}
+
+// Shape of self[indices] and where its dims come from.
+std::vector<int64_t> IndexResultShape(const at::Tensor& self, const IndexPlan& p, std::vector<int64_t>* offset_dims) {
+  std::vector<int64_t> rest_before, rest_after;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    if (std::find(p.dims.begin(), p.dims.end(), i) != p.dims.end()) continue;
+    (p.adjacent && i < p.dims[0] ? rest_before : rest_after).push_back(i);
+  }
+  std::vector<int64_t> out;
+  offset_dims->clear();
+  for (int64_t i : rest_before) {
+    offset_dims->push_back(static_cast<int64_t>(out.size()));
+    out.push_back(self.size(i));
+  }
+  out.insert(out.end(), p.bshape.begin(), p.bshape.end());
+  for (int64_t i : rest_after) {
+    offset_dims->push_back(static_cast<int64_t>(out.size()));
+    out.push_back(self.size(i));
+  }
+  return out;
+}
+
+at::Tensor index_tensor(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  IndexPlan p = PlanIndex(self, indices);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  if (p.tensors.empty()) return Wrap(Val(self), d);
+  std::vector<int64_t> offset_dims;
+  const std::vector<int64_t> out = IndexResultShape(self, p, &offset_dims);
+  int64_t numel = 1;
+  for (int64_t x : out) numel *= x;
+  if (numel == 0) return Wrap(Fill(d, 0, self.scalar_type(), out), d);
+  ir::GatherDims g;
+  g.offset_dims = offset_dims;
+  g.collapsed_slice_dims = p.dims;
+  g.start_index_map = p.dims;
+  g.index_vector_dim = static_cast<int64_t>(p.bshape.size());
+  std::vector<int64_t> sizes = self.sizes().vec();
+  for (int64_t dim : p.dims) sizes[dim] = 1;
+  ir::Value r = b.Gather(Val(self), IndexCoords(d, self, p), g, sizes);
+  return Wrap(b.Reshape(r, out), d);
+}
+
+at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
+                     bool accumulate) {
+  // x[mask] = v with a full-shape mask and one value: a select, no sync.
+  if (indices.size() == 1 && indices.get(0) && indices.get(0)->scalar_type() == at::kBool &&
+      indices.get(0)->sizes() == self.sizes() && values.numel() == 1 && !accumulate) {
+    TraceScope s;
+    const int d = DeviceIndex(self);
+    const auto shape = self.sizes().vec();
+    ir::Value m = Operand(*indices.get(0), d, at::kBool);
+    ir::Value v = BroadcastTo(d, B(d).Reshape(Operand(values, d, self.scalar_type()), {}), shape);
+    Assign(self, B(d).Select(m, v, Val(self)));
+    return self;
+  }
+  IndexPlan p = PlanIndex(self, indices);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  if (p.tensors.empty()) {
+    Assign(self, BroadcastTo(d, Operand(values, d, self.scalar_type()), self.sizes().vec()));
+    return self;
+  }
+  std::vector<int64_t> offset_dims;
+  const std::vector<int64_t> out = IndexResultShape(self, p, &offset_dims);
+  int64_t numel = 1;
+  for (int64_t x : out) numel *= x;
+  if (numel == 0) return self;
+  ir::Value upd = BroadcastTo(d, Operand(values, d, self.scalar_type()), out);
+  ir::ScatterDims sd;
+  sd.update_window_dims = offset_dims;
+  sd.inserted_window_dims = p.dims;
+  sd.scatter_dims_to_operand_dims = p.dims;
+  sd.index_vector_dim = static_cast<int64_t>(p.bshape.size());
+  // Scatter wants the window dims last in the updates when not adjacent; the
+  // gather-shaped `out` already matches the dimension numbers.
+  Assign(self, b.Scatter(Val(self), IndexCoords(d, self, p), upd, sd, !accumulate));
+  return self;
+}
+
+at::Tensor& index_put_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
+                       bool accumulate) {
+  return IndexPut(self, indices, values, accumulate);
+}
+
+at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                            const at::Tensor& values, bool accumulate, bool unsafe) {
+  return IndexPut(self, indices, values, accumulate);
+}
+
+at::Tensor index_put(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
+                     bool accumulate) {
+  at::Tensor copy = self.clone();
+  IndexPut(copy, indices, values, accumulate);
+  return copy;
+}
+
+at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights,
+                                    int64_t padding_idx, bool scale_grad_by_freq) {
+  TraceScope s;
+  const int d = CommonDevice({&grad, &indices});
+  ir::Builder& b = B(d);
+  const int64_t n = indices.numel();
+  const int64_t dim = grad.size(-1);
+  const at::ScalarType t = grad.scalar_type();
+  ir::Value idx = b.Reshape(b.Convert(Val(indices), ir::DType::I64), {n});
+  ir::Value g = b.Reshape(Val(grad), {n, dim});
+  if (padding_idx >= 0) {
+    ir::Value pad = b.Compare(ir::CompareDir::EQ, idx, Fill(d, static_cast<double>(padding_idx), at::kLong, {n}));
+    g = b.Select(BroadcastTo(d, b.Reshape(pad, {n, 1}), {n, dim}), Fill(d, 0, t, {n, dim}), g);
+  }
+  ir::ScatterDims sd;
+  sd.update_window_dims = {1};
+  sd.inserted_window_dims = {0};
+  sd.scatter_dims_to_operand_dims = {0};
+  sd.index_vector_dim = 1;
+  ir::Value idx2 = b.Reshape(idx, {n, 1});
+  if (scale_grad_by_freq) {
+    ir::ScatterDims cd;
+    cd.inserted_window_dims = {0};
+    cd.scatter_dims_to_operand_dims = {0};
+    cd.index_vector_dim = 1;
+    ir::Value counts = b.Scatter(Fill(d, 0, t, {num_weights}), idx2, Fill(d, 1, t, {n}), cd, false);
+    ir::GatherDims gd;
+    gd.collapsed_slice_dims = {0};
+    gd.start_index_map = {0};
+    gd.index_vector_dim = 1;
+    ir::Value per = b.Gather(counts, idx2, gd, {1});
+    g = b.Binary(Op::Div, g, BroadcastTo(d, b.Reshape(per, {n, 1}), {n, dim}));
+  }
+  return Wrap(b.Scatter(Fill(d, 0, t, {num_weights, dim}), idx2, g, sd, false), d);
+}
+
+at::Tensor TriMask(const at::Tensor& self, int64_t diagonal, bool lower) {
+  TORCH_CHECK(self.dim() >= 2, lower ? "tril" : "triu", ": input tensor must have at least 2 dimensions");
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  const int64_t r = self.dim();
+  ir::Value row = b.Iota({ir::DType::I64, shape}, r - 2);
+  ir::Value col = b.Iota({ir::DType::I64, shape}, r - 1);
+  ir::Value diff = b.Binary(Op::Sub, col, row);
+  ir::Value keep = b.Compare(lower ? ir::CompareDir::LE : ir::CompareDir::GE, diff,
+                             Fill(d, static_cast<double>(diagonal), at::kLong, shape));
+  return Wrap(b.Select(keep, Val(self), Fill(d, 0, self.scalar_type(), shape)), d);
+}
+at::Tensor tril(const at::Tensor& self, int64_t diagonal) { return TriMask(self, diagonal, true); }
+at::Tensor triu(const at::Tensor& self, int64_t diagonal) { return TriMask(self, diagonal, false); }
+at::Tensor& tril_(at::Tensor& self, int64_t diagonal) {
+  at::Tensor r = tpj::aten::tril(self, diagonal);
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+at::Tensor& triu_(at::Tensor& self, int64_t diagonal) {
+  at::Tensor r = tpj::aten::triu(self, diagonal);
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+
+at::Tensor constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const at::Scalar& value) {
+  TORCH_CHECK(pad.size() % 2 == 0, "Length of pad must be even but instead it equals ", pad.size());
+  TORCH_CHECK(static_cast<int64_t>(pad.size() / 2) <= self.dim(), "Length of pad should be no more than twice the number of dimensions of the input.");
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  const int64_t r = self.dim();
+  std::vector<int64_t> low(r, 0), high(r, 0), interior(r, 0);
+  for (size_t i = 0; i < pad.size() / 2; ++i) {
+    low[r - 1 - i] = pad[2 * i];
+    high[r - 1 - i] = pad[2 * i + 1];
+  }
+  ir::Value pv = B(d).Reshape(Number(d, value, self.scalar_type(), {}), {});
+  return Wrap(B(d).Pad(Val(self), pv, low, high, interior), d);
+}
+
+std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
+                                               bool descending) {
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  if (self.dim() == 0) return {Wrap(Val(self), d), Wrap(Fill(d, 0, at::kLong, {}), d)};
+  const int64_t w = WrapDim(dim, self.dim());
+  const auto shape = self.sizes().vec();
+  auto r = b.Sort({Val(self), b.Iota({ir::DType::I64, shape}, w)}, w, descending);
+  return {Wrap(r[0], d), Wrap(r[1], d)};
+}
+std::tuple<at::Tensor, at::Tensor> sort(const at::Tensor& self, int64_t dim, bool descending) {
+  return sort_stable(self, true, dim, descending);
+}
+
+std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted) {
+  const int64_t w = WrapDim(dim, self.dim());
+  TORCH_CHECK(k >= 0 && k <= (self.dim() ? self.size(w) : 1), "selected index k out of range");
+  auto [v, i] = sort_stable(self, true, w, largest);
+  if (self.dim() == 0) return {v, i};
+  return {v.narrow(w, 0, k).clone(), i.narrow(w, 0, k).clone()};
+}
+
+at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step, at::Tensor& out) {
+  const double st = step.toDouble();
+  TORCH_CHECK(st != 0, "step must be nonzero");
+  const double n_real = std::ceil((end.toDouble() - start.toDouble()) / st);
+  TORCH_CHECK(n_real >= 0, "upper bound and larger bound inconsistent with step sign");
+  const int64_t n = static_cast<int64_t>(n_real);
+  if (out.numel() != n) out.resize_({n});
+  TraceScope s;
+  const int d = DeviceIndex(out);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = out.scalar_type();
+  const at::ScalarType ct = at::isIntegralType(t, true) && !start.isFloatingPoint() && !step.isFloatingPoint() ? at::kLong : at::kDouble;
+  ir::Value iota = b.Iota({ToIr(ct), {n}}, 0);
+  ir::Value v = b.Binary(Op::Add, Number(d, start, ct, {n}), b.Binary(Op::Mul, iota, Number(d, step, ct, {n})));
+  Assign(out, v);
+  return out;
+}
+
+at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  std::vector<int64_t> ds;
+  for (int64_t x : dims) ds.push_back(WrapDim(x, self.dim()));
+  ir::Value v = Val(self);
+  // reverse = gather with reversed iota per flipped dim
+  for (int64_t w : ds) {
+    const int64_t n = self.size(w);
+    if (n <= 1) continue;
+    ir::Value rev = b.Binary(Op::Sub, Fill(d, static_cast<double>(n - 1), at::kLong, {n}), b.Iota({ir::DType::I64, {n}}, 0));
+    ir::GatherDims g;
+    for (int64_t i = 0; i < self.dim(); ++i) {
+      if (i != w) g.offset_dims.push_back(i);
+    }
+    g.collapsed_slice_dims = {w};
+    g.start_index_map = {w};
+    g.index_vector_dim = 1;
+    std::vector<int64_t> sizes = self.sizes().vec();
+    sizes[w] = 1;
+    v = b.Gather(v, b.Reshape(rev, {n, 1}), g, sizes);
+  }
+  return Wrap(v, d);
+}
+
+}  // namespace
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("cat", cat);
+  K("index_select", index_select);
+  K("gather", gather);
+  K("scatter_add", scatter_add);
+  K("scatter_add_", scatter_add_);
+  K("scatter.src", scatter_src);
+  K("scatter.value", scatter_value);
+  K("scatter_.src", scatter_src_);
+  K("scatter_.value", scatter_value_);
+  K("index.Tensor", index_tensor);
+  K("index_put_", index_put_);
+  K("index_put", index_put);
+  K("_index_put_impl_", index_put_impl_);
+  K("embedding_dense_backward", embedding_dense_backward);
+  K("tril", tril);
+  K("triu", triu);
+  K("tril_", tril_);
+  K("triu_", triu_);
+  K("constant_pad_nd", constant_pad_nd);
+  K("sort.stable", sort_stable);
+  K("sort", sort);
+  K("topk", topk);
+  K("arange.start_out", arange_out);
+  K("flip", flip);
+}
