@@ -78,9 +78,10 @@ void BindTorch(py::module_& m) {
   m.def("_metrics_reset", [] { runtime::Metrics::Get().Reset(); });
   m.def("_set_location_provider", [](py::function f) {
     auto holder = std::make_shared<py::function>(std::move(f));
-    runtime::Runtime::Get().SetLocationProvider([holder]() -> std::string {
-      if (!Py_IsInitialized()) return "";
-      py::gil_scoped_acquire gil;
+    runtime::Runtime::SetLocationProvider([holder]() -> std::string {
+      // Only on a thread that already holds the GIL: acquiring it while the
+      // runtime lock is held could deadlock against a Python thread.
+      if (!Py_IsInitialized() || !PyGILState_Check()) return "";
       try {
         return py::cast<std::string>((*holder)());
       } catch (...) {

@@ -60,10 +60,12 @@ std::string ShapeText(const ir::Shape& s) {
 }
 
 // One line per parameter and constant: what ExplainRecompile compares.
-std::vector<std::string> Signature(const ir::Graph& g) {
+std::vector<std::string> Signature(const ir::Graph& g, const std::vector<std::string>& param_desc) {
   std::vector<std::string> sig;
   for (size_t i = 0; i < g.params.size(); ++i) {
-    sig.push_back("parameter " + std::to_string(i) + ": " + ShapeText(g.nodes[g.params[i]].results[0]));
+    const std::string& desc = i < param_desc.size() ? param_desc[i] : std::string();
+    sig.push_back("input " + std::to_string(i) + ": " +
+                  (desc.empty() ? ShapeText(g.nodes[g.params[i]].results[0]) : desc));
   }
   int c = 0;
   for (const ir::Node& n : g.nodes) {
@@ -102,6 +104,31 @@ void Runtime::Configure(std::vector<std::string> search_dirs, std::vector<pjrt::
 }
 
 bool Runtime::Initialized() { return Instance() != nullptr; }
+
+namespace {
+std::mutex& LocationMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::function<std::string()>& LocationFn() {
+  static std::function<std::string()> f;
+  return f;
+}
+}  // namespace
+
+void Runtime::SetLocationProvider(std::function<std::string()> f) {
+  std::lock_guard<std::mutex> l(LocationMutex());
+  LocationFn() = std::move(f);
+}
+
+std::string Runtime::Location() {
+  std::function<std::string()> f;
+  {
+    std::lock_guard<std::mutex> l(LocationMutex());
+    f = LocationFn();
+  }
+  return f ? f() : std::string();
+}
 
 Runtime& Runtime::Get() {
   Runtime* r = Instance();
@@ -178,6 +205,14 @@ ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType
   ir::Value v = t.builder->Parameter({dtype, buffer->dims()});
   t.buffer_params[buffer.get()] = v;
   return v;
+}
+
+void Runtime::DescribeParam(int device, ir::Value flat, const std::string& description) {
+  Trace& t = traces_[device];
+  const ir::Node& n = t.builder->graph().nodes[flat.node];
+  if (n.op != ir::Op::Parameter) return;
+  std::string& d = t.params[n.attrs.axis].description;
+  if (d.empty()) d = description;
 }
 
 ir::Value Runtime::HostScalar(int device, ir::DType dtype, const void* bytes) {
@@ -297,7 +332,8 @@ DeviceBuffer Runtime::Materialize(Storage& s) {
   return s.buffer;
 }
 
-std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key) {
+std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key,
+                                                         const std::vector<std::string>& param_desc) {
   Metrics& m = Metrics::Get();
   if (auto exe = cache_.Lookup(key)) {
     m.Add("cache_hits");
@@ -318,7 +354,7 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   }
   if (corrupt) m.Add("disk_cache_corrupt");
   const uint64_t structure = ir::StructureHash(g);
-  ExplainRecompile(structure, g);
+  ExplainRecompile(structure, g, param_desc);
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<pjrt::Executable> exe(runtime::CompileText(*client_, ir::PrintStableHlo(g), options, args));
   m.AddTime("compile", Seconds(t0));
@@ -328,8 +364,8 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   return exe;
 }
 
-void Runtime::ExplainRecompile(uint64_t structure, const ir::Graph& g) {
-  std::vector<std::string> sig = Signature(g);
+void Runtime::ExplainRecompile(uint64_t structure, const ir::Graph& g, const std::vector<std::string>& param_desc) {
+  std::vector<std::string> sig = Signature(g, param_desc);
   auto it = seen_structures_.find(structure);
   if (it != seen_structures_.end()) {
     const std::vector<std::string>& old = it->second;
@@ -337,7 +373,7 @@ void Runtime::ExplainRecompile(uint64_t structure, const ir::Graph& g) {
     for (size_t i = 0; i < std::min(old.size(), sig.size()); ++i) {
       if (old[i] == sig[i]) continue;
       const size_t colon = old[i].find(':');
-      if (old[i].rfind("parameter", 0) == 0 || old[i].rfind("constant", 0) == 0) {
+      if (old[i].rfind("input", 0) == 0 || old[i].rfind("constant", 0) == 0) {
         why += (why.empty() ? "" : "; ") + old[i].substr(0, colon) + " changed from" + old[i].substr(colon + 1) +
                " to" + sig[i].substr(sig[i].find(':') + 1);
       } else if (why.empty()) {
@@ -346,14 +382,14 @@ void Runtime::ExplainRecompile(uint64_t structure, const ir::Graph& g) {
       if (why.size() > 400) break;
     }
     if (why.empty()) why = "same structure, different details";
-    RecompileReason r{structure, why, location_ ? location_() : std::string()};
+    RecompileReason r{structure, why, Location()};
     if (DebugEnabled()) {
       std::fprintf(stderr, "torch_pjrt: recompiling a known graph (%s)%s%s\n", r.why.c_str(),
                    r.where.empty() ? "" : " at ", r.where.c_str());
     }
     Metrics::Get().Recompiled(std::move(r));
   } else if (DebugEnabled()) {
-    const std::string where = location_ ? location_() : std::string();
+    const std::string where = Location();
     std::fprintf(stderr, "torch_pjrt: compiling a new graph (%zu nodes, %zu parameters)%s%s\n", g.nodes.size(),
                  g.params.size(), where.empty() ? "" : " at ", where.c_str());
   }
@@ -415,7 +451,9 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
 
   std::shared_ptr<pjrt::Executable> exe;
   try {
-    exe = GetExecutable(device, g, key.str());
+    std::vector<std::string> desc;
+    for (int64_t p : used) desc.push_back(t.params[p].description);
+    exe = GetExecutable(device, g, key.str(), desc);
   } catch (...) {
     // Leave the device usable: drop this trace's pending work, keep the last
     // materialized contents of every storage.
@@ -444,6 +482,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
   std::vector<std::unique_ptr<pjrt::Buffer>> outs = exe->Execute(args);
   m.AddTime("execute_launch", Seconds(t1));
   m.Add("executions");
+  if (!g.aliases.empty()) m.Add("donated_buffers", static_cast<int64_t>(g.aliases.size()));
 
   std::vector<DeviceBuffer> shared(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) shared[i] = DeviceBuffer(std::move(outs[i]));

@@ -79,6 +79,9 @@ class Runtime {
   ir::Value HostScalar(int device, ir::DType dtype, const void* bytes);
   // A device buffer as a parameter of the current trace (memoized).
   ir::Value BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype);
+  // Describes the parameter behind `flat` (if it is one) by the tensor shape
+  // it was read as, e.g. "float32[4,16]": recompile reasons name inputs so.
+  void DescribeParam(int device, ir::Value flat, const std::string& description);
 
   // Random bits: threads the device's Threefry state through the trace.
   ir::Value RandomBits(int device, const ir::Shape& bits);
@@ -99,7 +102,9 @@ class Runtime {
   void InitializeDiskCache(const std::string& dir, bool readonly);
 
   // Where a sync was requested from (Python file:line), for recompile logs.
-  void SetLocationProvider(std::function<std::string()> f) { location_ = std::move(f); }
+  // Static: may be set before the runtime starts.
+  static void SetLocationProvider(std::function<std::string()> f);
+  static std::string Location();
   size_t pending_count(int device);
 
  private:
@@ -108,6 +113,7 @@ class Runtime {
     DeviceBuffer buffer;         // device data, or
     std::vector<uint8_t> host;   // bytes of a host scalar
     ir::DType dtype = ir::DType::F32;
+    std::string description;     // how a tensor read it, for recompile reasons
   };
   struct Trace {
     std::unique_ptr<ir::Builder> builder;
@@ -124,8 +130,9 @@ class Runtime {
   void Init();
   void ResetTrace(Trace& t);
   void SyncDevice(int device, const SyncOptions& options);
-  std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key);
-  void ExplainRecompile(uint64_t structure, const ir::Graph& g);
+  std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,
+                                                  const std::vector<std::string>& param_desc);
+  void ExplainRecompile(uint64_t structure, const ir::Graph& g, const std::vector<std::string>& param_desc);
 
   std::recursive_mutex mu_;
   std::shared_ptr<pjrt::Client> client_;
@@ -133,7 +140,6 @@ class Runtime {
   std::vector<Trace> traces_;
   CompileCache cache_;
   std::string fingerprint_;
-  std::function<std::string()> location_;
   // StructureHash -> description of the last compiled graph with it.
   std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;
 };

@@ -4,6 +4,7 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
@@ -278,6 +279,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fill_.Scalar", TORCH_FN(tpj::aten::fill_scalar));
   m.impl("fill_.Tensor", TORCH_FN(tpj::aten::fill_tensor));
   m.impl("zero_", TORCH_FN(tpj::aten::zero_));
+  m.impl("unfold", TORCH_FN(at::native::unfold));  // a CPU/CUDA-registered view op; generic over strides
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(tpj::aten::has_compatible_shallow_copy_type));
 }
 

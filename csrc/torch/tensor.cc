@@ -129,6 +129,11 @@ ir::Value Val(const at::Tensor& t) {
   runtime::Storage& s = StorageOf(t);
   const ir::DType dt = ToIr(t.scalar_type());
   ir::Value flat = rt.ReadFlat(s, dt);
+  if (s.buffer && !(s.pending)) {
+    std::string desc = std::string(ir::Name(dt)) + "[";
+    for (int64_t i = 0; i < t.dim(); ++i) desc += (i ? "," : "") + std::to_string(t.size(i));
+    rt.DescribeParam(s.device, flat, desc + "]");
+  }
   return runtime::ReadStrided(rt.builder(s.device), flat, ViewOf(t));
 }
 

@@ -51,7 +51,3 @@ __all__ = [
 ]
 
 _device.register()
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing this package is the registration."""

@@ -48,6 +48,7 @@ def register() -> None:
         torch.utils.rename_privateuse1_backend("pjrt")
     torch._register_device_module("pjrt", _make_device_module())
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    _ensure_location_provider()
     _registered = True
 
 
@@ -74,7 +75,6 @@ def sync(wait: bool = False, devices: Optional[List[Union[int, torch.device]]] =
     idx = [d.index if isinstance(d, torch.device) else int(d) for d in (devices or [])]
     if not _C._initialized() and not idx:
         return
-    _ensure_location_provider()
     _C._sync(idx, bool(wait))
 
 

@@ -4,6 +4,8 @@ import sys
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(__file__))
+
 
 @pytest.fixture(scope="session")
 def client():
@@ -14,6 +16,17 @@ def client():
 
 def _is_cpu() -> bool:
     return os.environ.get("PJRT_DEVICE", "CPU").upper() == "CPU"
+
+
+def run_python(code: str, timeout: int = 300, **env) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter with extra environment variables."""
+    full = dict(os.environ)
+    for k, v in env.items():
+        if v is None:
+            full.pop(k, None)
+        else:
+            full[k] = str(v)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=timeout)
 
 
 @pytest.fixture

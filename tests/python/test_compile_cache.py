@@ -1,0 +1,73 @@
+"""The on-disk compile cache across processes, and its failure modes."""
+
+import os
+
+from conftest import run_python
+
+PROGRAM = (
+    "import torch, torch_pjrt\n"
+    "x = torch.arange(12, dtype=torch.float32).reshape(3, 4).to('pjrt')\n"
+    "y = ((x @ x.t()).relu() + 1).sum()\n"
+    "print('value', y.item())\n"
+    "c = torch_pjrt.metrics.counters()\n"
+    "print('compiles', c.get('compiles', 0), 'disk', c.get('disk_cache_hits', 0), 'corrupt', c.get('disk_cache_corrupt', 0))\n"
+)
+
+
+def run(cache_dir, via_api=False):
+    code = PROGRAM
+    env = {"TORCH_PJRT_CACHE_DIR": str(cache_dir)}
+    if via_api:
+        code = f"import torch_pjrt; torch_pjrt.runtime.initialize_cache({str(cache_dir)!r})\n" + PROGRAM
+        env = {"TORCH_PJRT_CACHE_DIR": None}
+    r = run_python(code, **env)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.strip().splitlines())
+    value = float(lines["value"])
+    parts = lines["compiles"].split()
+    return value, int(parts[0]), int(parts[2]), int(parts[4])
+
+
+def entries(cache_dir):
+    out = []
+    for root, _, files in os.walk(cache_dir):
+        out += [os.path.join(root, f) for f in files if f.endswith(".pjrtexe")]
+    return out
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    v1, compiles1, disk1, _ = run(tmp_path)
+    assert compiles1 == 1 and disk1 == 0
+    assert len(entries(tmp_path)) == 1
+    v2, compiles2, disk2, _ = run(tmp_path)
+    assert compiles2 == 0 and disk2 == 1
+    assert v1 == v2
+
+
+def test_initialize_cache_api(tmp_path):
+    run(tmp_path, via_api=True)
+    _, compiles, disk, _ = run(tmp_path, via_api=True)
+    assert compiles == 0 and disk == 1
+
+
+def test_truncated_entry_is_recompiled_not_trusted(tmp_path):
+    v1, _, _, _ = run(tmp_path)
+    (path,) = entries(tmp_path)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    v2, compiles, disk, corrupt = run(tmp_path)
+    assert (compiles, disk, corrupt) == (1, 0, 1)
+    assert v2 == v1
+    # the bad entry was replaced by a good one
+    _, compiles, disk, corrupt = run(tmp_path)
+    assert (compiles, disk, corrupt) == (0, 1, 0)
+
+
+def test_flipped_byte_is_detected(tmp_path):
+    run(tmp_path)
+    (path,) = entries(tmp_path)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    _, compiles, _, corrupt = run(tmp_path)
+    assert compiles == 1 and corrupt == 1

@@ -1,0 +1,152 @@
+"""The pjrt device: registration, transfers, sync semantics, RNG, bad input."""
+
+import pytest
+import torch
+
+import torch_pjrt
+from conftest import run_python
+
+DEV = torch_pjrt.device()
+
+
+def test_registration():
+    assert torch._C._get_privateuse1_backend_name() == "pjrt"
+    assert torch_pjrt.device() == torch.device("pjrt:0")
+    assert torch_pjrt.device_count() == 4  # the CPU plugin's default
+    assert torch.device("pjrt").type == "pjrt"
+    t = torch.ones(2).pjrt()
+    assert t.is_pjrt and t.device == torch.device("pjrt:0")
+    assert torch.pjrt.device_count() == 4 and torch.pjrt.is_available()
+    assert torch.ones(2, device="pjrt:3").device.index == 3
+
+
+def test_device_index_out_of_range_names_the_count():
+    with pytest.raises(IndexError, match="there are 4 pjrt device"):
+        torch_pjrt.device(4)
+    with pytest.raises((IndexError, RuntimeError), match="4 pjrt device"):
+        torch.zeros(2, device="pjrt:9")
+
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_round_trip_every_dtype(dtype):
+    x = (torch.randn(3, 4) * 50).to(dtype) if dtype != torch.bool else torch.randn(3, 4) > 0
+    d = x.to(DEV)
+    assert d.dtype == dtype and d.shape == x.shape
+    torch.testing.assert_close(d.cpu(), x, rtol=0, atol=0)
+
+
+def test_unsupported_dtype_is_a_type_error():
+    x = torch.zeros(2, dtype=torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="not supported on the pjrt device"):
+        x.to(DEV)
+
+
+def test_scalars_and_empty_tensors():
+    z = torch.tensor(3.5, device=DEV)
+    assert z.dim() == 0 and z.item() == 3.5
+    e = torch.empty(0, 3, device=DEV)
+    assert e.cpu().shape == (0, 3)
+    assert (e.sum(0).cpu() == 0).all()
+    assert torch.zeros(2, 3, device=DEV).sum().item() == 0
+
+
+def test_one_sync_runs_one_program_for_all_pending_tensors():
+    torch_pjrt.sync(wait=True)
+    a = torch.randn(4, 4).to(DEV)
+    b = a * 2
+    c = a + 1
+    d = b @ c
+    before = torch_pjrt.metrics.counters().get("executions", 0)
+    torch_pjrt.sync()
+    assert torch_pjrt.metrics.counters()["executions"] == before + 1
+    assert not torch_pjrt._C._is_pending(b) and not torch_pjrt._C._is_pending(d)
+    torch.testing.assert_close(d.cpu(), (a.cpu() * 2) @ (a.cpu() + 1))
+
+
+def test_item_and_print_materialize():
+    x = torch.arange(5.0, device=DEV) * 3
+    assert x.sum().item() == 30.0
+    assert "12." in str(x)
+    assert torch.equal(x.cpu(), torch.arange(5.0) * 3)
+
+
+def test_buffers_are_donated_when_overwritten():
+    p = torch.randn(64, 64)
+    d = p.to(DEV)
+    keep = d * 1  # a second tensor computed from d's old contents
+    torch_pjrt.sync(wait=True)
+    before = torch_pjrt.metrics.counters().get("donated_buffers", 0)
+    d.mul_(2)
+    torch_pjrt.sync()
+    assert torch_pjrt.metrics.counters().get("donated_buffers", 0) == before + 1
+    torch.testing.assert_close(d.cpu(), p * 2)
+    torch.testing.assert_close(keep.cpu(), p)
+    # a buffer that another live tensor still reads is not donated
+    alias = d.view(-1)
+    other = d + 0
+    torch_pjrt.sync(wait=True)
+    before = torch_pjrt.metrics.counters().get("donated_buffers", 0)
+    d.add_(1)
+    torch_pjrt.sync(wait=True)
+    torch.testing.assert_close(alias.cpu(), (p * 2 + 1).reshape(-1))
+    torch.testing.assert_close(other.cpu(), p * 2)
+
+
+def test_exception_mid_step_leaves_device_usable():
+    x = torch.randn(3, 4).to(DEV)
+    with pytest.raises(RuntimeError):
+        y = x * 2
+        y @ torch.randn(5, 5).to(DEV)  # shape error inside the traced step
+    z = (x + 1).sum()
+    torch.testing.assert_close(z.cpu(), (x.cpu() + 1).sum())
+
+
+def test_manual_seed_makes_device_rng_deterministic():
+    torch_pjrt.manual_seed(123)
+    a = torch.rand(1000, device=DEV).cpu()
+    torch_pjrt.manual_seed(123)
+    b = torch.rand(1000, device=DEV).cpu()
+    c = torch.rand(1000, device=DEV).cpu()
+    assert torch.equal(a, b) and not torch.equal(b, c)
+    assert 0 <= a.min() and a.max() < 1 and abs(a.mean().item() - 0.5) < 0.05
+    torch.manual_seed(7)  # also seeds pjrt through the device module
+    n = torch.randn(20000, device=DEV).cpu()
+    assert abs(n.mean().item()) < 0.05 and abs(n.std().item() - 1) < 0.05
+    r = torch.randint(3, 9, (5000,), device=DEV).cpu()
+    assert r.min() == 3 and r.max() == 8
+    x = torch.ones(10000, device=DEV)
+    y = torch.nn.functional.dropout(x, 0.25, training=True).cpu()
+    kept = (y != 0).float().mean().item()
+    assert abs(kept - 0.75) < 0.03 and torch.allclose(y[y != 0], torch.tensor(1 / 0.75))
+
+
+def test_generator_argument_is_refused_clearly():
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(RuntimeError, match="device's own generator"):
+        torch.empty(3, device=DEV).uniform_(generator=g)
+
+
+def test_autoload_through_torch_backends_entry_point():
+    r = run_python("import torch; print(torch.ones(2, device='pjrt').cpu().tolist())")
+    assert r.returncode == 0, r.stderr
+    assert "[1.0, 1.0]" in r.stdout
+
+
+def test_missing_plugin_is_a_clear_error():
+    r = run_python("import torch_pjrt, torch; torch.ones(2, device='pjrt')", TORCH_PJRT_PLUGIN="/nonexistent/p.so")
+    assert r.returncode != 0
+    assert "not found" in r.stderr and "TORCH_PJRT_PLUGIN" in r.stderr
+
+
+def test_multiple_devices_are_independent():
+    a = torch.ones(3, device="pjrt:1") * 2
+    b = torch.ones(3, device="pjrt:2") * 3
+    assert a.cpu().tolist() == [2, 2, 2] and b.cpu().tolist() == [3, 3, 3]
+    c = a.to("pjrt:2") + b
+    assert c.device.index == 2 and c.cpu().tolist() == [5, 5, 5]
+    with pytest.raises(RuntimeError, match="same pjrt device"):
+        (a + b).cpu()

@@ -1,0 +1,93 @@
+"""CPU fallback for ops without a lowering, metrics, recompilation reasons."""
+
+import pytest
+import torch
+
+import torch_pjrt
+from conftest import run_python
+
+DEV = torch_pjrt.device()
+
+
+def test_unlowered_op_runs_on_cpu_and_is_counted():
+    x = torch.randn(5, 5) + 5 * torch.eye(5)
+    torch_pjrt.metrics.reset()
+    got = torch.linalg.det(x.to(DEV))
+    assert got.device.type == "pjrt"
+    torch.testing.assert_close(got.cpu(), torch.linalg.det(x), rtol=1e-5, atol=1e-5)
+    fb = torch_pjrt.metrics.fallbacks()
+    assert sum(fb.values()) >= 1 and any("det" in op or "lu" in op for op in fb), fb
+    assert torch_pjrt.metrics.counters()["cpu_fallbacks"] == sum(fb.values())
+    assert "CPU fallbacks" in torch_pjrt.metrics.report()
+
+
+def test_inplace_fallback_writes_back():
+    x = torch.rand(6) * 0.9
+    d = x.to(DEV)
+    torch_pjrt.metrics.reset()
+    d.erfinv_()
+    torch.testing.assert_close(d.cpu(), torch.erfinv(x))
+    fb = torch_pjrt.metrics.fallbacks()
+    assert sum(n for op, n in fb.items() if op.startswith("aten::erfinv")) == 1, fb
+
+
+def test_fallback_can_be_forbidden():
+    r = run_python("import torch, torch_pjrt; torch.linalg.det(torch.eye(3).to('pjrt')).cpu()",
+                   TORCH_PJRT_FALLBACK="error")
+    assert r.returncode != 0
+    assert "has no pjrt lowering" in r.stderr and "TORCH_PJRT_FALLBACK=error" in r.stderr
+
+
+def test_counters_and_report():
+    torch_pjrt.metrics.reset()
+    x = torch.randn(8, 8).to(DEV)
+    for _ in range(3):
+        y = (x @ x).relu().sum()
+        torch_pjrt.sync()
+    y.cpu()
+    c = torch_pjrt.metrics.counters()
+    assert c["compiles"] == 1 and c["cache_hits"] == 2 and c["executions"] == 3
+    assert c["bytes_to_host"] == 4 and c["traced_ops"] > 0
+    t = torch_pjrt.metrics.timers()
+    assert t["compile"] > 0 and t["trace"] > 0
+    text = torch_pjrt.metrics.report()
+    assert "compiles" in text and "trace_per_op" in text
+
+
+def test_recompile_reason_names_the_changed_input():
+    torch_pjrt.metrics.reset()
+
+    def step(n):
+        x = torch.randn(n, 16).to(DEV)
+        return (x * 2).sum(1)
+
+    step(4).cpu()
+    step(4).cpu()
+    step(5).cpu()
+    rc = torch_pjrt.metrics.recompiles()
+    assert len(rc) == 1, rc
+    assert "[4,16]" in rc[0]["why"] and "[5,16]" in rc[0]["why"], rc[0]
+    assert rc[0]["where"].endswith(".py:" + rc[0]["where"].rsplit(":", 1)[1]), rc[0]
+    assert "test_fallback_metrics.py" in rc[0]["where"]
+
+
+def test_changing_python_scalars_do_not_recompile():
+    torch_pjrt.metrics.reset()
+    x = torch.randn(10).to(DEV)
+    for lr in (0.1, 0.01, 0.001, 0.5):
+        x = x - lr * x
+        torch_pjrt.sync()
+    assert torch_pjrt.metrics.counters()["compiles"] == 1
+
+
+def test_debug_log_shows_recompile_with_python_line():
+    code = (
+        "import torch, torch_pjrt\n"
+        "for n in (3, 4):\n"
+        "    x = torch.ones(n).to('pjrt')\n"
+        "    (x * 2).cpu()\n"
+    )
+    r = run_python(code, TORCH_PJRT_DEBUG="1")
+    assert r.returncode == 0, r.stderr
+    assert "recompiling a known graph" in r.stderr
+    assert "<string>:4" in r.stderr
