@@ -59,6 +59,14 @@ inline ir::Value Fill(int device, double v, at::ScalarType t, const std::vector<
   return B(device).Full(ToIr(t), shape, v);
 }
 
+// A Python number as a CPU 0-d tensor marked "wrapped number", so that type
+// promotion treats it as PyTorch does (float32 tensor * 0.5 stays float32).
+inline at::Tensor WrappedScalar(const at::Scalar& s) {
+  at::Tensor t = at::scalar_to_tensor(s);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
 inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
 // Result dtype of an in-place op must be castable to self's dtype.

@@ -25,10 +25,10 @@ at::Tensor AddSub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& al
 at::Tensor add_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(a, b, alpha, false); }
 at::Tensor sub_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(a, b, alpha, true); }
 at::Tensor add_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
-  return AddSub(a, at::scalar_to_tensor(b), alpha, false);
+  return AddSub(a, WrappedScalar(b), alpha, false);
 }
 at::Tensor sub_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
-  return AddSub(a, at::scalar_to_tensor(b), alpha, true);
+  return AddSub(a, WrappedScalar(b), alpha, true);
 }
 at::Tensor rsub_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(b, a, alpha, true); }
 at::Tensor rsub_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
@@ -48,7 +48,7 @@ at::Tensor Simple(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarTyp
 }
 
 at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Mul, at::result_type(a, b)); }
-at::Tensor mul_scalar(const at::Tensor& a, const at::Scalar& b) { return mul_tensor(a, at::scalar_to_tensor(b)); }
+at::Tensor mul_scalar(const at::Tensor& a, const at::Scalar& b) { return mul_tensor(a, WrappedScalar(b)); }
 at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Max, at::result_type(a, b)); }
 at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Min, at::result_type(a, b)); }
 at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Atan2, FloatType(at::result_type(a, b))); }
@@ -85,7 +85,11 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
 }
 at::Tensor div_tensor(const at::Tensor& a, const at::Tensor& b) { return Div(a, b, std::nullopt); }
 at::Tensor div_tensor_mode(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> m) { return Div(a, b, m); }
-at::Tensor div_scalar(const at::Tensor& a, const at::Scalar& b) { return Div(a, at::scalar_to_tensor(b), std::nullopt); }
+at::Tensor div_scalar(const at::Tensor& a, const at::Scalar& b) { return Div(a, WrappedScalar(b), std::nullopt); }
+at::Tensor floor_divide(const at::Tensor& a, const at::Tensor& b) { return Div(a, b, c10::string_view("floor")); }
+at::Tensor floor_divide_scalar(const at::Tensor& a, const at::Scalar& b) {
+  return Div(a, WrappedScalar(b), c10::string_view("floor"));
+}
 
 at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
   TraceScope s;
@@ -99,7 +103,7 @@ at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
                                        bb.Compare(ir::CompareDir::LT, o.y, zero)));
   return Wrap(bb.Select(fix, bb.Binary(Op::Add, r, o.y), r), o.device);
 }
-at::Tensor remainder_scalar(const at::Tensor& a, const at::Scalar& b) { return remainder_tensor(a, at::scalar_to_tensor(b)); }
+at::Tensor remainder_scalar(const at::Tensor& a, const at::Scalar& b) { return remainder_tensor(a, WrappedScalar(b)); }
 
 at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
   TraceScope s;
@@ -142,8 +146,8 @@ at::Tensor Bitwise(const at::Tensor& a, const at::Tensor& b, Op op) {
 at::Tensor bitwise_and(const at::Tensor& a, const at::Tensor& b) { return Bitwise(a, b, Op::And); }
 at::Tensor bitwise_or(const at::Tensor& a, const at::Tensor& b) { return Bitwise(a, b, Op::Or); }
 at::Tensor bitwise_xor(const at::Tensor& a, const at::Tensor& b) { return Bitwise(a, b, Op::Xor); }
-at::Tensor bitwise_and_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, at::scalar_to_tensor(b), Op::And); }
-at::Tensor bitwise_or_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, at::scalar_to_tensor(b), Op::Or); }
+at::Tensor bitwise_and_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, WrappedScalar(b), Op::And); }
+at::Tensor bitwise_or_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, WrappedScalar(b), Op::Or); }
 
 // ------------------------------------------------------------- comparisons
 
@@ -155,7 +159,7 @@ at::Tensor Cmp(const at::Tensor& a, const at::Tensor& b, ir::CompareDir dir) {
 #define TPJ_CMP(name, dir)                                                                            \
   at::Tensor name##_tensor(const at::Tensor& a, const at::Tensor& b) { return Cmp(a, b, ir::CompareDir::dir); } \
   at::Tensor name##_scalar(const at::Tensor& a, const at::Scalar& b) {                                 \
-    return Cmp(a, at::scalar_to_tensor(b), ir::CompareDir::dir);                                        \
+    return Cmp(a, WrappedScalar(b), ir::CompareDir::dir);                                        \
   }
 TPJ_CMP(eq, EQ)
 TPJ_CMP(ne, NE)
@@ -532,6 +536,7 @@ at::Tensor& div_mode_(at::Tensor& s, const at::Tensor& o, std::optional<c10::str
 at::Tensor& pow_s_(at::Tensor& s, const at::Scalar& e) { return Inplace(s, pow_tensor_scalar, e); }
 at::Tensor& pow_t_(at::Tensor& s, const at::Tensor& e) { return Inplace(s, pow_tensor_tensor, e); }
 at::Tensor& remainder_(at::Tensor& s, const at::Tensor& o) { return Inplace(s, remainder_tensor, o); }
+at::Tensor& floor_divide_(at::Tensor& s, const at::Tensor& o) { return Inplace(s, floor_divide, o); }
 at::Tensor& neg_(at::Tensor& s) { return Inplace(s, neg); }
 at::Tensor& exp_(at::Tensor& s) { return Inplace(s, exp); }
 at::Tensor& log_(at::Tensor& s) { return Inplace(s, log); }
@@ -582,6 +587,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("div.Tensor_mode", div_tensor_mode);
   K("div.Scalar", div_scalar);
   K("remainder.Tensor", remainder_tensor);
+  K("floor_divide", floor_divide);
+  K("floor_divide.Scalar", floor_divide_scalar);
   K("remainder.Scalar", remainder_scalar);
   K("pow.Tensor_Scalar", pow_tensor_scalar);
   K("pow.Tensor_Tensor", pow_tensor_tensor);
@@ -669,6 +676,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   KI("pow_.Scalar", pow_s_);
   KI("pow_.Tensor", pow_t_);
   KI("remainder_.Tensor", remainder_);
+  KI("floor_divide_.Tensor", floor_divide_);
   KI("neg_", neg_);
   KI("exp_", exp_);
   KI("log_", log_);

@@ -1,7 +1,10 @@
 // Reductions and matrix products: sum/mean/max/min/argmax/any/all/norm/var,
 // cumulative sums, softmax and log-softmax with their backward formulas,
 // mm/bmm/addmm/baddbmm/dot/mv.
+#include <ATen/Dispatch.h>
+
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "torch/lowering.h"
@@ -48,21 +51,18 @@ double InitFor(ReduceKind k, at::ScalarType t) {
 ir::Value ReduceValue(int d, ir::Value x, const std::vector<int64_t>& shape, const std::vector<int64_t>& dims,
                       ReduceKind kind, at::ScalarType t, bool keepdim) {
   ir::Builder& b = B(d);
-  double init = InitFor(kind, t);
-  if (!at::isFloatingType(t) && t != at::kBool && (kind == ReduceKind::Max || kind == ReduceKind::Min)) {
-    // integer extremes of the actual type
-    const auto info = [&]() -> std::pair<double, double> {
-      switch (t) {
-        case at::kChar: return {-128, 127};
-        case at::kShort: return {-32768, 32767};
-        case at::kInt: return {-2147483648.0, 2147483647.0};
-        case at::kByte: return {0, 255};
-        default: return {-9223372036854775808.0, 9223372036854775807.0};
-      }
-    }();
-    init = kind == ReduceKind::Max ? info.first : info.second;
+  ir::Value init = b.ScalarConstant(ToIr(t), InitFor(kind, t));
+  if (at::isIntegralType(t, /*includeBool=*/false) && (kind == ReduceKind::Max || kind == ReduceKind::Min)) {
+    // Exact integer extremes of the type (a double cannot hold int64 max).
+    at::Tensor host = at::empty({}, at::TensorOptions().dtype(t));
+    AT_DISPATCH_INTEGRAL_TYPES(t, "reduce_init", [&] {
+      host.fill_(kind == ReduceKind::Max ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
+    });
+    std::vector<uint8_t> bytes(host.nbytes());
+    std::memcpy(bytes.data(), host.const_data_ptr(), bytes.size());
+    init = b.Constant({ToIr(t), {}}, std::move(bytes));
   }
-  ir::Value r = b.Reduce(x, b.ScalarConstant(ToIr(t), init), dims, kind);
+  ir::Value r = b.Reduce(x, init, dims, kind);
   if (keepdim) {
     std::vector<int64_t> kept = shape;
     for (int64_t dim : dims) kept[dim] = 1;

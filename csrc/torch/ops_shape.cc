@@ -172,6 +172,36 @@ at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& inde
   return self;
 }
 
+at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                     const at::Scalar& alpha) {
+  TraceScope s;
+  const int d = CommonDevice({&self, &index, &source});
+  ir::Builder& b = B(d);
+  if (self.dim() == 0 || index.numel() == 0) return Wrap(Val(self), d);
+  const int64_t w = WrapDim(dim, self.dim());
+  // index (n) spread over source's shape along `dim`
+  const auto sshape = source.dim() == 0 ? std::vector<int64_t>{1} : source.sizes().vec();
+  ir::Value idx = b.BroadcastInDim(b.Reshape(Val(index), {index.numel()}), sshape, {w});
+  ir::Value src = b.Reshape(ValAs(source, self.scalar_type()), sshape);
+  if (!IsOne(alpha)) src = b.Binary(Op::Mul, src, Number(d, alpha, self.scalar_type(), sshape));
+  ir::Value coords = Coordinates(d, WrapIndex(d, idx, self.size(w)), sshape, w);
+  ir::ScatterDims sd;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    sd.inserted_window_dims.push_back(i);
+    sd.scatter_dims_to_operand_dims.push_back(i);
+  }
+  sd.index_vector_dim = static_cast<int64_t>(sshape.size());
+  return Wrap(b.Scatter(Val(self), coords, src, sd, false), d);
+}
+
+at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                       const at::Scalar& alpha) {
+  at::Tensor r = tpj::aten::index_add(self, dim, index, source, alpha);
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+
 // --------------------------------------------------------- advanced indexing
 
 struct IndexPlan {
@@ -490,6 +520,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("scatter.value", scatter_value);
   K("scatter_.src", scatter_src_);
   K("scatter_.value", scatter_value_);
+  K("index_add", index_add);
+  K("index_add_", index_add_);
   K("index.Tensor", index_tensor);
   K("index_put_", index_put_);
   K("index_put", index_put);
