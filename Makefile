@@ -16,7 +16,7 @@ help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
 	@echo "make test       set up, build, run the C++ (CTest) and Python (pytest) tests"
 	@echo "make test-asan  C++ tests under AddressSanitizer (separate build in $(BUILD)-asan)"
-	@echo "make bench      benchmarks (a placeholder until the pjrt device exists)"
+	@echo "make bench      step time vs eager PyTorch and torch.compile; writes bench/results.json"
 	@echo "make clean      remove build directories (keeps .venv)"
 
 $(VPY):
@@ -74,8 +74,7 @@ demo: build
 	$(VPY) examples/demo.py
 
 bench: build
-	@echo "make bench: placeholder. Benchmarks against eager PyTorch and torch.compile arrive"
-	@echo "with the pjrt device; nothing is measured yet. 'make demo' prints raw runtime timings."
+	$(VPY) bench/bench.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

@@ -156,6 +156,13 @@ void Buffer::AwaitReady() const {
   Event(client_->plugin_ptr(), a.event).Await();
 }
 
+bool Buffer::IsReady() const {
+  auto a = pjrt_abi::make<pjrt_abi::BufferReadyEventArgs>();
+  a.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_ReadyEvent, &a);
+  return Event(client_->plugin_ptr(), a.event).IsReady();
+}
+
 std::unique_ptr<Buffer> Buffer::CopyToDevice(int device_id) const {
   auto a = pjrt_abi::make<pjrt_abi::BufferCopyToDeviceArgs>();
   a.buffer = buffer_;

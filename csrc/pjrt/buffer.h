@@ -64,6 +64,8 @@ class Buffer {
 
   // Waits until the buffer's contents are computed; throws the producer's error.
   void AwaitReady() const;
+  // Whether the contents are computed (or failed), without waiting.
+  bool IsReady() const;
 
   // Copies this buffer to another device of the same client.
   std::unique_ptr<Buffer> CopyToDevice(int device_id) const;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "ir/hash.h"
@@ -356,7 +357,11 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   const uint64_t structure = ir::StructureHash(g);
   ExplainRecompile(structure, g, param_desc);
   auto t0 = std::chrono::steady_clock::now();
-  std::shared_ptr<pjrt::Executable> exe(runtime::CompileText(*client_, ir::PrintStableHlo(g), options, args));
+  const std::string text = ir::PrintStableHlo(g);
+  if (const char* dir = std::getenv("TORCH_PJRT_DUMP_DIR"); dir && *dir) {
+    std::ofstream(std::string(dir) + "/" + key + ".mlir") << text;
+  }
+  std::shared_ptr<pjrt::Executable> exe(runtime::CompileText(*client_, text, options, args));
   m.AddTime("compile", Seconds(t0));
   m.Add("compiles");
   cache_.Insert(key, exe);
@@ -396,9 +401,20 @@ void Runtime::ExplainRecompile(uint64_t structure, const ir::Graph& g, const std
   seen_structures_[structure] = std::move(sig);
 }
 
+void Runtime::WaitDevice(int device) {
+  Trace& t = traces_.at(device);
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto& b : t.inflight) b->AwaitReady();
+  t.inflight.clear();
+  Metrics::Get().AddTime("execute_wait", Seconds(t0));
+}
+
 void Runtime::SyncDevice(int device, const SyncOptions& options) {
   Trace& t = traces_.at(device);
-  if (t.pending.empty() && !t.rng_pending) return;
+  if (t.pending.empty() && !t.rng_pending) {
+    if (options.wait) WaitDevice(device);
+    return;
+  }
   auto t0 = std::chrono::steady_clock::now();
   Metrics& m = Metrics::Get();
 
@@ -494,11 +510,16 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
   }
   if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
   ResetTrace(t);
-  if (options.wait) {
-    auto t2 = std::chrono::steady_clock::now();
-    for (auto& b : shared) b->AwaitReady();
-    m.AddTime("execute_wait", Seconds(t2));
+  if (!shared.empty()) t.inflight.push_back(shared.front());
+  if (t.inflight.size() > 256) {
+    // bound the list: drop the ones already finished
+    std::vector<DeviceBuffer> still;
+    for (auto& b : t.inflight) {
+      if (!b->IsReady()) still.push_back(b);
+    }
+    t.inflight.swap(still);
   }
+  if (options.wait) WaitDevice(device);
   m.AddTime("sync", Seconds(t0));
 }
 

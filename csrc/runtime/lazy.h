@@ -126,10 +126,15 @@ class Runtime {
     ir::Value rng_value;
     bool rng_pending = false;
     uint64_t seed = 0;
+    // Outputs of programs launched since the last wait: Sync(wait=true)
+    // waits for all of them (programs without data dependencies may run
+    // concurrently, so the last one alone says nothing).
+    std::vector<DeviceBuffer> inflight;
   };
   void Init();
   void ResetTrace(Trace& t);
   void SyncDevice(int device, const SyncOptions& options);
+  void WaitDevice(int device);
   std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,
                                                   const std::vector<std::string>& param_desc);
   void ExplainRecompile(uint64_t structure, const ir::Graph& g, const std::vector<std::string>& param_desc);
