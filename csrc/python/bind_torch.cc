@@ -37,7 +37,7 @@ void BindTorch(py::module_& m) {
       },
       py::arg("search_dirs"), py::arg("options"));
   m.def("_initialized", &runtime::Runtime::Initialized);
-  m.def("_device_count", &aten::DeviceCount);
+  m.def("_device_count", &aten::DeviceCount, py::call_guard<py::gil_scoped_release>());
   m.def("_current_device", &aten::CurrentDevice);
   m.def("_set_device", &aten::SetCurrentDevice);
   m.def(
@@ -51,11 +51,14 @@ void BindTorch(py::module_& m) {
         }
       },
       py::arg("devices"), py::arg("wait"), py::call_guard<py::gil_scoped_release>());
-  m.def("_manual_seed", [](int device, uint64_t seed) { runtime::Runtime::Get().ManualSeed(device, seed); });
-  m.def("_initial_seed", [](int device) { return runtime::Runtime::Get().InitialSeed(device); });
-  m.def("_initialize_cache", [](const std::string& dir, bool readonly) {
-    runtime::Runtime::Get().InitializeDiskCache(dir, readonly);
-  });
+  m.def("_manual_seed", [](int device, uint64_t seed) { runtime::Runtime::Get().ManualSeed(device, seed); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_initial_seed", [](int device) { return runtime::Runtime::Get().InitialSeed(device); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_initialize_cache",
+      [](const std::string& dir, bool readonly) { runtime::Runtime::Get().InitializeDiskCache(dir, readonly); },
+      py::call_guard<py::gil_scoped_release>());
   m.def("_cache_dir", [] { return runtime::Runtime::Get().cache().disk_dir(); });
   m.def("_clear_memory_cache", [] { runtime::Runtime::Get().cache().Clear(); });
   m.def("_plugin_path", [] { return runtime::Runtime::Get().plugin_path(); });
@@ -76,30 +79,41 @@ void BindTorch(py::module_& m) {
     return out;
   });
   m.def("_metrics_reset", [] { runtime::Metrics::Get().Reset(); });
+  m.def("_metrics_add", [](const std::string& name, int64_t n) { runtime::Metrics::Get().Add(name, n); });
   m.def("_set_location_provider", [](py::function f) {
-    auto holder = std::make_shared<py::function>(std::move(f));
-    runtime::Runtime::SetLocationProvider([holder]() -> std::string {
-      // Only on a thread that already holds the GIL: acquiring it while the
-      // runtime lock is held could deadlock against a Python thread.
-      if (!Py_IsInitialized() || !PyGILState_Check()) return "";
+    // Kept for the life of the process (never decref'd: the provider may be
+    // called, or destroyed, after the interpreter started finalizing).
+    PyObject* fn = f.release().ptr();
+    runtime::Runtime::SetLocationProvider([fn]() -> std::string {
+      // Kernels run with the GIL released (PyTorch drops it before
+      // dispatch); every binding of ours that takes the runtime lock drops
+      // it too, so taking it here cannot deadlock.
+      if (!Py_IsInitialized() || _Py_IsFinalizing()) return "";
+      py::gil_scoped_acquire gil;
       try {
-        return py::cast<std::string>((*holder)());
+        return py::cast<std::string>(py::handle(fn)());
       } catch (...) {
         return "";
       }
     });
   });
 
-  m.def("_is_pending", [](const at::Tensor& t) {
-    runtime::TraceScope scope;
-    auto& s = aten::StorageOf(t);
-    return s.pending;
-  });
-  m.def("_has_buffer", [](const at::Tensor& t) {
-    runtime::TraceScope scope;
-    return static_cast<bool>(aten::StorageOf(t).buffer);
-  });
-  m.def("_pending_count", [](int device) { return runtime::Runtime::Get().pending_count(device); });
+  m.def(
+      "_is_pending",
+      [](const at::Tensor& t) {
+        runtime::TraceScope scope;
+        return aten::StorageOf(t).pending;
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_has_buffer",
+      [](const at::Tensor& t) {
+        runtime::TraceScope scope;
+        return static_cast<bool>(aten::StorageOf(t).buffer);
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("_pending_count", [](int device) { return runtime::Runtime::Get().pending_count(device); },
+        py::call_guard<py::gil_scoped_release>());
   m.def(
       "_stablehlo",
       [](const std::vector<at::Tensor>& ts) {
@@ -111,6 +125,7 @@ void BindTorch(py::module_& m) {
         ir::Graph g = ir::Extract(aten::B(d).graph(), outs, {}, nullptr);
         return ir::PrintStableHlo(g);
       },
+      py::call_guard<py::gil_scoped_release>(),
       "The StableHLO program that would compute these pjrt tensors now (no compile, no run).");
 }
 

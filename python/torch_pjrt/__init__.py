@@ -51,3 +51,15 @@ __all__ = [
 ]
 
 _device.register()
+
+
+def _register_dynamo() -> None:
+    try:
+        from torch_pjrt import dynamo
+
+        dynamo.register()
+    except ImportError:  # torch built without Dynamo
+        pass
+
+
+_register_dynamo()
