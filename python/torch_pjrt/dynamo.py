@@ -34,12 +34,15 @@ _PRIVATEUSE1 = "PrivateUse1"
 def _has_lowering(target) -> bool:
     """Whether an ATen overload runs natively on pjrt (our kernel, or a
     composite that decomposes into ops we lower)."""
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        target = target.default
     if not isinstance(target, torch._ops.OpOverload):
         return True  # Python callables, getitem: no device work of their own
     name = target._schema.name + ("." + target._overloadname if target._overloadname != "default" else "")
-    if torch._C._dispatch_has_kernel_for_dispatch_key(name, _PRIVATEUSE1):
-        return True
-    for key in ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional"):
+    # Our kernel, or a backend-generic implementation in terms of other ops.
+    # (CompositeExplicitAutogradNonFunctional kernels call an out= variant
+    # that needs a backend kernel of its own: not a lowering.)
+    for key in (_PRIVATEUSE1, "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
             return True
     return False
@@ -47,7 +50,12 @@ def _has_lowering(target) -> bool:
 
 def explain(gm: torch.fx.GraphModule) -> List[str]:
     """The ATen ops of ``gm`` that will run on the CPU (no pjrt lowering)."""
-    return sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function" and not _has_lowering(n.target)})
+    out = set()
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and not _has_lowering(n.target):
+            t = n.target.default if isinstance(n.target, torch._ops.OpOverloadPacket) else n.target
+            out.add(str(t))
+    return sorted(out)
 
 
 def _is_cpu_tensor(x) -> bool:

@@ -1,0 +1,109 @@
+"""torch.compile(backend="pjrt"): training parity, CPU inputs, partitioning
+around unlowered ops, and our cache under Dynamo's recompiles."""
+
+import copy
+
+import pytest
+import torch
+
+import torch_pjrt
+from torch_pjrt import dynamo as pjrt_dynamo
+from training import make_case, train
+
+DEV = torch_pjrt.device()
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_backend_is_registered_by_name():
+    assert "pjrt" in torch._dynamo.list_backends(exclude_tags=())
+    from importlib.metadata import entry_points
+
+    names = [e.name for e in entry_points(group="torch_dynamo_backends")]
+    assert "pjrt" in names
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
+def test_training_matches_eager_cpu(name):
+    steps = 12
+    model, batches, make_opt, loss_fn, clip = make_case(name)
+    cpu = train(model, batches, make_opt, loss_fn, clip, steps, "cpu")
+    torch_pjrt.metrics.reset()
+    m = copy.deepcopy(model).to(DEV)
+    cm = torch.compile(m, backend="pjrt")
+    opt = make_opt(m.parameters())
+    data = [(x.to(DEV), y.to(DEV)) for x, y in batches]
+    losses = []
+    for step in range(steps):
+        x, y = data[step % len(data)]
+        loss = loss_fn(cm(x), y)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+        losses.append(loss.detach())
+    for step, (a, b) in enumerate(zip(cpu, [float(l.cpu()) for l in losses])):
+        assert b == pytest.approx(a, rel=1e-4), f"step {step}: {a} vs {b}"
+    c = torch_pjrt.metrics.counters()
+    assert c["dynamo_graphs"] == 2  # forward and backward
+    assert c["dynamo_fallback_nodes"] == 0 and torch_pjrt.metrics.fallbacks() == {}
+    assert all(p.device == DEV for p in m.parameters())
+
+
+def test_cpu_inputs_are_moved_and_results_come_back():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    x = torch.randn(5, 4)
+    want = model(x)
+    got = torch.compile(model, backend="pjrt")(x)
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, want)
+
+
+def test_unlowered_node_runs_on_cpu_inside_a_compiled_graph():
+    def f(a):
+        return torch.special.i0(a * 2) + 1  # no pjrt lowering for i0
+
+    a = torch.rand(6)
+    torch_pjrt.metrics.reset()
+    got = torch.compile(f, backend="pjrt")(a.to(DEV))
+    torch.testing.assert_close(got.cpu(), f(a))
+    c = torch_pjrt.metrics.counters()
+    assert c["dynamo_fallback_nodes"] >= 1
+    assert any("i0" in op for op in torch_pjrt.metrics.fallbacks())
+
+
+def test_explain_lists_cpu_nodes():
+    gm = torch.fx.symbolic_trace(lambda a: torch.ops.aten.i0(a) + torch.ops.aten.relu(a))
+    assert pjrt_dynamo.explain(gm) == ["aten.i0.default"]
+
+
+def test_identical_graph_traced_again_compiles_nothing():
+    def f(a, b):
+        return (a @ b).relu().sum()
+
+    a, b = torch.randn(4, 4).to(DEV), torch.randn(4, 4).to(DEV)
+    torch.compile(f, backend="pjrt")(a, b).cpu()
+    torch._dynamo.reset()  # Dynamo forgets; our cache does not
+    torch_pjrt.metrics.reset()
+    out = torch.compile(f, backend="pjrt")(a, b)
+    torch.testing.assert_close(out.cpu(), f(a.cpu(), b.cpu()))
+    assert torch_pjrt.metrics.counters().get("compiles", 0) == 0
+
+
+def test_graph_break_and_new_shapes():
+    def f(x):
+        y = x.sin()
+        print("graph break")  # noqa: T201
+        return y.cos() * 2
+
+    cf = torch.compile(f, backend="pjrt")
+    for n in (3, 3, 5):
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x.to(DEV)).cpu(), f(x))
