@@ -116,7 +116,12 @@ at::Tensor ToCpu(const at::Tensor& self) {
   if (numel > 0) buf->ToHost(flat.data_ptr(), static_cast<size_t>(flat.nbytes()));
   runtime::Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(flat.nbytes()));
   if (storage_type != self.scalar_type()) flat = flat.view(self.scalar_type());
-  return flat.as_strided(self.sizes(), self.strides(), self.storage_offset()).clone();
+  at::Tensor view = flat.as_strided(self.sizes(), self.strides(), self.storage_offset());
+  // Lazy conjugate / negative views keep their bit: the values they mean
+  // are conj(memory) / -memory.
+  if (self.is_conj()) view = view.conj();
+  if (self.is_neg()) view = view._neg_view();
+  return view.clone().resolve_conj().resolve_neg();
 }
 
 // Uploads a CPU tensor (any strides) as a dense pjrt buffer of `dtype`.
@@ -158,7 +163,8 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     self.copy_(ToCpu(src));
     return self;
   }
-  if (DeviceIndex(self) != DeviceIndex(src)) {
+  if (DeviceIndex(self) != DeviceIndex(src) || src.is_conj()) {
+    // (a lazy conjugate view resolves through the host: the IR has no conj)
     CopyHostToPjrt(self, ToCpu(src));
     return self;
   }
@@ -175,7 +181,7 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
   const at::Device target = device.value_or(self.device());
   if (IsPjrt(self) && target.type() == c10::DeviceType::PrivateUse1) {
     const int dst = target.has_index() ? TargetDevice(target) : DeviceIndex(self);
-    if (dst == DeviceIndex(self)) {
+    if (dst == DeviceIndex(self) && !self.is_conj()) {
       TraceScope scope;
       return Wrap(ValAs(self, t), dst);
     }
@@ -215,7 +221,10 @@ at::Scalar local_scalar_dense(const at::Tensor& self) { return ToCpu(self).item(
 
 at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> format) {
   TraceScope scope;
-  return Wrap(Val(self), DeviceIndex(self));
+  at::Tensor out = Wrap(ValMemory(self), DeviceIndex(self));
+  if (self.is_conj()) out._set_conj(true);  // same memory, same lazy bits
+  if (self.is_neg()) out._set_neg(true);
+  return out;
 }
 
 bool IsSpecial(const at::Scalar& s) {

@@ -356,7 +356,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   } else {
     // y = convT(x, W) is the input-gradient of a direct conv; its gradients
     // are a direct conv (for x) and a weight gradient with the roles swapped.
-    if (mask[0]) gi = Wrap(Conv(d, dy, w, stride, padding, padding, std::vector<int64_t>(ns, 1), dilation, groups), d);
+    if (mask[0]) {
+      // x rows past the last full window (output_padding) get no gradient:
+      // pad high so the direct conv's output has x's size exactly.
+      const auto ys = B(d).shape(dy).dims;
+      std::vector<int64_t> hi(ns);
+      for (int64_t i = 0; i < ns; ++i) {
+        hi[i] = (xs[2 + i] - 1) * stride[i] + dilation[i] * (ws[2 + i] - 1) + 1 - ys[2 + i] - padding[i];
+      }
+      gi = Wrap(Conv(d, dy, w, stride, padding, hi, std::vector<int64_t>(ns, 1), dilation, groups), d);
+    }
     if (mask[1]) gw = Wrap(WeightGrad(d, dy, x, ws, stride, padding, dilation, groups), d);
   }
   if (mask[2]) {

@@ -157,9 +157,9 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   const int d = CommonDevice({&grad, &mask});
   ir::Builder& b = B(d);
   const auto shape = grad.sizes().vec();
-  const at::ScalarType t = grad.scalar_type();
+  const at::ScalarType t = at::result_type(grad, scale);  // grad * mask * scale promotes like eager
   ir::Value keep = ValAs(mask, at::kBool);
-  return Wrap(b.Select(keep, b.Binary(Op::Mul, Val(grad), Number(d, scale, t, shape)), Fill(d, 0, t, shape)), d);
+  return Wrap(b.Select(keep, b.Binary(Op::Mul, ValAs(grad, t), Number(d, scale, t, shape)), Fill(d, 0, t, shape)), d);
 }
 
 }  // namespace

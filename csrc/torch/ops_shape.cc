@@ -91,7 +91,8 @@ ir::Value Coordinates(int d, ir::Value idx, const std::vector<int64_t>& ishape, 
 }
 
 at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
+  TORCH_CHECK(at::isIntegralType(index.scalar_type(), false), "gather(): Expected an integer index, got ",
+              index.scalar_type());
   TraceScope s;
   const int d = CommonDevice({&self, &index});
   ir::Builder& b = B(d);
@@ -112,6 +113,11 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
 
 ir::Value ScatterInto(int d, const at::Tensor& self, int64_t dim, const at::Tensor& index, ir::Value src, bool replace) {
   ir::Builder& b = B(d);
+  if (self.dim() == 0) {
+    // 0-d self, index and src: one element, replaced or accumulated
+    ir::Value one = b.Reshape(src, {});
+    return replace ? one : b.Binary(Op::Add, Val(self), one);
+  }
   const int64_t w = WrapDim(dim, self.dim());
   const auto ishape = index.sizes().vec();
   ir::Value coords = Coordinates(d, WrapIndex(d, Val(index), self.size(w)), ishape, w);
@@ -173,11 +179,19 @@ at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& inde
 }
 
 at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                     const at::Scalar& alpha);
+
+at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                      const at::Scalar& alpha) {
   TraceScope s;
   const int d = CommonDevice({&self, &index, &source});
   ir::Builder& b = B(d);
-  if (self.dim() == 0 || index.numel() == 0) return Wrap(Val(self), d);
+  if (index.numel() == 0) return Wrap(Val(self), d);
+  if (self.dim() == 0) {
+    // a 0-d self is a 1-element vector for indexing purposes
+    at::Tensor r = tpj::aten::index_add(self.reshape({1}), 0, index.reshape({-1}), source.reshape({-1}), alpha);
+    return Wrap(b.Reshape(Val(r), {}), d);
+  }
   const int64_t w = WrapDim(dim, self.dim());
   // index (n) spread over source's shape along `dim`
   const auto sshape = source.dim() == 0 ? std::vector<int64_t>{1} : source.sizes().vec();

@@ -125,6 +125,12 @@ int64_t WrapDim(int64_t dim, int64_t rank) {
 }
 
 ir::Value Val(const at::Tensor& t) {
+  TORCH_CHECK(!t.is_conj(), "pjrt lowerings take resolved tensors; call resolve_conj() on this conjugate view first");
+  ir::Value v = ValMemory(t);
+  return t.is_neg() ? B(DeviceIndex(t)).Unary(ir::Op::Neg, v) : v;
+}
+
+ir::Value ValMemory(const at::Tensor& t) {
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(t);
   const ir::DType dt = ToIr(t.scalar_type());

@@ -34,6 +34,9 @@ ir::Builder& B(int device);
 
 // The tensor's value in the current trace (any strides), with its dtype.
 ir::Value Val(const at::Tensor& t);
+// The elements in memory, ignoring lazy conjugate/negative bits (clone and
+// copies that carry the bits over use this).
+ir::Value ValMemory(const at::Tensor& t);
 // The same, converted to `dtype`.
 ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype);
 // A value of `t` for use with pjrt device `device`: pjrt tensors must be on

@@ -1,0 +1,253 @@
+"""OpInfo conformance: PyTorch's own sample inputs for each operator
+(``torch.testing._internal.common_methods_invocations.op_db``, shipped in the
+wheel) run on pjrt and on the CPU, results compared.
+
+Per (op, dtype) entry the verdict is one of:
+
+- ``pass``: every sample gives the CPU answer, and nothing fell back;
+- ``fallback``: right answers, but some sample ran an op on the CPU;
+- ``fail``: a wrong answer (value, shape or dtype), forward or gradient;
+- ``error``: pjrt raised where the CPU did not;
+- ``skip``: no sample could run on the CPU either.
+
+    python -m torch_pjrt.conformance [--dtypes float32,int64,bool,bfloat16]
+        [--ops NAME,...] [--max-samples N] [--no-grad] [--json conformance.json]
+
+prints one line per entry and a summary ``N passed, N failed`` (passed counts
+``pass`` and ``fallback``; failed counts ``fail`` and ``error``), and writes
+the JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from typing import Dict, Iterable, List, Optional
+
+import torch
+
+import torch_pjrt
+
+DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool, "bfloat16": torch.bfloat16}
+
+# Ops whose results are random, data-dependent in size or order, or depend on
+# memory layout, so a value comparison with the CPU says nothing.
+NOT_COMPARABLE = {
+    "bernoulli", "normal", "uniform", "rand_like", "randn_like", "randint_like", "randint", "randn", "rand",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
+    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout", "nn.functional.rrelu", "multinomial", "item", "to_sparse",
+    "unique", "unique_consecutive", "data_ptr", "storage_offset", "equal", "allclose", "isclose",
+    "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d", "randperm", "cauchy",
+    "exponential", "geometric", "log_normal", "sparse.sampled_addmm", "sparse.mm", "resize_", "resize_as_",
+}
+
+
+def _entry_name(op) -> str:
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+def _to(x, device):
+    if isinstance(x, torch.Tensor):
+        y = x.detach().to(device)
+        return y.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else y
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: _to(v, device) for k, v in x.items()}
+    return x
+
+
+def _flatten(x) -> List[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        out = []
+        for v in x:
+            out += _flatten(v)
+        return out
+    return []
+
+
+def _inputs(sample) -> List[torch.Tensor]:
+    return _flatten([sample.input, list(sample.args), list(sample.kwargs.values())])
+
+
+def _tolerance(dtype):
+    if dtype in (torch.bfloat16, torch.float16, torch.complex32):
+        return dict(rtol=1.6e-2, atol=1e-2)
+    if dtype.is_floating_point or dtype.is_complex:
+        return dict(rtol=1e-4, atol=1e-5)
+    return dict(rtol=0, atol=0)
+
+
+def _compare(got, want, dtype) -> Optional[str]:
+    g, w = _flatten(got), _flatten(want)
+    if len(g) != len(w):
+        return f"{len(g)} outputs, expected {len(w)}"
+    for i, (a, b) in enumerate(zip(g, w)):
+        a = a.detach().cpu()
+        if a.dtype != b.dtype:
+            return f"output {i}: dtype {a.dtype}, expected {b.dtype}"
+        if a.shape != b.shape:
+            return f"output {i}: shape {tuple(a.shape)}, expected {tuple(b.shape)}"
+        tol = _tolerance(b.dtype)
+        if (b.dtype.is_floating_point or b.dtype.is_complex) and b.numel():
+            # absolute error relative to the output's scale: reductions over
+            # large values differ by a few ulps of the large values
+            finite = b.detach()[torch.isfinite(b.detach())]
+            if finite.numel():
+                tol["atol"] *= max(1.0, float(finite.abs().max()))
+        try:
+            torch.testing.assert_close(a, b.detach(), equal_nan=True, **tol)
+        except AssertionError as e:
+            return f"output {i}: " + str(e).strip().splitlines()[0]
+    return None
+
+
+def _fallbacks() -> int:
+    return sum(torch_pjrt.metrics.fallbacks().values())
+
+
+def _grads(out, inputs: List[torch.Tensor]):
+    outs = [o for o in _flatten(out) if o.requires_grad and (o.is_floating_point() or o.is_complex())]
+    wanted = [t for t in inputs if t.requires_grad]
+    if not outs or not wanted:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    loss = sum((o * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs)
+    return torch.autograd.grad(loss, wanted, allow_unused=True)
+
+
+def run_entry(op, dtype, max_samples: int, grads: bool, device) -> dict:
+    verdict = {"op": _entry_name(op), "dtype": str(dtype).replace("torch.", ""), "samples": 0, "passed": 0,
+               "fallback": 0, "failed": 0, "errored": 0, "detail": ""}
+    want_grad = grads and dtype == torch.float32 and op.supports_autograd
+    try:
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))[:max_samples]
+    except Exception as e:  # the OpInfo itself cannot make samples here
+        verdict["detail"] = f"no samples: {type(e).__name__}"
+        return verdict
+    for sample in samples:
+        try:
+            want = op(sample.input, *sample.args, **sample.kwargs)
+            want_g = _grads(want, _inputs(sample)) if want_grad else None
+        except Exception:
+            continue  # not runnable on the CPU either
+        verdict["samples"] += 1
+        dev_sample = _to([sample.input, list(sample.args), dict(sample.kwargs)], device)
+        before = _fallbacks()
+        try:
+            got = op(dev_sample[0], *dev_sample[1], **dev_sample[2])
+            problem = _compare(got, want, dtype)
+            if problem is None and want_g is not None:
+                got_g = _grads(got, _inputs_of(dev_sample))
+                if got_g is None:
+                    problem = "no gradient on pjrt"
+                else:
+                    for i, (a, b) in enumerate(zip(got_g, want_g)):
+                        if (a is None) != (b is None):
+                            problem = f"gradient {i}: defined on one side only"
+                            break
+                        if a is not None:
+                            p = _compare(a, b, dtype)
+                            if p:
+                                problem = "gradient " + p
+                                break
+        except Exception as e:
+            verdict["errored"] += 1
+            verdict["detail"] = verdict["detail"] or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+            continue
+        if problem:
+            verdict["failed"] += 1
+            verdict["detail"] = verdict["detail"] or problem[:200]
+        elif _fallbacks() > before:
+            verdict["fallback"] += 1
+        else:
+            verdict["passed"] += 1
+    return verdict
+
+
+def _inputs_of(dev_sample) -> List[torch.Tensor]:
+    return _flatten(dev_sample)
+
+
+def status(v: dict) -> str:
+    if v["samples"] == 0:
+        return "skip"
+    if v["errored"]:
+        return "error"
+    if v["failed"]:
+        return "fail"
+    if v["fallback"]:
+        return "fallback"
+    return "pass"
+
+
+def op_db(names: Optional[Iterable[str]] = None):
+    from torch.testing._internal.common_methods_invocations import op_db as db
+
+    wanted = set(names) if names else None
+    for op in db:
+        name = _entry_name(op)
+        if op.name in NOT_COMPARABLE or name in NOT_COMPARABLE:
+            continue
+        if wanted is not None and name not in wanted and op.name not in wanted:
+            continue
+        yield op
+
+
+def run(names=None, dtypes=("float32",), max_samples=4, grads=True, out=sys.stdout, per_entry=True) -> List[dict]:
+    device = torch_pjrt.device()
+    results = []
+    for op in op_db(names):
+        supported = op.supported_dtypes("cpu")
+        for dname in dtypes:
+            dtype = DTYPES[dname]
+            if dtype not in supported:
+                continue
+            torch_pjrt.sync()
+            try:
+                v = run_entry(op, dtype, max_samples, grads, device)
+            except Exception:  # a harness problem must not stop the run
+                v = {"op": _entry_name(op), "dtype": dname, "samples": 1, "passed": 0, "fallback": 0, "failed": 0,
+                     "errored": 1, "detail": traceback.format_exc().strip().splitlines()[-1][:200]}
+            v["status"] = status(v)
+            results.append(v)
+            if per_entry:
+                print(f"{v['status']:<8} {v['op']:<45} {v['dtype']:<9} samples {v['samples']:>2}  "
+                      f"pass {v['passed']:>2} fallback {v['fallback']:>2} fail {v['failed']:>2} error {v['errored']:>2}"
+                      + (f"  {v['detail']}" if v["detail"] and v["status"] in ("fail", "error") else ""), file=out)
+    return results
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m torch_pjrt.conformance", description=__doc__.splitlines()[0])
+    p.add_argument("--dtypes", default="float32,int64,bool,bfloat16")
+    p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
+    p.add_argument("--max-samples", type=int, default=4)
+    p.add_argument("--no-grad", action="store_true", help="skip gradient checks")
+    p.add_argument("--json", default="conformance.json")
+    args = p.parse_args(argv)
+    names = [n for n in args.ops.split(",") if n] or None
+    t0 = time.time()
+    results = run(names, [d for d in args.dtypes.split(",") if d], args.max_samples, not args.no_grad)
+    counts: Dict[str, int] = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    native_f32 = sum(1 for r in results if r["dtype"] == "float32" and r["status"] == "pass")
+    with open(args.json, "w") as f:
+        json.dump({"results": results, "counts": counts, "native_float32_entries": native_f32,
+                   "seconds": time.time() - t0}, f, indent=1)
+    print(f"entries: {counts}; float32 entries passing natively: {native_f32}; {time.time() - t0:.0f} s")
+    passed = counts.get("pass", 0) + counts.get("fallback", 0)
+    failed = counts.get("fail", 0) + counts.get("error", 0)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
