@@ -126,6 +126,32 @@ def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup):
     }
 
 
+def time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, steps, warmup):
+    """torch.compile(model, backend="pjrt"), optimizer eager on the device."""
+    torch._dynamo.reset()
+    dev = torch_pjrt.device()
+    model = build().to(dev)
+    opt = make_opt(model.parameters())
+    cmodel = torch.compile(model, backend="pjrt")
+    x, y = (t.to(dev) for t in data)
+    step = make_step(cmodel, opt, loss_fn, clip, x, y)
+    t0 = time.perf_counter()
+    loss = step()
+    torch_pjrt.sync(wait=True)
+    first = time.perf_counter() - t0
+    for _ in range(warmup):
+        loss = step()
+        torch_pjrt.sync()
+    torch_pjrt.sync(wait=True)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+        torch_pjrt.sync()
+    torch_pjrt.sync(wait=True)
+    loss.cpu()
+    return (time.perf_counter() - t0) / steps, first
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
@@ -140,7 +166,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, plugin {torch_pjrt._C._plugin_path() if torch_pjrt.device_count() else '?'}, "
           f"{os.cpu_count()} CPU(s), {platform.machine()}")
     header = (f"{'model':<11} {'eager ms':>9} {'inductor':>9} {'x eager':>8} {'pjrt ms':>8} {'x eager':>8}"
-              f" {'1st pjrt s':>10} {'1st ind. s':>10} {'us/op':>6} {'ops/step':>8}")
+              f" {'dynamo-pjrt':>11} {'x eager':>8} {'1st pjrt s':>10} {'1st ind. s':>10} {'us/op':>6} {'ops/step':>8}")
     print(header)
     print("-" * len(header))
     for name, build, data, make_opt, loss_fn, clip in cases(args.quick):
@@ -153,15 +179,18 @@ def main(argv=None) -> int:
             except Exception as e:  # inductor needs a working C++ toolchain
                 print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
         pj = time_pjrt(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
+        dyn, dyn_first = time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
         row = {"model": name, "eager_step_s": eager, "inductor_step_s": ind, "inductor_first_step_s": ind_first,
                "pjrt_step_s": pj["step_s"], "pjrt_first_step_s": pj["first_step_s"],
                "pjrt_vs_eager": pj["step_s"] / eager, "inductor_vs_eager": (ind / eager) if ind else None,
+               "pjrt_dynamo_step_s": dyn, "pjrt_dynamo_first_step_s": dyn_first, "pjrt_dynamo_vs_eager": dyn / eager,
                "trace_us_per_op": pj["trace_us_per_op"], "ops_per_step": pj["ops_per_step"],
                "pjrt_steady_state_compiles": pj["compiles_in_steady_state"], "pjrt_fallbacks": pj["fallbacks"]}
         rows.append(row)
         fmt = lambda v, s=1e3: f"{v * s:9.2f}" if v is not None else f"{'-':>9}"
         print(f"{name:<11} {eager * 1e3:9.2f} {fmt(ind)} {fmt(row['inductor_vs_eager'], 1):>8}"
-              f" {pj['step_s'] * 1e3:8.2f} {row['pjrt_vs_eager']:8.2f} {pj['first_step_s']:10.2f}"
+              f" {pj['step_s'] * 1e3:8.2f} {row['pjrt_vs_eager']:8.2f} {dyn * 1e3:11.2f} {dyn / eager:8.2f}"
+              f" {pj['first_step_s']:10.2f}"
               f" {fmt(ind_first, 1):>10} {pj['trace_us_per_op']:6.2f} {pj['ops_per_step']:8.0f}")
     gpt = [r for r in rows if r["model"].startswith("gpt")]
     targets = {

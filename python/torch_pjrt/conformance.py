@@ -231,6 +231,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-samples", type=int, default=4)
     p.add_argument("--no-grad", action="store_true", help="skip gradient checks")
     p.add_argument("--json", default="conformance.json")
+    p.add_argument("--expected", default="", help="expected-failure file: fail only on failures it does not list")
     args = p.parse_args(argv)
     names = [n for n in args.ops.split(",") if n] or None
     t0 = time.time()
@@ -246,7 +247,30 @@ def main(argv=None) -> int:
     passed = counts.get("pass", 0) + counts.get("fallback", 0)
     failed = counts.get("fail", 0) + counts.get("error", 0)
     print(f"{passed} passed, {failed} failed")
+    if args.expected:
+        known = load_expected(args.expected)
+        unknown = [r for r in results if r["status"] in ("fail", "error") and not is_expected(known, r["op"], r["dtype"])]
+        for r in unknown:
+            print(f"UNEXPECTED {r['status']}: {r['op']} {r['dtype']}: {r['detail']}")
+        print(f"{len(unknown)} unexpected failure(s) (not in {args.expected})")
+        return 0 if not unknown else 1
     return 0 if failed == 0 else 1
+
+
+def load_expected(path: str) -> Dict[str, str]:
+    """{"op dtype": reason} from an expected-failure file (dtype may be *)."""
+    out: Dict[str, str] = {}
+    for line in open(path):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        op, dtype, reason = line.split(" ", 2)
+        out[f"{op} {dtype}"] = reason
+    return out
+
+
+def is_expected(known: Dict[str, str], op: str, dtype: str) -> bool:
+    return f"{op} {dtype}" in known or f"{op} *" in known
 
 
 if __name__ == "__main__":
