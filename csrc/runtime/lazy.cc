@@ -176,7 +176,7 @@ int Runtime::global_id(int device) const {
 }
 
 void Runtime::ResetTrace(Trace& t) {
-  t.builder = std::make_unique<ir::Builder>();
+  t.builder = std::make_unique<ir::Builder>(t.replicas);
   t.epoch += 1;
   t.params.clear();
   t.buffer_params.clear();
@@ -195,13 +195,15 @@ size_t Runtime::pending_count(int device) {
   return traces_.at(device).pending.size();
 }
 
-ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype) {
+ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype,
+                              const std::vector<DeviceBuffer>* replicas) {
   Trace& t = traces_[device];
   auto it = t.buffer_params.find(buffer.get());
   if (it != t.buffer_params.end()) return it->second;
   Param p;
   p.buffer = buffer;
   p.dtype = dtype;
+  if (replicas && static_cast<int>(replicas->size()) == t.replicas) p.per_replica = *replicas;
   t.params.push_back(std::move(p));
   ir::Value v = t.builder->Parameter({dtype, buffer->dims()});
   t.buffer_params[buffer.get()] = v;
@@ -234,7 +236,7 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
   if (s.pending && s.epoch == t.epoch) {
     v = s.value;
   } else if (s.buffer) {
-    v = BufferParam(s.device, s.buffer, have);
+    v = BufferParam(s.device, s.buffer, have, s.replicas.empty() ? nullptr : &s.replicas);
   } else {
     v = t.builder->Full(have, {numel}, 0);
   }
@@ -259,6 +261,21 @@ void Runtime::AssignFlat(Storage& s, ir::Value flat) {
   }
 }
 
+void Runtime::SetReplicas(int n) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (n < 1 || n > device_count()) {
+    throw pjrt::Error(3, "cannot replicate over " + std::to_string(n) + " devices: this process has " +
+                             std::to_string(device_count()) + " pjrt device(s)");
+  }
+  Trace& t = traces_.at(0);
+  if (t.replicas == n) return;
+  SyncDevice(0, {});
+  t.replicas = n;
+  // The RNG state and the trace are per program shape: start both afresh.
+  t.rng_buffer.reset();
+  ResetTrace(t);
+}
+
 void Runtime::Register(Storage* s) {
   std::lock_guard<std::recursive_mutex> l(mu_);
   traces_[s->device].pending.insert(s);
@@ -276,6 +293,7 @@ void Runtime::SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype) {
     s.pending = false;
   }
   s.buffer = std::move(buffer);
+  s.replicas.clear();
   s.dtype = dtype;
   s.epoch = -1;
 }
@@ -346,7 +364,9 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
     args.push_back({ToPjrt(s.dtype), s.dims});
   }
   pjrt::CompileOptions options;
-  options.device_ids = {global_id(device)};
+  const int n = traces_.at(device).replicas;
+  options.num_replicas = n;
+  for (int r = 0; r < n; ++r) options.device_ids.push_back(global_id(device + r));
   bool corrupt = false;
   if (auto exe = cache_.LoadDisk(key, *client_, options, args, &corrupt)) {
     m.Add("disk_cache_hits");
@@ -444,7 +464,8 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     if (it == t.buffer_params.end()) return -1;
     return t.builder->graph().nodes[it->second.node].attrs.axis;
   };
-  for (size_t i = 0; i < storages.size(); ++i) {
+  const bool replicated = t.replicas > 1;
+  for (size_t i = 0; i < storages.size() && !replicated; ++i) {
     Storage* s = storages[i];
     if (!s->buffer || s->buffer.use_count() != 2 || output_aliased[output_of[i]]) continue;
     const int64_t p = param_index(s->buffer.get());
@@ -455,7 +476,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     aliases.push_back({p, static_cast<int64_t>(output_of[i])});
     output_aliased[output_of[i]] = true;
   }
-  if (t.rng_pending && t.rng_buffer && t.rng_buffer.use_count() == 2) {
+  if (!replicated && t.rng_pending && t.rng_buffer && t.rng_buffer.use_count() == 2) {
     const int64_t p = param_index(t.rng_buffer.get());
     if (p >= 0) aliases.push_back({p, static_cast<int64_t>(rng_output)});
   }
@@ -463,6 +484,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
   ir::Graph g = ir::Extract(t.builder->graph(), outputs, aliases, &used);
   std::ostringstream key;
   key << std::hex << ir::StructuralHash(g) << "-d" << std::dec << global_id(device);
+  if (replicated) key << "-r" << t.replicas;
   m.AddTime("graph_build", Seconds(t0));
 
   std::shared_ptr<pjrt::Executable> exe;
@@ -481,36 +503,55 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     throw;
   }
 
-  std::vector<DeviceBuffer> host_uploads;
-  std::vector<pjrt::Buffer*> args;
-  const int gid = global_id(device);
+  // Arguments per replica: per-replica buffers, else copies of the one buffer.
+  const int n = t.replicas;
+  std::vector<DeviceBuffer> keep_alive;
+  std::vector<std::vector<pjrt::Buffer*>> args(n);
   for (int64_t p : used) {
     const Param& prm = t.params[p];
-    if (prm.buffer) {
-      args.push_back(prm.buffer.get());
-    } else {
-      host_uploads.push_back(DeviceBuffer(client_->BufferFromHost(prm.host.data(), ToPjrt(prm.dtype), {}, gid)));
+    DeviceBuffer base = prm.buffer;
+    if (!base) {
+      base = DeviceBuffer(client_->BufferFromHost(prm.host.data(), ToPjrt(prm.dtype), {}, global_id(device)));
       m.Add("bytes_to_device", static_cast<int64_t>(prm.host.size()));
-      args.push_back(host_uploads.back().get());
+      keep_alive.push_back(base);
+    }
+    for (int r = 0; r < n; ++r) {
+      if (!prm.per_replica.empty()) {
+        args[r].push_back(prm.per_replica[r].get());
+      } else if (r == 0) {
+        args[r].push_back(base.get());
+      } else {
+        keep_alive.push_back(DeviceBuffer(base->CopyToDevice(global_id(device + r))));
+        args[r].push_back(keep_alive.back().get());
+      }
     }
   }
   auto t1 = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<pjrt::Buffer>> outs = exe->Execute(args);
+  std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> outs = exe->ExecuteReplicated(args);
   m.AddTime("execute_launch", Seconds(t1));
   m.Add("executions");
   if (!g.aliases.empty()) m.Add("donated_buffers", static_cast<int64_t>(g.aliases.size()));
 
-  std::vector<DeviceBuffer> shared(outs.size());
-  for (size_t i = 0; i < outs.size(); ++i) shared[i] = DeviceBuffer(std::move(outs[i]));
+  std::vector<std::vector<DeviceBuffer>> per(n, std::vector<DeviceBuffer>(outputs.size()));
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < outputs.size(); ++i) per[r][i] = DeviceBuffer(std::move(outs[r][i]));
+  }
+  const std::vector<DeviceBuffer>& shared = per[0];
   for (size_t i = 0; i < storages.size(); ++i) {
     Storage* s = storages[i];
     s->buffer = shared[output_of[i]];
+    s->replicas.clear();
+    if (replicated) {
+      for (int r = 0; r < n; ++r) s->replicas.push_back(per[r][output_of[i]]);
+    }
     s->pending = false;
     s->epoch = -1;
   }
   if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
   ResetTrace(t);
-  if (!shared.empty()) t.inflight.push_back(shared.front());
+  for (int r = 0; r < n; ++r) {
+    if (!per[r].empty()) t.inflight.push_back(per[r].front());
+  }
   if (t.inflight.size() > 256) {
     // bound the list: drop the ones already finished
     std::vector<DeviceBuffer> still;

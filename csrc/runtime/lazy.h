@@ -42,6 +42,8 @@ struct Storage {
   size_t nbytes;
   std::optional<ir::DType> dtype;  // fixed by the first typed use
   DeviceBuffer buffer;  // materialized contents (kept while pending: it may be donated)
+  // In a replicated region: one buffer per replica (replicas[0] == buffer).
+  std::vector<DeviceBuffer> replicas;
   ir::Value value;      // pending contents, valid when epoch == trace epoch
   int64_t epoch = -1;
   bool pending = false;
@@ -77,8 +79,17 @@ class Runtime {
   // A 0-d parameter fed from host bytes at launch (scalars that change every
   // step must not be program constants, or every step recompiles).
   ir::Value HostScalar(int device, ir::DType dtype, const void* bytes);
-  // A device buffer as a parameter of the current trace (memoized).
-  ir::Value BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype);
+  // A device buffer as a parameter of the current trace (memoized). With
+  // per-replica buffers, replica r of a replicated program reads replicas[r];
+  // without, every replica gets a copy of `buffer`.
+  ir::Value BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype,
+                        const std::vector<DeviceBuffer>* replicas = nullptr);
+
+  // Replicated data parallelism in one process: device 0's trace becomes one
+  // program replicated over the first `n` local devices (collectives in the
+  // IR span them). n = 1 ends it. Syncs device 0 first.
+  void SetReplicas(int n);
+  int replicas() const { return traces_.empty() ? 1 : traces_[0].replicas; }
   // Describes the parameter behind `flat` (if it is one) by the tensor shape
   // it was read as, e.g. "float32[4,16]": recompile reasons name inputs so.
   void DescribeParam(int device, ir::Value flat, const std::string& description);
@@ -114,6 +125,7 @@ class Runtime {
     std::vector<uint8_t> host;   // bytes of a host scalar
     ir::DType dtype = ir::DType::F32;
     std::string description;     // how a tensor read it, for recompile reasons
+    std::vector<DeviceBuffer> per_replica;  // replicated programs: one per replica
   };
   struct Trace {
     std::unique_ptr<ir::Builder> builder;
@@ -130,6 +142,7 @@ class Runtime {
     // waits for all of them (programs without data dependencies may run
     // concurrently, so the last one alone says nothing).
     std::vector<DeviceBuffer> inflight;
+    int replicas = 1;  // > 1: the trace is one program over this many devices
   };
   void Init();
   void ResetTrace(Trace& t);

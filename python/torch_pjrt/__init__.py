@@ -29,7 +29,8 @@ from torch_pjrt._plugins import (
 )
 from torch_pjrt import _device
 from torch_pjrt._device import device, device_count, manual_seed, sync
-from torch_pjrt import metrics, runtime
+from torch_pjrt import metrics, runtime, distributed
+from torch_pjrt.distributed import launch, replicate, replicated
 
 __version__ = "0.2.0"
 
@@ -39,6 +40,10 @@ __all__ = [
     "create_client",
     "device",
     "device_count",
+    "distributed",
+    "launch",
+    "replicate",
+    "replicated",
     "find_plugin",
     "load_plugin",
     "manual_seed",

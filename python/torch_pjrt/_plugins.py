@@ -59,6 +59,10 @@ def default_client_options(choice: PluginChoice) -> Dict[str, object]:
     """Client options from the environment: ``CPU_NUM_DEVICES`` sets the number
     of devices of the CPU plugin (the plugin's own default otherwise)."""
     options: Dict[str, object] = {}
+    multiprocess = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    if multiprocess and choice.device in ("CUDA", "GPU", "ROCM"):
+        # one device per process: the one of this process's local rank
+        options["visible_devices"] = [int(os.environ.get("LOCAL_RANK", "0") or 0)]
     if choice.device == "CPU" and os.environ.get("CPU_NUM_DEVICES"):
         value = os.environ["CPU_NUM_DEVICES"]
         try:

@@ -1,0 +1,292 @@
+"""Data parallelism and collectives.
+
+Two ways to spread work:
+
+- **Many devices, one process.** ``with torch_pjrt.replicated() as r:``
+  makes the traced step one program replicated over the local devices;
+  ``r.shard(batch)`` gives each replica its slice; collectives below compile
+  into that program (``stablehlo.all_reduce`` ...). One executable per step.
+- **Many processes** (``torch_pjrt.launch`` or ``torchrun``): one device per
+  process; collectives run through torch.distributed's gloo on host copies
+  (``runtime.capabilities()["cross_process_collectives"] == "gloo"``),
+  rendezvous through its TCPStore (``MASTER_ADDR``/``MASTER_PORT``).
+
+A peer that dies makes the others fail: collectives time out after
+``TORCH_PJRT_DIST_TIMEOUT`` seconds (default 60) and ``launch`` reports the
+rank that died and stops the rest.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Callable, Iterable, List, Optional, Sequence
+
+import torch
+
+from torch_pjrt import _C, _device, runtime
+
+_OPS = {"sum", "max", "min"}
+
+
+# ---------------------------------------------------------------- topology
+
+
+def _multiprocess() -> bool:
+    return runtime.process_count() > 1
+
+
+def _replicas() -> int:
+    return _C._replicas() if _C._initialized() else 1
+
+
+def world_size() -> int:
+    """Participants of the collectives here: replicas in a replicated region,
+    else processes."""
+    return _replicas() if _replicas() > 1 else runtime.process_count()
+
+
+def timeout() -> datetime.timedelta:
+    return datetime.timedelta(seconds=float(os.environ.get("TORCH_PJRT_DIST_TIMEOUT", "60")))
+
+
+def init_process_group() -> None:
+    """Joins the job's gloo process group (done on first use by every call below)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+        raise RuntimeError(
+            "multi-process collectives need MASTER_ADDR and MASTER_PORT: start the job with torch_pjrt.launch or torchrun")
+    _dist_call("init_process_group", lambda: dist.init_process_group(
+        "gloo", rank=runtime.process_index(), world_size=runtime.process_count(), timeout=timeout()))
+
+
+def _check_op(op: str) -> str:
+    if op not in _OPS:
+        raise ValueError(f"reduction must be one of {sorted(_OPS)}, got {op!r}")
+    return op
+
+
+def _gloo_op(op: str):
+    import torch.distributed as dist
+
+    return {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+
+
+def _dist_call(what: str, fn: Callable):
+    try:
+        return fn()
+    except (RuntimeError, ValueError) as e:  # gloo errors; store timeouts (DistStoreError)
+        raise RuntimeError(
+            f"torch_pjrt.distributed.{what} failed on rank {runtime.process_index()} of {runtime.process_count()}: "
+            f"{e}. A peer process may have died or timed out (TORCH_PJRT_DIST_TIMEOUT={timeout().total_seconds():g}s)."
+        ) from e
+
+
+# -------------------------------------------------------------- collectives
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum", scale: float = 1.0) -> torch.Tensor:
+    """In place: the reduction of ``tensor`` over all participants, times ``scale``."""
+    _check_op(op)
+    if _multiprocess():
+        import torch.distributed as dist
+
+        init_process_group()
+        host = tensor.detach().cpu()
+        _dist_call("all_reduce", lambda: dist.all_reduce(host, op=_gloo_op(op)))
+        if scale != 1.0:
+            host.mul_(scale)
+        with torch.no_grad():
+            tensor.copy_(host)
+        return tensor
+    with torch.no_grad():
+        _C._all_reduce_(tensor, op, float(scale))
+    return tensor
+
+
+def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """The participants' tensors concatenated along ``dim`` (a new tensor)."""
+    if _multiprocess():
+        import torch.distributed as dist
+
+        init_process_group()
+        host = tensor.detach().cpu().contiguous()
+        parts = [torch.empty_like(host) for _ in range(runtime.process_count())]
+        _dist_call("all_gather", lambda: dist.all_gather(parts, host))
+        return torch.cat(parts, dim).to(tensor.device)
+    return _C._all_gather(tensor, dim)
+
+
+def reduce_scatter(tensor: torch.Tensor, dim: int = 0, scale: float = 1.0) -> torch.Tensor:
+    """The sum over participants, split along ``dim``; participant i keeps part i."""
+    if _multiprocess():
+        full = all_reduce(tensor.detach().clone(), "sum", scale)
+        n = runtime.process_count()
+        return full.chunk(n, dim)[runtime.process_index()].clone()
+    return _C._reduce_scatter(tensor, dim, float(scale))
+
+
+def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """In place: every participant gets participant ``src``'s value."""
+    if _multiprocess():
+        import torch.distributed as dist
+
+        init_process_group()
+        host = tensor.detach().cpu().contiguous()
+        _dist_call("broadcast", lambda: dist.broadcast(host, src))
+        with torch.no_grad():
+            tensor.copy_(host)
+        return tensor
+    with torch.no_grad():
+        _C._broadcast_(tensor, src)
+    return tensor
+
+
+def barrier() -> None:
+    """Waits for every process (no-op in one process)."""
+    if _multiprocess():
+        import torch.distributed as dist
+
+        init_process_group()
+        _device.sync(wait=True)
+        _dist_call("barrier", dist.barrier)
+
+
+def rendezvous(tag: str) -> None:
+    """A named barrier: every process must reach the same tag."""
+    if _multiprocess():
+        import torch.distributed as dist
+
+        init_process_group()
+        tags: List[Optional[str]] = [None] * runtime.process_count()
+        _dist_call("rendezvous", lambda: dist.all_gather_object(tags, tag))
+        if any(t != tag for t in tags):
+            raise RuntimeError(f"rendezvous mismatch: processes reached {tags}")
+
+
+def broadcast_master_param(model: torch.nn.Module) -> None:
+    """Copies rank 0's (replica 0's) parameters and buffers to every participant."""
+    for t in list(model.parameters()) + list(model.buffers()):
+        broadcast(t.data if isinstance(t, torch.nn.Parameter) else t, 0)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, **step_kwargs):
+    """All-reduces the gradients (mean over participants), then steps."""
+    n = world_size()
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    if n > 1:
+        for g in grads:
+            all_reduce(g, "sum", 1.0 / n)
+    return optimizer.step(**step_kwargs)
+
+
+# ------------------------------------------------- one process, many devices
+
+
+class replicated:
+    """Context in which the traced work of pjrt device 0 is one program
+    replicated over ``devices`` local devices (default: all).
+
+        with torch_pjrt.replicated() as r:
+            model = model.to(r.device)
+            x, y = r.shard(inputs), r.shard(labels)
+            loss = loss_fn(model(x), y); loss.backward()
+            torch_pjrt.distributed.optimizer_step(opt)   # all-reduce mean inside the program
+            torch_pjrt.sync()
+
+    Tensors read back on the host (``.cpu()``, ``.item()``) give replica 0's
+    value; ``values(t)`` gives every replica's. Every replica starts from the
+    same random state.
+    """
+
+    def __init__(self, devices: Optional[int] = None):
+        self.n = devices if devices is not None else runtime.addressable_device_count()
+        if self.n < 1 or self.n > runtime.addressable_device_count():
+            raise ValueError(f"cannot replicate over {self.n} devices: this process has "
+                             f"{runtime.addressable_device_count()} pjrt device(s)")
+        if _multiprocess():
+            raise RuntimeError("replicated() is for one process; multi-process jobs use one device per process")
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("pjrt", 0)
+
+    def __enter__(self) -> "replicated":
+        _C._set_replicas(self.n)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _C._set_replicas(1)
+
+    def shard(self, batch: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        """Splits a host tensor into one equal slice per replica along ``dim``."""
+        if batch.shape[dim] % self.n:
+            raise ValueError(f"cannot split size {batch.shape[dim]} of dim {dim} into {self.n} equal replica slices")
+        return _C._shard([p.contiguous() for p in batch.detach().cpu().chunk(self.n, dim)])
+
+    def values(self, tensor: torch.Tensor) -> List[torch.Tensor]:
+        """The tensor's value on every replica, as CPU tensors."""
+        _device.sync()
+        return list(_C._replica_values(tensor))
+
+
+def replicate(fn: Callable, *args, devices: Optional[int] = None, **kwargs):
+    """Runs ``fn(*args, **kwargs)`` as one program replicated over the local
+    devices and launches it; ``fn`` shards its inputs with the region it gets
+    as keyword ``region``."""
+    with replicated(devices) as r:
+        out = fn(*args, region=r, **kwargs)
+        _device.sync()
+    return out
+
+
+# ---------------------------------------------------------- many processes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(local_rank: int, fn: Callable, args: Sequence, env: dict) -> None:
+    os.environ.update(env)
+    os.environ["RANK"] = str(int(env.get("_TPJ_RANK_BASE", "0")) + local_rank)
+    os.environ["LOCAL_RANK"] = str(local_rank)
+    fn(*args)
+
+
+def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, start_method: str = "spawn") -> None:
+    """Runs ``fn(*args)`` in ``nprocs`` processes on this host (default: one
+    per local device), with the torchrun environment set, one device each.
+    Under torchrun (``WORLD_SIZE`` already set) it just calls ``fn``.
+
+    If a process dies or raises, the others are stopped and the error names
+    its rank."""
+    if "WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ:
+        fn(*args)
+        return
+    import torch.multiprocessing as mp
+
+    n = nprocs or runtime.addressable_device_count()
+    env = {
+        "WORLD_SIZE": str(n),
+        "LOCAL_WORLD_SIZE": str(n),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        "MASTER_PORT": os.environ.get("MASTER_PORT", str(_free_port())),
+        "_TPJ_RANK_BASE": "0",
+    }
+    if os.environ.get("PJRT_DEVICE", "CPU").upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
+        env["CPU_NUM_DEVICES"] = "1"
+    try:
+        mp.start_processes(_child, args=(fn, tuple(args), env), nprocs=n, join=True, start_method=start_method)
+    except mp.ProcessExitedException as e:
+        raise RuntimeError(f"torch_pjrt.launch: rank {e.error_index} died (exit code {e.exit_code}); "
+                           f"the other {n - 1} process(es) were stopped") from None
+    except mp.ProcessRaisedException as e:
+        raise RuntimeError(f"torch_pjrt.launch: rank {e.error_index} raised:\n{e}") from None

@@ -1,0 +1,177 @@
+"""Runtime API, data parallelism over devices (one process) and processes
+(launch, torchrun, two simulated nodes), and faults. Loopback only."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_pjrt
+from torch_pjrt import distributed as D, runtime
+from conftest import run_python
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, HERE)
+import dp_worker  # noqa: E402
+
+
+def single_device_weights():
+    dev = torch_pjrt.device()
+    m = dp_worker.model().to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    X, Y = dp_worker.data()
+    for s in range(dp_worker.STEPS):
+        F.cross_entropy(m(X[s].to(dev)), Y[s].to(dev)).backward()
+        opt.step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+    return [p.detach().cpu() for p in m.parameters()]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return single_device_weights()
+
+
+def assert_weights_equal(a, b):
+    for x, y in zip(a, b):
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_infos(out_dir, n):
+    return [json.load(open(os.path.join(out_dir, f"rank{r}.json"))) for r in range(n)]
+
+
+def test_runtime_api_in_one_process():
+    assert runtime.device_type() == "CPU"
+    assert runtime.world_size() == 1 and runtime.global_ordinal() == 0 and runtime.local_ordinal() == 0
+    assert runtime.host_index() == 0 and runtime.process_index() == 0 and runtime.process_count() == 1
+    assert runtime.addressable_device_count() == 4 and runtime.global_device_count() == 4
+    assert runtime.devices()[-1] == torch.device("pjrt:3")
+    assert runtime.using_pjrt() is True
+    info = runtime.plugin_info()
+    assert os.path.isfile(info["path"]) and info["pjrt_api_version"].startswith("0.")
+    caps = runtime.capabilities()
+    assert caps["multiprocess"] and caps["collectives"] and caps["cross_process_collectives"] == "gloo"
+
+
+def test_runtime_import_does_not_warn():
+    r = run_python("import warnings; warnings.simplefilter('error'); import torch_pjrt.runtime as r; print(r.world_size())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1"
+
+
+def test_inconsistent_launcher_environment_is_an_error():
+    r = run_python("import torch_pjrt; torch_pjrt.runtime.global_ordinal()", RANK="3", WORLD_SIZE="2")
+    assert r.returncode != 0 and "RANK=3 with WORLD_SIZE=2" in r.stderr
+
+
+def test_four_devices_in_one_process_match_single_device(reference):
+    with torch_pjrt.replicated(4) as r:
+        m = dp_worker.model().to(r.device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        X, Y = dp_worker.data()
+        torch_pjrt.metrics.reset()
+        for s in range(dp_worker.STEPS):
+            F.cross_entropy(m(r.shard(X[s])), r.shard(Y[s])).backward()
+            D.optimizer_step(opt)
+            opt.zero_grad()
+            torch_pjrt.sync()
+        assert torch_pjrt.metrics.counters()["executions"] == dp_worker.STEPS  # one program per step
+        replicas = [r.values(p) for p in m.parameters()]
+    assert_weights_equal(reference, [v[0] for v in replicas])
+    for per_param in replicas:
+        for v in per_param[1:]:
+            torch.testing.assert_close(v, per_param[0], rtol=0, atol=0)
+
+
+def test_collectives_inside_a_replicated_program():
+    with torch_pjrt.replicated(4) as r:
+        x = r.shard(torch.arange(8.0).reshape(4, 2))  # replica i holds [2i, 2i+1]
+        s = D.all_reduce(x.clone())
+        g = D.all_gather(x, 0)
+        rs = D.reduce_scatter(torch.ones(4, device=r.device) * (x[0:1, 0] + 1), 0)
+        b = D.broadcast(x.clone(), 2)
+        torch_pjrt.sync()
+        assert [v.tolist() for v in r.values(s)] == [[[12.0, 16.0]]] * 4
+        assert all(v.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]] for v in r.values(g))
+        assert [v.tolist() for v in r.values(rs)] == [[16.0]] * 4  # sum over replicas of (2i + 1)
+        assert [v.tolist() for v in r.values(b)] == [[[4.0, 5.0]]] * 4
+
+
+def test_launch_two_processes_match_single_device(reference, tmp_path):
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); import dp_worker, torch_pjrt\n"
+            f"if __name__ == '__main__':\n"
+            f"    torch_pjrt.launch(dp_worker.main, args=({str(tmp_path)!r},), nprocs=2)\n")
+    r = run_python(code, timeout=300, CPU_NUM_DEVICES=None)
+    assert r.returncode == 0, r.stderr[-3000:]
+    infos = read_infos(tmp_path, 2)
+    assert sorted(i["rank"] for i in infos) == [0, 1] and all(i["world"] == 2 for i in infos)
+    assert [i["local"] for i in infos] == [0, 1] and all(i["host"] == 0 and i["devices"] == 1 for i in infos)
+    assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
+
+
+def torchrun(args, tmp_path, extra_env=None, timeout=300):
+    env = dict(os.environ)
+    env.pop("CPU_NUM_DEVICES", None)
+    env["CPU_NUM_DEVICES"] = "1"
+    env.update(extra_env or {})
+    cmd = [sys.executable, "-m", "torch.distributed.run", *args, os.path.join(HERE, "dp_worker.py"), str(tmp_path)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_torchrun_two_processes_match_single_device(reference, tmp_path):
+    p = torchrun(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())], tmp_path)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+    infos = read_infos(tmp_path, 2)
+    assert sorted(i["rank"] for i in infos) == [0, 1]
+    assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
+
+
+def test_two_nodes_on_loopback_have_host_index_0_and_1(reference, tmp_path):
+    port = str(free_port())
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port]
+    procs = [torchrun(common + ["--node-rank", str(n)], tmp_path) for n in (0, 1)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    infos = sorted(read_infos(tmp_path, 2), key=lambda i: i["rank"])
+    assert [i["host"] for i in infos] == [0, 1]
+    assert [i["local"] for i in infos] == [0, 0]
+    assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
+
+
+def test_dead_peer_is_reported_by_rank_and_others_stop(tmp_path):
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); import dp_worker, torch_pjrt\n"
+            f"if __name__ == '__main__':\n"
+            f"    torch_pjrt.launch(dp_worker.main, args=({str(tmp_path)!r}, 1), nprocs=2)\n")
+    t0 = time.time()
+    r = run_python(code, timeout=120, CPU_NUM_DEVICES=None, TORCH_PJRT_DIST_TIMEOUT="20")
+    assert r.returncode != 0
+    assert "rank 1 died (exit code 3)" in r.stderr, r.stderr[-2000:]
+    assert time.time() - t0 < 100
+
+
+def test_missing_peer_times_out_with_a_message():
+    code = ("import torch, torch_pjrt\n"
+            "t = torch.ones(2, device='pjrt')\n"
+            "torch_pjrt.distributed.all_reduce(t)\n")
+    t0 = time.time()
+    r = run_python(code, timeout=120, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TORCH_PJRT_DIST_TIMEOUT="5")
+    assert r.returncode != 0
+    assert "rank 0 of 2" in r.stderr and "peer process may have died" in r.stderr, r.stderr[-2000:]
+    assert time.time() - t0 < 90
