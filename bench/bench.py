@@ -90,12 +90,8 @@ def time_inductor(build, data, make_opt, loss_fn, clip, steps, warmup):
     return (time.perf_counter() - t0) / steps, first
 
 
-def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup):
-    dev = torch_pjrt.device()
-    model = build().to(dev)
-    opt = make_opt(model.parameters())
-    x, y = (t.to(dev) for t in data)
-    step = make_step(model, opt, loss_fn, clip, x, y)
+def time_device_steps(step, steps, warmup, before_timing=lambda: None):
+    """(first step incl. trace and compile, steady-state seconds per step) of a pjrt step."""
     torch_pjrt.sync(wait=True)
     t0 = time.perf_counter()
     loss = step()
@@ -105,14 +101,23 @@ def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup):
         loss = step()  # keep it alive as in the timed loop: same program
         torch_pjrt.sync()
     torch_pjrt.sync(wait=True)
-    torch_pjrt.metrics.reset()
+    before_timing()
     t0 = time.perf_counter()
     for _ in range(steps):
         loss = step()
         torch_pjrt.sync()
     torch_pjrt.sync(wait=True)
     loss.cpu()
-    per_step = (time.perf_counter() - t0) / steps
+    return first, (time.perf_counter() - t0) / steps
+
+
+def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup):
+    dev = torch_pjrt.device()
+    model = build().to(dev)
+    opt = make_opt(model.parameters())
+    x, y = (t.to(dev) for t in data)
+    step = make_step(model, opt, loss_fn, clip, x, y)
+    first, per_step = time_device_steps(step, steps, warmup, torch_pjrt.metrics.reset)
     c = torch_pjrt.metrics.counters()
     t = torch_pjrt.metrics.timers()
     ops = c.get("traced_ops", 0)
@@ -134,22 +139,8 @@ def time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, steps, warmup):
     opt = make_opt(model.parameters())
     cmodel = torch.compile(model, backend="pjrt")
     x, y = (t.to(dev) for t in data)
-    step = make_step(cmodel, opt, loss_fn, clip, x, y)
-    t0 = time.perf_counter()
-    loss = step()
-    torch_pjrt.sync(wait=True)
-    first = time.perf_counter() - t0
-    for _ in range(warmup):
-        loss = step()
-        torch_pjrt.sync()
-    torch_pjrt.sync(wait=True)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-        torch_pjrt.sync()
-    torch_pjrt.sync(wait=True)
-    loss.cpu()
-    return (time.perf_counter() - t0) / steps, first
+    first, per_step = time_device_steps(make_step(cmodel, opt, loss_fn, clip, x, y), steps, warmup)
+    return per_step, first
 
 
 def main(argv=None) -> int:

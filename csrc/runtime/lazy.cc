@@ -218,15 +218,6 @@ void Runtime::DescribeParam(int device, ir::Value flat, const std::string& descr
   if (d.empty()) d = description;
 }
 
-ir::Value Runtime::HostScalar(int device, ir::DType dtype, const void* bytes) {
-  Trace& t = traces_[device];
-  Param p;
-  p.dtype = dtype;
-  p.host.assign(static_cast<const uint8_t*>(bytes), static_cast<const uint8_t*>(bytes) + ir::ByteSize(dtype));
-  t.params.push_back(std::move(p));
-  return t.builder->Parameter({dtype, {}});
-}
-
 ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
   Trace& t = traces_[s.device];
   if (!s.dtype) s.dtype = dtype;
@@ -509,12 +500,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
   std::vector<std::vector<pjrt::Buffer*>> args(n);
   for (int64_t p : used) {
     const Param& prm = t.params[p];
-    DeviceBuffer base = prm.buffer;
-    if (!base) {
-      base = DeviceBuffer(client_->BufferFromHost(prm.host.data(), ToPjrt(prm.dtype), {}, global_id(device)));
-      m.Add("bytes_to_device", static_cast<int64_t>(prm.host.size()));
-      keep_alive.push_back(base);
-    }
+    const DeviceBuffer& base = prm.buffer;
     for (int r = 0; r < n; ++r) {
       if (!prm.per_replica.empty()) {
         args[r].push_back(prm.per_replica[r].get());

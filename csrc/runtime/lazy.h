@@ -76,9 +76,6 @@ class Runtime {
   ir::Value ReadFlat(Storage& s, ir::DType dtype);
   // Makes `flat` (rank 1, numel elements) the storage's pending contents.
   void AssignFlat(Storage& s, ir::Value flat);
-  // A 0-d parameter fed from host bytes at launch (scalars that change every
-  // step must not be program constants, or every step recompiles).
-  ir::Value HostScalar(int device, ir::DType dtype, const void* bytes);
   // A device buffer as a parameter of the current trace (memoized). With
   // per-replica buffers, replica r of a replicated program reads replicas[r];
   // without, every replica gets a copy of `buffer`.
@@ -121,8 +118,7 @@ class Runtime {
  private:
   Runtime() = default;
   struct Param {
-    DeviceBuffer buffer;         // device data, or
-    std::vector<uint8_t> host;   // bytes of a host scalar
+    DeviceBuffer buffer;         // device data
     ir::DType dtype = ir::DType::F32;
     std::string description;     // how a tensor read it, for recompile reasons
     std::vector<DeviceBuffer> per_replica;  // replicated programs: one per replica

@@ -105,6 +105,16 @@ ir::Value PerChannel(int d, ir::Value c, const std::vector<int64_t>& shape) {
   return b.BroadcastInDim(c, shape, {1});
 }
 
+// Batch-norm statistics reduce every dim but the channel dim (1); `count`
+// is the number of elements per channel.
+std::vector<int64_t> ChannelReduction(const std::vector<int64_t>& shape, double* count) {
+  std::vector<int64_t> red{0};
+  for (size_t i = 2; i < shape.size(); ++i) red.push_back(static_cast<int64_t>(i));
+  *count = 1;
+  for (int64_t k : red) *count *= static_cast<double>(shape[k]);
+  return red;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                                                          const std::optional<at::Tensor>& bias,
                                                          const std::optional<at::Tensor>& running_mean,
@@ -117,10 +127,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   const at::ScalarType t = input.scalar_type();
   const auto shape = input.sizes().vec();
   const int64_t c = shape[1];
-  std::vector<int64_t> red{0};
-  for (int64_t i = 2; i < input.dim(); ++i) red.push_back(i);
   double n = 1;
-  for (int64_t k : red) n *= static_cast<double>(shape[k]);
+  const std::vector<int64_t> red = ChannelReduction(shape, &n);
   ir::Value x = Val(input);
   ir::Value mean, invstd, var;
   const bool have_running = running_mean && running_mean->defined() && running_var && running_var->defined();
@@ -189,10 +197,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   const at::ScalarType t = input.scalar_type();
   const auto shape = input.sizes().vec();
   const int64_t c = shape[1];
-  std::vector<int64_t> red{0};
-  for (int64_t i = 2; i < input.dim(); ++i) red.push_back(i);
   double n = 1;
-  for (int64_t k : red) n *= static_cast<double>(shape[k]);
+  const std::vector<int64_t> red = ChannelReduction(shape, &n);
   ir::Value go = ValAs(grad_out, t);
   ir::Value mean, invstd;
   if (train) {

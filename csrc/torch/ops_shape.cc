@@ -1,6 +1,7 @@
 // Data movement lowerings: cat, index_select, gather/scatter, advanced
 // indexing (index, index_put_), embedding backward, tril/triu, padding,
 // sort/topk, flip, arange.
+#include <algorithm>
 #include <numeric>
 
 #include "torch/lowering.h"
@@ -498,24 +499,13 @@ at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
   std::vector<int64_t> ds;
-  for (int64_t x : dims) ds.push_back(WrapDim(x, self.dim()));
-  ir::Value v = Val(self);
-  // reverse = gather with reversed iota per flipped dim
-  for (int64_t w : ds) {
-    const int64_t n = self.size(w);
-    if (n <= 1) continue;
-    ir::Value rev = b.Binary(Op::Sub, Fill(d, static_cast<double>(n - 1), at::kLong, {n}), b.Iota({ir::DType::I64, {n}}, 0));
-    ir::GatherDims g;
-    for (int64_t i = 0; i < self.dim(); ++i) {
-      if (i != w) g.offset_dims.push_back(i);
-    }
-    g.collapsed_slice_dims = {w};
-    g.start_index_map = {w};
-    g.index_vector_dim = 1;
-    std::vector<int64_t> sizes = self.sizes().vec();
-    sizes[w] = 1;
-    v = b.Gather(v, b.Reshape(rev, {n, 1}), g, sizes);
+  for (int64_t x : dims) {
+    const int64_t w = WrapDim(x, self.dim());
+    if (self.dim() > 0 && self.size(w) > 1) ds.push_back(w);
   }
+  std::sort(ds.begin(), ds.end());
+  ds.erase(std::unique(ds.begin(), ds.end()), ds.end());
+  ir::Value v = b.Reverse(Val(self), ds);
   return Wrap(v, d);
 }
 

@@ -257,7 +257,8 @@ TEST(OpsOnPlugin, ShapeOps) {
   auto cat = b.Concatenate({x, x}, 0);
   auto padded = b.Pad(x, b.ScalarConstant(DType::F32, -1), {1, 0}, {0, 1}, {0, 1});
   auto iota = b.Iota({DType::I32, {2, 3}}, 1);
-  auto g = b.Build({bcast, reshaped, transposed, sliced, cat, padded, iota});
+  auto reversed = b.Reverse(x, {1});
+  auto g = b.Build({bcast, reshaped, transposed, sliced, cat, padded, iota, reversed});
   const auto xv = Iota(6);  // [[0,1,2],[3,4,5]]
   auto out = RunGraph(g, {F32({2, 3}, xv)});
   auto bc = out[0].As<float>();
@@ -272,6 +273,7 @@ TEST(OpsOnPlugin, ShapeOps) {
   EXPECT_EQ(out[5].shape.dims, (std::vector<int64_t>{3, 6}));
   EXPECT_EQ(out[5].As<float>(), (std::vector<float>{-1, -1, -1, -1, -1, -1, 0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1}));
   EXPECT_EQ(out[6].As<int32_t>(), (std::vector<int32_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(out[7].As<float>(), (std::vector<float>{2, 1, 0, 5, 4, 3}));
 }
 
 TEST(OpsOnPlugin, DynamicSliceAndUpdate) {
