@@ -5,17 +5,26 @@
 namespace tpj::ir {
 namespace {
 
-// 64-bit FNV-1a over the fields, with a final avalanche (splitmix64).
+// FNV-style multiply-xor over 64-bit words (bytes for the tail), with a
+// final avalanche (splitmix64). Word-wise: hashing is on every sync's path.
 class Hasher {
  public:
   void Bytes(const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      h_ ^= b[i];
-      h_ *= 0x100000001b3ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + i, 8);
+      Word(w);
     }
+    for (; i < n; ++i) Word(b[i]);
   }
-  void Int(int64_t v) { Bytes(&v, sizeof(v)); }
+  void Word(uint64_t w) {
+    h_ ^= w;
+    h_ *= 0x100000001b3ull;
+    h_ ^= h_ >> 29;
+  }
+  void Int(int64_t v) { Word(static_cast<uint64_t>(v)); }
   void Ints(const std::vector<int64_t>& v) {
     Int(static_cast<int64_t>(v.size()));
     if (!v.empty()) Bytes(v.data(), v.size() * sizeof(int64_t));

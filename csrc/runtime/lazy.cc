@@ -210,6 +210,12 @@ ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType
   return v;
 }
 
+bool Runtime::NeedsDescription(int device, ir::Value flat) {
+  Trace& t = traces_[device];
+  const ir::Node& n = t.builder->graph().nodes[flat.node];
+  return n.op == ir::Op::Parameter && t.params[n.attrs.axis].description.empty();
+}
+
 void Runtime::DescribeParam(int device, ir::Value flat, const std::string& description) {
   Trace& t = traces_[device];
   const ir::Node& n = t.builder->graph().nodes[flat.node];
@@ -471,27 +477,47 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     const int64_t p = param_index(t.rng_buffer.get());
     if (p >= 0) aliases.push_back({p, static_cast<int64_t>(rng_output)});
   }
-  std::vector<int64_t> used;
-  ir::Graph g = ir::Extract(t.builder->graph(), outputs, aliases, &used);
-  std::ostringstream key;
-  key << std::hex << ir::StructuralHash(g) << "-d" << std::dec << global_id(device);
-  if (replicated) key << "-r" << t.replicas;
-  m.AddTime("graph_build", Seconds(t0));
+  // The trace's own hash (all nodes, not only live ones) plus what this sync
+  // asks of it identifies the program without pruning it.
+  uint64_t trace_key = ir::StructuralHash(t.builder->graph());
+  auto mix = [&trace_key](uint64_t v) { trace_key = (trace_key ^ v) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull; };
+  for (const ir::Value& v : outputs) mix((static_cast<uint64_t>(v.node) << 8) ^ static_cast<uint64_t>(v.index));
+  for (const ir::Alias& a : aliases) mix((static_cast<uint64_t>(a.param) << 32) ^ static_cast<uint64_t>(a.output));
+  mix(static_cast<uint64_t>(global_id(device)));
+  mix(static_cast<uint64_t>(t.replicas));
 
+  std::vector<int64_t> used;
   std::shared_ptr<pjrt::Executable> exe;
-  try {
-    std::vector<std::string> desc;
-    for (int64_t p : used) desc.push_back(t.params[p].description);
-    exe = GetExecutable(device, g, key.str(), desc);
-  } catch (...) {
-    // Leave the device usable: drop this trace's pending work, keep the last
-    // materialized contents of every storage.
-    for (Storage* s : storages) {
-      s->pending = false;
-      s->epoch = -1;
+  size_t num_aliases = aliases.size();
+  if (auto it = plans_.find(trace_key); it != plans_.end()) {
+    exe = it->second.executable;
+    used = it->second.used;
+    num_aliases = it->second.num_aliases;
+    m.Add("cache_hits");
+    m.AddTime("graph_build", Seconds(t0));
+  } else {
+    ir::Graph g = ir::Extract(t.builder->graph(), outputs, aliases, &used);
+    num_aliases = g.aliases.size();
+    std::ostringstream key;
+    key << std::hex << ir::StructuralHash(g) << "-d" << std::dec << global_id(device);
+    if (replicated) key << "-r" << t.replicas;
+    m.AddTime("graph_build", Seconds(t0));
+    try {
+      std::vector<std::string> desc;
+      for (int64_t p : used) desc.push_back(t.params[p].description);
+      exe = GetExecutable(device, g, key.str(), desc);
+    } catch (...) {
+      // Leave the device usable: drop this trace's pending work, keep the last
+      // materialized contents of every storage.
+      for (Storage* s : storages) {
+        s->pending = false;
+        s->epoch = -1;
+      }
+      ResetTrace(t);
+      throw;
     }
-    ResetTrace(t);
-    throw;
+    if (plans_.size() > 1024) plans_.clear();  // bounded; the compile cache keeps the executables
+    plans_[trace_key] = Plan{exe, used, num_aliases};
   }
 
   // Arguments per replica: per-replica buffers, else copies of the one buffer.
@@ -516,7 +542,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
   std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> outs = exe->ExecuteReplicated(args);
   m.AddTime("execute_launch", Seconds(t1));
   m.Add("executions");
-  if (!g.aliases.empty()) m.Add("donated_buffers", static_cast<int64_t>(g.aliases.size()));
+  if (num_aliases) m.Add("donated_buffers", static_cast<int64_t>(num_aliases));
 
   std::vector<std::vector<DeviceBuffer>> per(n, std::vector<DeviceBuffer>(outputs.size()));
   for (int r = 0; r < n; ++r) {

@@ -90,6 +90,7 @@ class Runtime {
   // Describes the parameter behind `flat` (if it is one) by the tensor shape
   // it was read as, e.g. "float32[4,16]": recompile reasons name inputs so.
   void DescribeParam(int device, ir::Value flat, const std::string& description);
+  bool NeedsDescription(int device, ir::Value flat);
 
   // Random bits: threads the device's Threefry state through the trace.
   ir::Value RandomBits(int device, const ir::Shape& bits);
@@ -154,6 +155,15 @@ class Runtime {
   std::vector<Trace> traces_;
   CompileCache cache_;
   std::string fingerprint_;
+  // Steady state: a trace identical to an earlier one (same nodes, outputs,
+  // donations) reuses its executable and argument order without pruning or
+  // rehashing the graph.
+  struct Plan {
+    std::shared_ptr<pjrt::Executable> executable;
+    std::vector<int64_t> used;  // trace parameter index of each program argument
+    size_t num_aliases = 0;
+  };
+  std::unordered_map<uint64_t, Plan> plans_;
   // StructureHash -> description of the last compiled graph with it.
   std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;
 };

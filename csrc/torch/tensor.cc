@@ -135,7 +135,7 @@ ir::Value ValMemory(const at::Tensor& t) {
   runtime::Storage& s = StorageOf(t);
   const ir::DType dt = ToIr(t.scalar_type());
   ir::Value flat = rt.ReadFlat(s, dt);
-  if (s.buffer && !(s.pending)) {
+  if (s.buffer && !s.pending && rt.NeedsDescription(s.device, flat)) {
     std::string desc = std::string(ir::Name(dt)) + "[";
     for (int64_t i = 0; i < t.dim(); ++i) desc += (i ? "," : "") + std::to_string(t.size(i));
     rt.DescribeParam(s.device, flat, desc + "]");
