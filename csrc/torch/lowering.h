@@ -50,8 +50,13 @@ inline Operands PrepareScalar(const at::Tensor& a, const at::Scalar& s, at::Scal
 // A scalar broadcast to `shape`: constants for 0/1/-1 (they let XLA fold),
 // host-fed parameters for anything else.
 inline ir::Value Number(int device, const at::Scalar& s, at::ScalarType t, const std::vector<int64_t>& shape) {
-  const double v = s.isBoolean() ? (s.toBool() ? 1 : 0) : (s.isComplex() ? 2.5 : s.toDouble());
-  ir::Value r = (v == 0 || v == 1 || v == -1) && !s.isComplex() ? Const(device, v, t) : ScalarParam(device, s, t);
+  bool special = false;
+  double v = 0;
+  if (!s.isComplex()) {
+    v = s.isBoolean() ? (s.toBool() ? 1 : 0) : s.toDouble();
+    special = v == 0 || v == 1 || v == -1;
+  }
+  ir::Value r = special ? Const(device, v, t) : ScalarParam(device, s, t);
   return BroadcastTo(device, r, shape);
 }
 
