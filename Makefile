@@ -78,7 +78,7 @@ bench: build
 	$(VPY) bench/bench.py
 
 conformance: build
-	$(VPY) -m torch_pjrt.conformance --expected tests/python/opinfo_expected_failures.txt
+	$(VPY) -m torch_pjrt.conformance --max-samples 3 --expected tests/python/opinfo_expected_failures.txt
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m torch_pjrt.conformance", description=__doc__.splitlines()[0])
     p.add_argument("--dtypes", default="float32,int64,bool,bfloat16")
     p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
-    p.add_argument("--max-samples", type=int, default=4)
+    p.add_argument("--max-samples", type=int, default=3)
     p.add_argument("--no-grad", action="store_true", help="skip gradient checks")
     p.add_argument("--json", default="conformance.json")
     p.add_argument("--expected", default="", help="expected-failure file: fail only on failures it does not list")
