@@ -1,6 +1,7 @@
 #include "runtime/lazy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,8 +31,8 @@ std::vector<pjrt::NamedOption>& ConfigOptions() {
   static std::vector<pjrt::NamedOption> o;
   return o;
 }
-Runtime*& Instance() {
-  static Runtime* r = nullptr;
+std::atomic<Runtime*>& Instance() {
+  static std::atomic<Runtime*> r{nullptr};
   return r;
 }
 
@@ -92,19 +93,20 @@ std::vector<std::string> Signature(const ir::Graph& g, const std::vector<std::st
 }  // namespace
 
 Storage::~Storage() {
-  if (pending && Runtime::Initialized()) Runtime::Get().Unregister(this);
+  // Under the runtime lock: a sync may be updating this storage right now.
+  if (Runtime::Initialized()) Runtime::Get().Unregister(this);
 }
 
 void Runtime::Configure(std::vector<std::string> search_dirs, std::vector<pjrt::NamedOption> options) {
   std::lock_guard<std::mutex> l(ConfigMutex());
-  if (Instance() != nullptr) {
+  if (Instance().load() != nullptr) {
     throw pjrt::Error(9, "torch_pjrt is already initialized: configure it before the first pjrt tensor");
   }
   ConfigDirs() = std::move(search_dirs);
   ConfigOptions() = std::move(options);
 }
 
-bool Runtime::Initialized() { return Instance() != nullptr; }
+bool Runtime::Initialized() { return Instance().load(std::memory_order_acquire) != nullptr; }
 
 namespace {
 std::mutex& LocationMutex() {
@@ -132,15 +134,15 @@ std::string Runtime::Location() {
 }
 
 Runtime& Runtime::Get() {
-  Runtime* r = Instance();
+  Runtime* r = Instance().load(std::memory_order_acquire);
   if (r) return *r;
   std::lock_guard<std::mutex> l(ConfigMutex());
-  if (Instance() == nullptr) {
+  if (Instance().load(std::memory_order_relaxed) == nullptr) {
     auto* fresh = new Runtime();  // lives for the process: tensors may outlive any scope
     fresh->Init();
-    Instance() = fresh;
+    Instance().store(fresh, std::memory_order_release);
   }
-  return *Instance();
+  return *Instance().load(std::memory_order_acquire);
 }
 
 void Runtime::Init() {
@@ -266,11 +268,15 @@ void Runtime::SetReplicas(int n) {
   }
   Trace& t = traces_.at(0);
   if (t.replicas == n) return;
-  SyncDevice(0, {});
+  try {
+    SyncDevice(0, {});
+  } catch (...) {
+    t.replicas = n;  // switch anyway: leaving the old mode on would surprise more
+    ResetTrace(t);
+    throw;
+  }
   t.replicas = n;
-  // The RNG state and the trace are per program shape: start both afresh.
-  t.rng_buffer.reset();
-  ResetTrace(t);
+  ResetTrace(t);  // a trace belongs to one replica count
 }
 
 void Runtime::Register(Storage* s) {
@@ -280,7 +286,9 @@ void Runtime::Register(Storage* s) {
 
 void Runtime::Unregister(Storage* s) {
   std::lock_guard<std::recursive_mutex> l(mu_);
-  if (s->device >= 0 && s->device < static_cast<int>(traces_.size())) traces_[s->device].pending.erase(s);
+  if (s->pending && s->device >= 0 && s->device < static_cast<int>(traces_.size())) {
+    traces_[s->device].pending.erase(s);
+  }
 }
 
 void Runtime::SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype) {
@@ -331,8 +339,31 @@ void Runtime::SyncAll(const SyncOptions& options) {
 }
 
 void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) {
-  std::lock_guard<std::recursive_mutex> l(mu_);
+  TraceScope scope;  // reports deferred recompile reasons once the lock is released
   for (int d : devices) SyncDevice(d, options);
+}
+
+void Runtime::ReportDeferred() {
+  std::vector<RecompileReason> reasons;
+  std::vector<std::string> lines;
+  {
+    std::lock_guard<std::recursive_mutex> l(mu_);
+    if (unreported_.empty() && debug_lines_.empty()) return;
+    reasons.swap(unreported_);
+    lines.swap(debug_lines_);
+  }
+  const std::string where = Location();  // may take the GIL: not under mu_
+  for (auto& r : reasons) {
+    r.where = where;
+    if (DebugEnabled()) {
+      std::fprintf(stderr, "torch_pjrt: recompiling a known graph (%s)%s%s\n", r.why.c_str(),
+                   where.empty() ? "" : " at ", where.c_str());
+    }
+    Metrics::Get().Recompiled(std::move(r));
+  }
+  for (const auto& line : lines) {
+    std::fprintf(stderr, "torch_pjrt: %s%s%s\n", line.c_str(), where.empty() ? "" : " at ", where.c_str());
+  }
 }
 
 DeviceBuffer Runtime::Materialize(Storage& s) {
@@ -404,16 +435,10 @@ void Runtime::ExplainRecompile(uint64_t structure, const ir::Graph& g, const std
       if (why.size() > 400) break;
     }
     if (why.empty()) why = "same structure, different details";
-    RecompileReason r{structure, why, Location()};
-    if (DebugEnabled()) {
-      std::fprintf(stderr, "torch_pjrt: recompiling a known graph (%s)%s%s\n", r.why.c_str(),
-                   r.where.empty() ? "" : " at ", r.where.c_str());
-    }
-    Metrics::Get().Recompiled(std::move(r));
+    unreported_.push_back(RecompileReason{structure, why, ""});
   } else if (DebugEnabled()) {
-    const std::string where = Location();
-    std::fprintf(stderr, "torch_pjrt: compiling a new graph (%zu nodes, %zu parameters)%s%s\n", g.nodes.size(),
-                 g.params.size(), where.empty() ? "" : " at ", where.c_str());
+    debug_lines_.push_back("compiling a new graph (" + std::to_string(g.nodes.size()) + " nodes, " +
+                           std::to_string(g.params.size()) + " parameters)");
   }
   seen_structures_[structure] = std::move(sig);
 }
@@ -523,24 +548,35 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
   // Arguments per replica: per-replica buffers, else copies of the one buffer.
   const int n = t.replicas;
   std::vector<DeviceBuffer> keep_alive;
-  std::vector<std::vector<pjrt::Buffer*>> args(n);
-  for (int64_t p : used) {
-    const Param& prm = t.params[p];
-    const DeviceBuffer& base = prm.buffer;
-    for (int r = 0; r < n; ++r) {
-      if (!prm.per_replica.empty()) {
-        args[r].push_back(prm.per_replica[r].get());
-      } else if (r == 0) {
-        args[r].push_back(base.get());
-      } else {
-        keep_alive.push_back(DeviceBuffer(base->CopyToDevice(global_id(device + r))));
-        args[r].push_back(keep_alive.back().get());
+  std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> outs;
+  try {
+    std::vector<std::vector<pjrt::Buffer*>> args(n);
+    for (int64_t p : used) {
+      const Param& prm = t.params[p];
+      const DeviceBuffer& base = prm.buffer;
+      for (int r = 0; r < n; ++r) {
+        if (!prm.per_replica.empty()) {
+          args[r].push_back(prm.per_replica[r].get());
+        } else if (r == 0) {
+          args[r].push_back(base.get());
+        } else {
+          keep_alive.push_back(DeviceBuffer(base->CopyToDevice(global_id(device + r))));
+          args[r].push_back(keep_alive.back().get());
+        }
       }
     }
+    auto t1 = std::chrono::steady_clock::now();
+    outs = exe->ExecuteReplicated(args);
+    m.AddTime("execute_launch", Seconds(t1));
+  } catch (...) {
+    // As for a compile failure: drop the trace, keep materialized contents.
+    for (Storage* s : storages) {
+      s->pending = false;
+      s->epoch = -1;
+    }
+    ResetTrace(t);
+    throw;
   }
-  auto t1 = std::chrono::steady_clock::now();
-  std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> outs = exe->ExecuteReplicated(args);
-  m.AddTime("execute_launch", Seconds(t1));
   m.Add("executions");
   if (num_aliases) m.Add("donated_buffers", static_cast<int64_t>(num_aliases));
 
@@ -587,11 +623,12 @@ TraceScope::TraceScope() : lock_(Runtime::Get().mu()) {
 
 TraceScope::~TraceScope() {
   --trace_depth;
-  if (outer_) {
-    Metrics& m = Metrics::Get();
-    m.trace_ns += NowNs() - start_ns_;
-    m.traced_ops += 1;
-  }
+  if (!outer_) return;
+  Metrics& m = Metrics::Get();
+  m.trace_ns += NowNs() - start_ns_;
+  m.traced_ops += 1;
+  lock_.unlock();
+  Runtime::Get().ReportDeferred();
 }
 
 }  // namespace tpj::runtime

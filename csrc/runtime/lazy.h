@@ -23,6 +23,7 @@
 #include "pjrt/client.h"
 #include "pjrt/executable.h"
 #include "runtime/cache.h"
+#include "runtime/metrics.h"
 #include "runtime/strided.h"
 
 namespace tpj::runtime {
@@ -148,6 +149,12 @@ class Runtime {
   std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,
                                                   const std::vector<std::string>& param_desc);
   void ExplainRecompile(uint64_t structure, const ir::Graph& g, const std::vector<std::string>& param_desc);
+  // Recompile reasons wait here until the runtime lock is released: their
+  // Python location needs the GIL, which must never be taken under the lock.
+  std::vector<RecompileReason> unreported_;
+  std::vector<std::string> debug_lines_;
+  void ReportDeferred();
+  friend class TraceScope;
 
   std::recursive_mutex mu_;
   std::shared_ptr<pjrt::Client> client_;
@@ -175,7 +182,7 @@ class TraceScope {
   ~TraceScope();
 
  private:
-  std::lock_guard<std::recursive_mutex> lock_;
+  std::unique_lock<std::recursive_mutex> lock_;
   int64_t start_ns_;
   bool outer_;
 };

@@ -184,6 +184,7 @@ at::Tensor Wrap(ir::Value v, int device) {
 }
 
 void Assign(const at::Tensor& dst, ir::Value v) {
+  TORCH_CHECK(!dst.is_conj(), "cannot write into a lazy conjugate view of a pjrt tensor; write to its resolve_conj()");
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(dst);
   ir::Builder& b = rt.builder(s.device);
@@ -191,6 +192,7 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   v = b.Convert(v, dt);
   const std::vector<int64_t> want = dst.sizes().vec();
   if (b.shape(v).dims != want) v = BroadcastTo(s.device, v, want);
+  if (dst.is_neg()) v = b.Unary(ir::Op::Neg, v);  // memory holds -value
   const runtime::StridedView view = ViewOf(dst);
   const int64_t numel = static_cast<int64_t>(s.nbytes / c10::elementSize(dst.scalar_type()));
   if (runtime::CoversStorage(view, numel) && (!s.dtype || *s.dtype == dt)) {

@@ -216,11 +216,12 @@ class replicated:
         return torch.device("pjrt", 0)
 
     def __enter__(self) -> "replicated":
+        self._previous = _replicas()
         _C._set_replicas(self.n)
         return self
 
     def __exit__(self, *exc) -> None:
-        _C._set_replicas(1)
+        _C._set_replicas(self._previous)  # nested regions restore the outer one
 
     def shard(self, batch: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """Splits a host tensor into one equal slice per replica along ``dim``."""
@@ -260,6 +261,17 @@ def _child(local_rank: int, fn: Callable, args: Sequence, env: dict) -> None:
     fn(*args)
 
 
+def _default_nprocs() -> int:
+    """One process per local device, counted without opening the devices in
+    this (parent) process when possible: a GPU or TPU plugin would hold them."""
+    if _C._initialized():
+        return runtime.addressable_device_count()
+    if os.environ.get("PJRT_DEVICE", "CPU").upper() == "CPU" and "TORCH_PJRT_PLUGIN" not in os.environ:
+        return int(os.environ.get("CPU_NUM_DEVICES") or 4)  # the CPU plugin's default device count
+    raise ValueError("torch_pjrt.launch needs nprocs= on this platform (counting devices here would open them "
+                     "in the parent process)")
+
+
 def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, start_method: str = "spawn") -> None:
     """Runs ``fn(*args)`` in ``nprocs`` processes on this host (default: one
     per local device), with the torchrun environment set, one device each.
@@ -272,7 +284,7 @@ def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, star
         return
     import torch.multiprocessing as mp
 
-    n = nprocs or runtime.addressable_device_count()
+    n = nprocs or _default_nprocs()
     env = {
         "WORLD_SIZE": str(n),
         "LOCAL_WORLD_SIZE": str(n),

@@ -175,3 +175,20 @@ def test_missing_peer_times_out_with_a_message():
     assert r.returncode != 0
     assert "rank 0 of 2" in r.stderr and "peer process may have died" in r.stderr, r.stderr[-2000:]
     assert time.time() - t0 < 90
+
+
+def test_random_stream_continues_across_replicated_regions():
+    torch_pjrt.manual_seed(5)
+    x = torch.rand(8, device="pjrt").cpu()
+    with torch_pjrt.replicated(2):
+        pass
+    y = torch.rand(8, device="pjrt").cpu()
+    assert not torch.equal(x, y)
+
+
+def test_nested_regions_restore_the_outer_one():
+    with torch_pjrt.replicated(4):
+        with torch_pjrt.replicated(2):
+            assert torch_pjrt._C._replicas() == 2
+        assert torch_pjrt._C._replicas() == 4
+    assert torch_pjrt._C._replicas() == 1
