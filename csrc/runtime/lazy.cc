@@ -502,6 +502,16 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     const int64_t p = param_index(t.rng_buffer.get());
     if (p >= 0) aliases.push_back({p, static_cast<int64_t>(rng_output)});
   }
+  // On a compile or launch failure, leave the device usable: drop this
+  // trace's pending work, keep the last materialized contents of every storage.
+  auto abandon = [&] {
+    for (Storage* s : storages) {
+      s->pending = false;
+      s->epoch = -1;
+    }
+    ResetTrace(t);
+  };
+
   // The trace's own hash (all nodes, not only live ones) plus what this sync
   // asks of it identifies the program without pruning it.
   uint64_t trace_key = ir::StructuralHash(t.builder->graph());
@@ -532,13 +542,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
       for (int64_t p : used) desc.push_back(t.params[p].description);
       exe = GetExecutable(device, g, key.str(), desc);
     } catch (...) {
-      // Leave the device usable: drop this trace's pending work, keep the last
-      // materialized contents of every storage.
-      for (Storage* s : storages) {
-        s->pending = false;
-        s->epoch = -1;
-      }
-      ResetTrace(t);
+      abandon();
       throw;
     }
     if (plans_.size() > 1024) plans_.clear();  // bounded; the compile cache keeps the executables
@@ -569,12 +573,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     outs = exe->ExecuteReplicated(args);
     m.AddTime("execute_launch", Seconds(t1));
   } catch (...) {
-    // As for a compile failure: drop the trace, keep materialized contents.
-    for (Storage* s : storages) {
-      s->pending = false;
-      s->epoch = -1;
-    }
-    ResetTrace(t);
+    abandon();
     throw;
   }
   m.Add("executions");
