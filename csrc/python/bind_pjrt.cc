@@ -54,7 +54,9 @@ py::dtype NumpyDtype(pjrt_abi::BufferType t) {
   }
 }
 
-std::vector<pjrt::NamedOption> Options(const py::dict& d) {
+}  // namespace
+
+std::vector<pjrt::NamedOption> NamedOptions(const py::dict& d) {
   std::vector<pjrt::NamedOption> out;
   for (auto item : d) {
     pjrt::NamedOption o;
@@ -75,6 +77,8 @@ std::vector<pjrt::NamedOption> Options(const py::dict& d) {
   }
   return out;
 }
+
+namespace {
 
 py::dict DeviceDict(const pjrt::Device& d) {
   py::dict out;
@@ -178,7 +182,7 @@ void BindPjrt(py::module_& m) {
 
   py::class_<pjrt::Client, std::shared_ptr<pjrt::Client>>(m, "Client")
       .def(py::init([](const std::shared_ptr<pjrt::Plugin>& p, const py::dict& options) {
-             return pjrt::Client::Create(p, Options(options));
+             return pjrt::Client::Create(p, NamedOptions(options));
            }),
            py::arg("plugin"), py::arg("options") = py::dict())
       .def_property_readonly("platform_name", &pjrt::Client::platform_name)

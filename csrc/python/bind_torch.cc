@@ -20,22 +20,7 @@ void BindTorch(py::module_& m) {
   m.def(
       "_configure",
       [](const std::vector<std::string>& dirs, const py::dict& options) {
-        std::vector<pjrt::NamedOption> opts;
-        for (auto item : options) {
-          pjrt::NamedOption o;
-          o.name = py::cast<std::string>(item.first);
-          if (py::isinstance<py::bool_>(item.second)) {
-            o.value = item.second.cast<bool>();
-          } else if (py::isinstance<py::int_>(item.second)) {
-            o.value = item.second.cast<int64_t>();
-          } else if (py::isinstance<py::float_>(item.second)) {
-            o.value = item.second.cast<float>();
-          } else {
-            o.value = item.second.cast<std::string>();
-          }
-          opts.push_back(std::move(o));
-        }
-        runtime::Runtime::Configure(dirs, std::move(opts));
+        runtime::Runtime::Configure(dirs, NamedOptions(options));
       },
       py::arg("search_dirs"), py::arg("options"));
   m.def("_initialized", &runtime::Runtime::Initialized);

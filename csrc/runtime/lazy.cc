@@ -279,11 +279,6 @@ void Runtime::SetReplicas(int n) {
   ResetTrace(t);  // a trace belongs to one replica count
 }
 
-void Runtime::Register(Storage* s) {
-  std::lock_guard<std::recursive_mutex> l(mu_);
-  traces_[s->device].pending.insert(s);
-}
-
 void Runtime::Unregister(Storage* s) {
   std::lock_guard<std::recursive_mutex> l(mu_);
   if (s->pending && s->device >= 0 && s->device < static_cast<int>(traces_.size())) {

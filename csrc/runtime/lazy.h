@@ -105,7 +105,6 @@ class Runtime {
   // when never written).
   DeviceBuffer Materialize(Storage& s);
   void SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype);
-  void Register(Storage* s);
   void Unregister(Storage* s);
 
   CompileCache& cache() { return cache_; }

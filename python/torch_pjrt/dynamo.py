@@ -83,14 +83,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callab
         _device.sync()  # one program per compiled graph, launched asynchronously
         return outs
 
-    run._boxed_call = True  # noqa: SLF001  (AOTAutograd calling convention)
-
     def boxed(args):
         a = list(args)
         args.clear()
         return run(*a)
 
-    boxed._boxed_call = True
+    boxed._boxed_call = True  # AOTAutograd's boxed calling convention: args as one list
     return boxed
 
 
