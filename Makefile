@@ -52,8 +52,8 @@ $(BUILD)/build.ninja: CMakeLists.txt tests/cpp/CMakeLists.txt | deps system-deps
 
 build: deps system-deps $(BUILD)/build.ninja
 	cmake --build $(BUILD)
-	@$(VPY) -c "import torch_pjrt" 2>/dev/null || \
-	  $(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+	@$(VPY) -c "import importlib.metadata as m, torch_pjrt as t; assert m.version('torch-pjrt') == t.__version__" \
+	  2>/dev/null || $(VPY) -m pip install -q --no-build-isolation --no-deps -e .
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600

@@ -104,6 +104,19 @@ const char* CompareDirName(CompareDir d) {
   return "?";
 }
 
+int64_t ParamIndex(const Node& n) {
+  const auto* a = std::get_if<ParameterAttrs>(&n.attrs);
+  if (n.op != Op::Parameter || !a) {
+    throw Error(std::string("ParamIndex of a ") + OpName(n.op) + " node: only Parameter nodes have one");
+  }
+  return a->index;
+}
+
+const std::vector<uint8_t>* ConstantBytes(const Node& n) {
+  const auto* a = std::get_if<ConstantAttrs>(&n.attrs);
+  return n.op == Op::Constant && a ? a->data.get() : nullptr;
+}
+
 Builder::Builder(int num_replicas, int num_partitions) {
   if (num_replicas < 1 || num_partitions < 1) throw Error("a graph needs >= 1 replica and partition");
   g_.num_replicas = num_replicas;
@@ -123,7 +136,7 @@ void Builder::CheckValue(Value v) const {
   }
 }
 
-std::vector<Value> Builder::AddMulti(Op op, std::vector<Value> operands, Attrs attrs) {
+std::vector<Value> Builder::AddNode(Op op, std::vector<Value> operands, Attrs attrs) {
   std::vector<Shape> in;
   in.reserve(operands.size());
   for (Value v : operands) {
@@ -145,18 +158,13 @@ std::vector<Value> Builder::AddMulti(Op op, std::vector<Value> operands, Attrs a
   return out;
 }
 
-Value Builder::Add(Op op, std::vector<Value> operands, Attrs attrs) {
-  return AddMulti(op, std::move(operands), std::move(attrs))[0];
-}
-
 Value Builder::Parameter(const Shape& shape) {
   for (int64_t d : shape.dims) {
     if (d < 0) throw Error("Parameter " + shape.ToString() + ": dims must be >= 0");
   }
-  Attrs a;
-  a.axis = static_cast<int64_t>(g_.params.size());
   const int32_t id = static_cast<int32_t>(g_.nodes.size());
-  g_.nodes.push_back(Node{Op::Parameter, {}, {shape}, std::move(a), location_});
+  g_.nodes.push_back(
+      Node{Op::Parameter, {}, {shape}, ParameterAttrs{static_cast<int64_t>(g_.params.size())}, location_});
   g_.params.push_back(id);
   return Value{id, 0};
 }
@@ -172,8 +180,7 @@ Value Builder::Constant(const Shape& shape, std::vector<uint8_t> bytes) {
        << shape.bytes() << " (or " << elem << " for a splat)";
     throw Error(os.str());
   }
-  Attrs a;
-  a.data = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  ConstantAttrs a{std::make_shared<const std::vector<uint8_t>>(std::move(bytes))};
   const int32_t id = static_cast<int32_t>(g_.nodes.size());
   g_.nodes.push_back(Node{Op::Constant, {}, {shape}, std::move(a), location_});
   return Value{id, 0};
@@ -193,7 +200,7 @@ Value Builder::Unary(Op op, Value x) {
       f != OpForm::kLogicalUnary) {
     throw Error(std::string(OpName(op)) + " is not a unary elementwise op");
   }
-  return Add(op, {x}, {});
+  return Add(op, {x});
 }
 
 Value Builder::Binary(Op op, Value x, Value y) {
@@ -201,7 +208,7 @@ Value Builder::Binary(Op op, Value x, Value y) {
   if (f != OpForm::kBinary && f != OpForm::kLogical) {
     throw Error(std::string(OpName(op)) + " is not a binary elementwise op");
   }
-  return Add(op, {x, y}, {});
+  return Add(op, {x, y});
 }
 
 Value Builder::Convert(Value x, DType to) {
@@ -211,7 +218,7 @@ Value Builder::Convert(Value x, DType to) {
     throw Error(std::string("Convert from ") + Name(from) + " to " + Name(to) +
                 ": take the real part first (complex to real is not defined)");
   }
-  Value v = Add(Op::Convert, {x}, {});
+  Value v = Add(Op::Convert, {x});
   g_.nodes[v.node].results[0].dtype = to;
   return v;
 }
@@ -223,31 +230,26 @@ Value Builder::Bitcast(Value x, DType to) {
     throw Error(std::string("Bitcast from ") + Name(from) + " to " + Name(to) +
                 ": element sizes differ");
   }
-  Value v = Add(Op::BitcastConvert, {x}, {});
+  Value v = Add(Op::BitcastConvert, {x});
   g_.nodes[v.node].results[0].dtype = to;
   return v;
 }
 
-Value Builder::IsFinite(Value x) { return Add(Op::IsFinite, {x}, {}); }
+Value Builder::IsFinite(Value x) { return Add(Op::IsFinite, {x}); }
 
 Value Builder::Compare(CompareDir dir, Value x, Value y) {
-  Attrs a;
-  a.compare = dir;
-  return Add(Op::Compare, {x, y}, std::move(a));
+  return Add({x, y}, CompareAttrs{dir});
 }
 
 Value Builder::Select(Value pred, Value on_true, Value on_false) {
-  return Add(Op::Select, {pred, on_true, on_false}, {});
+  return Add(Op::Select, {pred, on_true, on_false});
 }
 
-Value Builder::Clamp(Value lo, Value x, Value hi) { return Add(Op::Clamp, {lo, x, hi}, {}); }
+Value Builder::Clamp(Value lo, Value x, Value hi) { return Add(Op::Clamp, {lo, x, hi}); }
 
 Value Builder::BroadcastInDim(Value x, const std::vector<int64_t>& dims,
                               const std::vector<int64_t>& broadcast_dims) {
-  Attrs a;
-  a.out_dims = dims;
-  a.dims = broadcast_dims;
-  return Add(Op::BroadcastInDim, {x}, std::move(a));
+  return Add({x}, BroadcastInDimAttrs{dims, broadcast_dims});
 }
 
 Value Builder::Reshape(Value x, const std::vector<int64_t>& dims) {
@@ -258,61 +260,43 @@ Value Builder::Reshape(Value x, const std::vector<int64_t>& dims) {
     if (g_.shape(src).dims == dims) return src;
     x = src;
   }
-  Attrs a;
-  a.out_dims = dims;
-  return Add(Op::Reshape, {x}, std::move(a));
+  return Add({x}, ReshapeAttrs{dims});
 }
 
 Value Builder::Transpose(Value x, const std::vector<int64_t>& perm) {
-  Attrs a;
-  a.dims = perm;
-  return Add(Op::Transpose, {x}, std::move(a));
+  return Add({x}, TransposeAttrs{perm});
 }
 
 Value Builder::Reverse(Value x, const std::vector<int64_t>& dims) {
   if (dims.empty()) return x;
-  Attrs a;
-  a.dims = dims;
-  return Add(Op::Reverse, {x}, std::move(a));
+  return Add({x}, ReverseAttrs{dims});
 }
 
 Value Builder::Slice(Value x, const std::vector<int64_t>& starts,
                      const std::vector<int64_t>& limits, const std::vector<int64_t>& strides) {
-  Attrs a;
-  a.starts = starts;
-  a.limits = limits;
-  a.strides = strides;
-  return Add(Op::Slice, {x}, std::move(a));
+  return Add({x}, SliceAttrs{starts, limits, strides});
 }
 
 Value Builder::DynamicSlice(Value x, const std::vector<Value>& starts,
                             const std::vector<int64_t>& sizes) {
-  Attrs a;
-  a.dims = sizes;
   std::vector<Value> ops{x};
   ops.insert(ops.end(), starts.begin(), starts.end());
-  return Add(Op::DynamicSlice, std::move(ops), std::move(a));
+  return Add(std::move(ops), DynamicSliceAttrs{sizes});
 }
 
 Value Builder::DynamicUpdateSlice(Value x, Value update, const std::vector<Value>& starts) {
   std::vector<Value> ops{x, update};
   ops.insert(ops.end(), starts.begin(), starts.end());
-  return Add(Op::DynamicUpdateSlice, std::move(ops), {});
+  return Add(Op::DynamicUpdateSlice, std::move(ops));
 }
 
 Value Builder::Concatenate(const std::vector<Value>& xs, int64_t dim) {
-  Attrs a;
-  a.axis = dim;
-  return Add(Op::Concatenate, xs, std::move(a));
+  return Add(xs, ConcatenateAttrs{dim});
 }
 
 Value Builder::Pad(Value x, Value pad_value, const std::vector<int64_t>& low,
                    const std::vector<int64_t>& high, const std::vector<int64_t>& interior) {
-  Attrs a;
-  a.low = low;
-  a.high = high;
-  a.interior = interior;
-  return Add(Op::Pad, {x, pad_value}, std::move(a));
+  return Add({x, pad_value}, PadAttrs{low, high, interior});
 }
 
 Value Builder::Iota(const Shape& shape, int64_t dim) {
@@ -323,24 +307,17 @@ Value Builder::Iota(const Shape& shape, int64_t dim) {
   if (shape.dtype == DType::Bool || IsComplex(shape.dtype)) {
     throw Error("Iota " + shape.ToString() + ": needs an integer or floating-point dtype");
   }
-  Attrs a;
-  a.axis = dim;
   const int32_t id = static_cast<int32_t>(g_.nodes.size());
-  g_.nodes.push_back(Node{Op::Iota, {}, {shape}, std::move(a), location_});
+  g_.nodes.push_back(Node{Op::Iota, {}, {shape}, IotaAttrs{dim}, location_});
   return Value{id, 0};
 }
 
 Value Builder::DotGeneral(Value lhs, Value rhs, const DotDims& dims) {
-  Attrs a;
-  a.dot = dims;
-  return Add(Op::DotGeneral, {lhs, rhs}, std::move(a));
+  return Add({lhs, rhs}, DotGeneralAttrs{dims});
 }
 
 Value Builder::Reduce(Value x, Value init, const std::vector<int64_t>& dims, ReduceKind kind) {
-  Attrs a;
-  a.dims = dims;
-  a.reduce = kind;
-  return Add(Op::Reduce, {x, init}, std::move(a));
+  return Add({x, init}, ReduceAttrs{dims, kind});
 }
 
 Value Builder::ReduceWindow(Value x, Value init, ReduceKind kind,
@@ -350,15 +327,8 @@ Value Builder::ReduceWindow(Value x, Value init, ReduceKind kind,
                             const std::vector<int64_t>& window_dilation,
                             const std::vector<int64_t>& pad_low,
                             const std::vector<int64_t>& pad_high) {
-  Attrs a;
-  a.reduce = kind;
-  a.dims = window;
-  a.strides = strides;
-  a.lhs_dilation = base_dilation;
-  a.rhs_dilation = window_dilation;
-  a.low = pad_low;
-  a.high = pad_high;
-  return Add(Op::ReduceWindow, {x, init}, std::move(a));
+  return Add({x, init},
+             ReduceWindowAttrs{kind, window, strides, base_dilation, window_dilation, pad_low, pad_high});
 }
 
 Value Builder::SelectAndScatter(Value operand, Value source, Value init,
@@ -366,12 +336,7 @@ Value Builder::SelectAndScatter(Value operand, Value source, Value init,
                                 const std::vector<int64_t>& strides,
                                 const std::vector<int64_t>& pad_low,
                                 const std::vector<int64_t>& pad_high) {
-  Attrs a;
-  a.dims = window;
-  a.strides = strides;
-  a.low = pad_low;
-  a.high = pad_high;
-  return Add(Op::SelectAndScatter, {operand, source, init}, std::move(a));
+  return Add({operand, source, init}, SelectAndScatterAttrs{window, strides, pad_low, pad_high});
 }
 
 Value Builder::Convolution(Value lhs, Value rhs, const ConvDims& dims,
@@ -381,39 +346,22 @@ Value Builder::Convolution(Value lhs, Value rhs, const ConvDims& dims,
                            const std::vector<int64_t>& lhs_dilation,
                            const std::vector<int64_t>& rhs_dilation, int64_t feature_groups,
                            int64_t batch_groups) {
-  Attrs a;
-  a.conv = dims;
-  a.strides = strides;
-  a.low = pad_low;
-  a.high = pad_high;
-  a.lhs_dilation = lhs_dilation;
-  a.rhs_dilation = rhs_dilation;
-  a.feature_groups = feature_groups;
-  a.batch_groups = batch_groups;
-  return Add(Op::Convolution, {lhs, rhs}, std::move(a));
+  return Add({lhs, rhs}, ConvolutionAttrs{dims, strides, pad_low, pad_high, lhs_dilation, rhs_dilation,
+                                          feature_groups, batch_groups});
 }
 
 Value Builder::Gather(Value operand, Value indices, const GatherDims& dims,
                       const std::vector<int64_t>& slice_sizes) {
-  Attrs a;
-  a.gather = dims;
-  a.dims = slice_sizes;
-  return Add(Op::Gather, {operand, indices}, std::move(a));
+  return Add({operand, indices}, GatherAttrs{dims, slice_sizes});
 }
 
 Value Builder::Scatter(Value operand, Value indices, Value updates, const ScatterDims& dims,
                        bool replace) {
-  Attrs a;
-  a.scatter = dims;
-  a.flag = replace;
-  return Add(Op::Scatter, {operand, indices, updates}, std::move(a));
+  return Add({operand, indices, updates}, ScatterAttrs{dims, replace});
 }
 
 std::vector<Value> Builder::Sort(const std::vector<Value>& xs, int64_t dim, bool descending) {
-  Attrs a;
-  a.axis = dim;
-  a.flag = descending;
-  return AddMulti(Op::Sort, xs, std::move(a));
+  return AddNode(Op::Sort, xs, SortAttrs{dim, descending});
 }
 
 std::vector<Value> Builder::RngBitGenerator(Value state, const Shape& bits) {
@@ -421,33 +369,23 @@ std::vector<Value> Builder::RngBitGenerator(Value state, const Shape& bits) {
     throw Error("RngBitGenerator: bits must have an unsigned integer dtype, got " +
                 bits.ToString());
   }
-  std::vector<Value> out = AddMulti(Op::RngBitGenerator, {state}, {});
+  std::vector<Value> out = AddNode(Op::RngBitGenerator, {state}, RngBitGeneratorAttrs{});
   g_.nodes[out[0].node].results.push_back(bits);
   out.push_back(Value{out[0].node, 1});
   return out;
 }
 
 Value Builder::AllReduce(Value x, ReduceKind kind, std::vector<std::vector<int64_t>> groups) {
-  Attrs a;
-  a.reduce = kind;
-  a.replica_groups = DefaultGroups(std::move(groups), g_.num_replicas);
-  return Add(Op::AllReduce, {x}, std::move(a));
+  return Add({x}, AllReduceAttrs{kind, DefaultGroups(std::move(groups), g_.num_replicas)});
 }
 
 Value Builder::AllGather(Value x, int64_t dim, std::vector<std::vector<int64_t>> groups) {
-  Attrs a;
-  a.axis = dim;
-  a.replica_groups = DefaultGroups(std::move(groups), g_.num_replicas);
-  return Add(Op::AllGather, {x}, std::move(a));
+  return Add({x}, AllGatherAttrs{dim, DefaultGroups(std::move(groups), g_.num_replicas)});
 }
 
 Value Builder::ReduceScatter(Value x, int64_t dim, ReduceKind kind,
                              std::vector<std::vector<int64_t>> groups) {
-  Attrs a;
-  a.axis = dim;
-  a.reduce = kind;
-  a.replica_groups = DefaultGroups(std::move(groups), g_.num_replicas);
-  return Add(Op::ReduceScatter, {x}, std::move(a));
+  return Add({x}, ReduceScatterAttrs{dim, kind, DefaultGroups(std::move(groups), g_.num_replicas)});
 }
 
 Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::vector<Alias>& aliases,
@@ -476,9 +414,10 @@ Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::v
     Node node = full.nodes[id];
     for (Value& o : node.operands) o.node = remap[o.node];
     if (node.op == Op::Parameter) {
-      const int64_t old = node.attrs.axis;
-      node.attrs.axis = static_cast<int64_t>(g.params.size());
-      param_remap[old] = node.attrs.axis;
+      int64_t& index = std::get<ParameterAttrs>(node.attrs).index;
+      const int64_t old = index;
+      index = static_cast<int64_t>(g.params.size());
+      param_remap[old] = index;
       g.params.push_back(static_cast<int32_t>(g.nodes.size()));
       if (used_params) used_params->push_back(old);
     }

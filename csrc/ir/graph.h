@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -29,8 +32,23 @@ const char* ReduceKindName(ReduceKind k);
 enum class CompareDir : uint8_t { EQ, NE, LT, LE, GT, GE };
 const char* CompareDirName(CompareDir d);
 
+// Attributes: one struct per op that has any; ops without use std::monostate.
+// Each struct names its op in kOp (the Builder takes the op from it, so no
+// node carries another op's attributes) and lists every data member once in
+// Fields(self, f), which calls f("name", member): the hashes walk that list,
+// and tests/cpp/ir_hash_test.cc checks that it names every member. `self` is
+// a template parameter so that one list serves const and mutable visits. The
+// dimension-number structs nested in them list their members the same way.
+
 struct DotDims {
   std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("lhs_batch", s.lhs_batch);
+    f("rhs_batch", s.rhs_batch);
+    f("lhs_contract", s.lhs_contract);
+    f("rhs_contract", s.rhs_contract);
+  }
 };
 
 // Convolution layout: which dimension of each operand is batch/feature and
@@ -42,56 +60,324 @@ struct ConvDims {
   std::vector<int64_t> k_spatial;
   int64_t out_batch = 0, out_feature = 1;
   std::vector<int64_t> out_spatial;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("in_batch", s.in_batch);
+    f("in_feature", s.in_feature);
+    f("in_spatial", s.in_spatial);
+    f("k_out", s.k_out);
+    f("k_in", s.k_in);
+    f("k_spatial", s.k_spatial);
+    f("out_batch", s.out_batch);
+    f("out_feature", s.out_feature);
+    f("out_spatial", s.out_spatial);
+  }
 };
 
 struct GatherDims {
   std::vector<int64_t> offset_dims, collapsed_slice_dims, start_index_map;
   int64_t index_vector_dim = 0;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("offset_dims", s.offset_dims);
+    f("collapsed_slice_dims", s.collapsed_slice_dims);
+    f("start_index_map", s.start_index_map);
+    f("index_vector_dim", s.index_vector_dim);
+  }
 };
 
 struct ScatterDims {
   std::vector<int64_t> update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims;
   int64_t index_vector_dim = 0;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("update_window_dims", s.update_window_dims);
+    f("inserted_window_dims", s.inserted_window_dims);
+    f("scatter_dims_to_operand_dims", s.scatter_dims_to_operand_dims);
+    f("index_vector_dim", s.index_vector_dim);
+  }
 };
 
-// Attributes of a node. One struct for every op: each op reads the fields
-// its comment names, the rest stay empty (and still hash, harmlessly).
-struct Attrs {
-  // broadcast_in_dim: broadcast dims; transpose: permutation; reduce: dims;
-  // dynamic_slice / gather: slice sizes; reduce_window / select_and_scatter:
-  // window dimensions.
-  std::vector<int64_t> dims;
-  // broadcast_in_dim and reshape: the result dims.
-  std::vector<int64_t> out_dims;
-  // slice: start/limit/strides; reduce_window, select_and_scatter and
-  // convolution: window strides in `strides`.
-  std::vector<int64_t> starts, limits, strides;
-  // pad: edge low/high/interior; windowed ops: padding low/high.
-  std::vector<int64_t> low, high, interior;
-  // convolution: lhs/rhs dilation; reduce_window: base/window dilation.
-  std::vector<int64_t> lhs_dilation, rhs_dilation;
-  // parameter index; concatenate, iota, sort, all_gather and reduce_scatter
-  // dimension.
-  int64_t axis = 0;
-  int64_t feature_groups = 1, batch_groups = 1;  // convolution
-  ReduceKind reduce = ReduceKind::Sum;  // reduce-like bodies; scatter: Sum adds, else replaces
-  CompareDir compare = CompareDir::EQ;  // compare
-  bool flag = false;                    // sort: descending; scatter: replace instead of add
-  DotDims dot;
-  ConvDims conv;
-  GatherDims gather;
-  ScatterDims scatter;
-  std::vector<std::vector<int64_t>> replica_groups;  // collectives; empty: all replicas
-  std::shared_ptr<const std::vector<uint8_t>> data;  // constant: raw little-endian elements
+struct ParameterAttrs {
+  static constexpr Op kOp = Op::Parameter;
+  int64_t index = 0;  // position among the graph's parameters (%argN)
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("index", s.index); }
 };
+
+struct ConstantAttrs {
+  static constexpr Op kOp = Op::Constant;
+  // Raw little-endian elements: numel() of them, or one for a splat. Shared:
+  // copying a graph does not copy its constants.
+  std::shared_ptr<const std::vector<uint8_t>> data;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("data", s.data); }
+};
+
+struct CompareAttrs {
+  static constexpr Op kOp = Op::Compare;
+  CompareDir direction = CompareDir::EQ;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("direction", s.direction); }
+};
+
+struct BroadcastInDimAttrs {
+  static constexpr Op kOp = Op::BroadcastInDim;
+  std::vector<int64_t> result_dims;
+  std::vector<int64_t> broadcast_dimensions;  // result dim of each operand dim
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("result_dims", s.result_dims);
+    f("broadcast_dimensions", s.broadcast_dimensions);
+  }
+};
+
+struct ReshapeAttrs {
+  static constexpr Op kOp = Op::Reshape;
+  std::vector<int64_t> result_dims;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("result_dims", s.result_dims); }
+};
+
+struct TransposeAttrs {
+  static constexpr Op kOp = Op::Transpose;
+  std::vector<int64_t> permutation;  // result dim i is operand dim permutation[i]
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("permutation", s.permutation); }
+};
+
+struct ReverseAttrs {
+  static constexpr Op kOp = Op::Reverse;
+  std::vector<int64_t> dimensions;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("dimensions", s.dimensions); }
+};
+
+struct SliceAttrs {
+  static constexpr Op kOp = Op::Slice;
+  std::vector<int64_t> starts, limits, strides;  // one each per dimension; limits exclusive
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("starts", s.starts);
+    f("limits", s.limits);
+    f("strides", s.strides);
+  }
+};
+
+struct DynamicSliceAttrs {
+  static constexpr Op kOp = Op::DynamicSlice;
+  std::vector<int64_t> slice_sizes;  // the starts are operands
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("slice_sizes", s.slice_sizes); }
+};
+
+struct ConcatenateAttrs {
+  static constexpr Op kOp = Op::Concatenate;
+  int64_t dimension = 0;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("dimension", s.dimension); }
+};
+
+struct PadAttrs {
+  static constexpr Op kOp = Op::Pad;
+  std::vector<int64_t> low, high, interior;  // edge padding may be negative (crops)
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("low", s.low);
+    f("high", s.high);
+    f("interior", s.interior);
+  }
+};
+
+struct IotaAttrs {
+  static constexpr Op kOp = Op::Iota;
+  int64_t dimension = 0;  // the dimension that counts up
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("dimension", s.dimension); }
+};
+
+struct DotGeneralAttrs {
+  static constexpr Op kOp = Op::DotGeneral;
+  DotDims dims;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("dims", s.dims); }
+};
+
+struct ReduceAttrs {
+  static constexpr Op kOp = Op::Reduce;
+  std::vector<int64_t> dimensions;  // reduced away
+  ReduceKind kind = ReduceKind::Sum;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("dimensions", s.dimensions);
+    f("kind", s.kind);
+  }
+};
+
+// Each list has one entry per operand dimension; empty dilations mean ones.
+struct ReduceWindowAttrs {
+  static constexpr Op kOp = Op::ReduceWindow;
+  ReduceKind kind = ReduceKind::Sum;
+  std::vector<int64_t> window_dimensions, window_strides;
+  std::vector<int64_t> base_dilations, window_dilations;
+  std::vector<int64_t> padding_low, padding_high;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("kind", s.kind);
+    f("window_dimensions", s.window_dimensions);
+    f("window_strides", s.window_strides);
+    f("base_dilations", s.base_dilations);
+    f("window_dilations", s.window_dilations);
+    f("padding_low", s.padding_low);
+    f("padding_high", s.padding_high);
+  }
+};
+
+// Each list has one entry per operand dimension. The select (>=) and scatter
+// (add) bodies are fixed: this op is max pooling's gradient.
+struct SelectAndScatterAttrs {
+  static constexpr Op kOp = Op::SelectAndScatter;
+  std::vector<int64_t> window_dimensions, window_strides;
+  std::vector<int64_t> padding_low, padding_high;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("window_dimensions", s.window_dimensions);
+    f("window_strides", s.window_strides);
+    f("padding_low", s.padding_low);
+    f("padding_high", s.padding_high);
+  }
+};
+
+// Every per-dimension list has one entry per spatial dimension.
+struct ConvolutionAttrs {
+  static constexpr Op kOp = Op::Convolution;
+  ConvDims dims;
+  std::vector<int64_t> window_strides;
+  std::vector<int64_t> padding_low, padding_high;
+  std::vector<int64_t> lhs_dilation, rhs_dilation;
+  int64_t feature_group_count = 1, batch_group_count = 1;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("dims", s.dims);
+    f("window_strides", s.window_strides);
+    f("padding_low", s.padding_low);
+    f("padding_high", s.padding_high);
+    f("lhs_dilation", s.lhs_dilation);
+    f("rhs_dilation", s.rhs_dilation);
+    f("feature_group_count", s.feature_group_count);
+    f("batch_group_count", s.batch_group_count);
+  }
+};
+
+struct GatherAttrs {
+  static constexpr Op kOp = Op::Gather;
+  GatherDims dims;
+  std::vector<int64_t> slice_sizes;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("dims", s.dims);
+    f("slice_sizes", s.slice_sizes);
+  }
+};
+
+struct ScatterAttrs {
+  static constexpr Op kOp = Op::Scatter;
+  ScatterDims dims;
+  bool replace = false;  // updates overwrite; false: they are added
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("dims", s.dims);
+    f("replace", s.replace);
+  }
+};
+
+// A stable sort of all operands by the first one.
+struct SortAttrs {
+  static constexpr Op kOp = Op::Sort;
+  int64_t dimension = 0;
+  bool descending = false;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("dimension", s.dimension);
+    f("descending", s.descending);
+  }
+};
+
+// No fields: the algorithm is always Threefry (a ui64[2] key/counter state).
+struct RngBitGeneratorAttrs {
+  static constexpr Op kOp = Op::RngBitGenerator;
+  template <class S, class F>
+  static void Fields(S&, F&&) {}
+};
+
+// Collectives: replica_groups lists the replica ids of each group; groups are
+// non-empty and of one size (the Builder fills in all replicas when none are
+// given).
+struct AllReduceAttrs {
+  static constexpr Op kOp = Op::AllReduce;
+  ReduceKind kind = ReduceKind::Sum;
+  std::vector<std::vector<int64_t>> replica_groups;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("kind", s.kind);
+    f("replica_groups", s.replica_groups);
+  }
+};
+
+struct AllGatherAttrs {
+  static constexpr Op kOp = Op::AllGather;
+  int64_t dimension = 0;  // the one that grows by the group size
+  std::vector<std::vector<int64_t>> replica_groups;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("dimension", s.dimension);
+    f("replica_groups", s.replica_groups);
+  }
+};
+
+struct ReduceScatterAttrs {
+  static constexpr Op kOp = Op::ReduceScatter;
+  int64_t dimension = 0;  // the one that shrinks by the group size
+  ReduceKind kind = ReduceKind::Sum;
+  std::vector<std::vector<int64_t>> replica_groups;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("dimension", s.dimension);
+    f("kind", s.kind);
+    f("replica_groups", s.replica_groups);
+  }
+};
+
+using Attrs =
+    std::variant<std::monostate, ParameterAttrs, ConstantAttrs, CompareAttrs, BroadcastInDimAttrs,
+                 ReshapeAttrs, TransposeAttrs, ReverseAttrs, SliceAttrs, DynamicSliceAttrs,
+                 ConcatenateAttrs, PadAttrs, IotaAttrs, DotGeneralAttrs, ReduceAttrs,
+                 ReduceWindowAttrs, SelectAndScatterAttrs, ConvolutionAttrs, GatherAttrs,
+                 ScatterAttrs, SortAttrs, RngBitGeneratorAttrs, AllReduceAttrs, AllGatherAttrs,
+                 ReduceScatterAttrs>;
+
+// True for the structs above that list their fields with Fields(self, f).
+template <class T, class = void>
+struct HasFields : std::false_type {};
+template <class T>
+struct HasFields<T, std::void_t<decltype(T::Fields(std::declval<const T&>(), 0))>>
+    : std::true_type {};
 
 struct Node {
   Op op;
   std::vector<Value> operands;
   std::vector<Shape> results;
-  Attrs attrs;
+  Attrs attrs;  // the alternative whose kOp is `op`; std::monostate for ops without attributes
   std::string location;  // where the node came from (e.g. Python file:line), for errors
 };
+
+// The position of Parameter node `n` among its graph's parameters. Throws
+// Error for any other op.
+int64_t ParamIndex(const Node& n);
+
+// The raw little-endian elements of Constant node `n` (numel() of them, or
+// one for a splat), alive as long as the node; nullptr for any other op.
+const std::vector<uint8_t>* ConstantBytes(const Node& n);
 
 // Output `output` of the program may reuse the memory of parameter `param`
 // (buffer donation). Shapes must match.
@@ -198,8 +484,17 @@ class Builder {
   Graph Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases = {});
 
  private:
-  Value Add(Op op, std::vector<Value> operands, Attrs attrs);
-  std::vector<Value> AddMulti(Op op, std::vector<Value> operands, Attrs attrs);
+  // Checks and appends one node; returns its results.
+  std::vector<Value> AddNode(Op op, std::vector<Value> operands, Attrs attrs);
+  // A node of an op without attributes.
+  Value Add(Op op, std::vector<Value> operands) {
+    return AddNode(op, std::move(operands), std::monostate{})[0];
+  }
+  // A node of op A::kOp.
+  template <class A>
+  Value Add(std::vector<Value> operands, A attrs) {
+    return AddNode(A::kOp, std::move(operands), std::move(attrs))[0];
+  }
   void CheckValue(Value v) const;
   Graph g_;
   std::string location_;

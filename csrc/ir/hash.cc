@@ -1,6 +1,7 @@
 #include "ir/hash.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace tpj::ir {
 namespace {
@@ -44,54 +45,34 @@ class Hasher {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
-void HashAttrs(Hasher& h, const Attrs& a, bool values) {
-  h.Ints(a.dims);
-  h.Ints(a.out_dims);
-  h.Ints(a.starts);
-  h.Ints(a.limits);
-  h.Ints(a.strides);
-  h.Ints(a.low);
-  h.Ints(a.high);
-  h.Ints(a.interior);
-  h.Ints(a.lhs_dilation);
-  h.Ints(a.rhs_dilation);
-  h.Int(a.axis);
-  h.Int(a.feature_groups);
-  h.Int(a.batch_groups);
-  h.Int(static_cast<int64_t>(a.reduce));
-  h.Int(static_cast<int64_t>(a.compare));
-  h.Int(a.flag);
-  h.Ints(a.dot.lhs_batch);
-  h.Ints(a.dot.rhs_batch);
-  h.Ints(a.dot.lhs_contract);
-  h.Ints(a.dot.rhs_contract);
-  const ConvDims& c = a.conv;
-  h.Int(c.in_batch);
-  h.Int(c.in_feature);
-  h.Ints(c.in_spatial);
-  h.Int(c.k_out);
-  h.Int(c.k_in);
-  h.Ints(c.k_spatial);
-  h.Int(c.out_batch);
-  h.Int(c.out_feature);
-  h.Ints(c.out_spatial);
-  h.Ints(a.gather.offset_dims);
-  h.Ints(a.gather.collapsed_slice_dims);
-  h.Ints(a.gather.start_index_map);
-  h.Int(a.gather.index_vector_dim);
-  h.Ints(a.scatter.update_window_dims);
-  h.Ints(a.scatter.inserted_window_dims);
-  h.Ints(a.scatter.scatter_dims_to_operand_dims);
-  h.Int(a.scatter.index_vector_dim);
-  h.Int(static_cast<int64_t>(a.replica_groups.size()));
-  for (const auto& g : a.replica_groups) h.Ints(g);
-  if (a.data && values) {
-    h.Int(static_cast<int64_t>(a.data->size()));
-    h.Bytes(a.data->data(), a.data->size());
-  } else {
-    h.Int(-1);
+// Hashes the fields an attribute struct lists in Fields: all of them when
+// `everything`, else only the enum and bool ones (see ShapeBlindHash). A field
+// of a type with no rule here fails to compile rather than go unhashed.
+struct FieldHasher {
+  Hasher& h;
+  bool everything;
+
+  template <class T>
+  void operator()(const char*, const T& v) {
+    if constexpr (std::is_enum_v<T> || std::is_same_v<T, bool>) {
+      h.Int(static_cast<int64_t>(v));
+    } else if constexpr (HasFields<T>::value) {
+      T::Fields(v, *this);
+    } else if (everything) {
+      Leaf(v);
+    }
   }
-}
+  void Leaf(int64_t v) { h.Int(v); }
+  void Leaf(const std::vector<int64_t>& v) { h.Ints(v); }
+  void Leaf(const std::vector<std::vector<int64_t>>& v) {
+    h.Int(static_cast<int64_t>(v.size()));
+    for (const auto& x : v) h.Ints(x);
+  }
+  void Leaf(const std::shared_ptr<const std::vector<uint8_t>>& data) {
+    h.Int(data ? static_cast<int64_t>(data->size()) : -1);
+    if (data) h.Bytes(data->data(), data->size());
+  }
+};
 
 uint64_t Hash(const Graph& g, bool values) {
   Hasher h;
@@ -108,12 +89,15 @@ uint64_t Hash(const Graph& g, bool values) {
     h.Int(static_cast<int64_t>(n.results.size()));
     if (values) {
       for (const auto& s : n.results) h.Shape(s);
-      HashAttrs(h, n.attrs, true);
-    } else {
-      h.Int(n.op == Op::Parameter ? n.attrs.axis : 0);
-      h.Int(static_cast<int64_t>(n.attrs.reduce));
-      h.Int(static_cast<int64_t>(n.attrs.compare));
+    } else if (n.op == Op::Parameter) {
+      h.Int(ParamIndex(n));  // an integer, but numbering rather than shape
     }
+    std::visit(
+        [&](const auto& a) {
+          using A = std::decay_t<decltype(a)>;
+          if constexpr (HasFields<A>::value) A::Fields(a, FieldHasher{h, values});
+        },
+        n.attrs);
   }
   h.Int(static_cast<int64_t>(g.outputs.size()));
   for (Value v : g.outputs) {
@@ -130,7 +114,7 @@ uint64_t Hash(const Graph& g, bool values) {
 
 }  // namespace
 
-uint64_t StructuralHash(const Graph& g) { return Hash(g, true); }
-uint64_t StructureHash(const Graph& g) { return Hash(g, false); }
+uint64_t ProgramHash(const Graph& g) { return Hash(g, true); }
+uint64_t ShapeBlindHash(const Graph& g) { return Hash(g, false); }
 
 }  // namespace tpj::ir

@@ -1,6 +1,7 @@
-// Structural hash of a graph: equal for graphs that print the same program,
-// different (with overwhelming probability) when an op, an attribute, a
-// shape, a dtype, a constant or the wiring differs. Locations are ignored.
+// Hashes of a graph, both over the ops, the wiring (operands and outputs),
+// aliases and the replica and partition counts, and never over locations.
+// Equal graphs hash equal; "differ" below means: differ with overwhelming
+// probability.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +10,17 @@
 
 namespace tpj::ir {
 
-uint64_t StructuralHash(const Graph& graph);
+// Identifies the program: differs when anything above or any attribute field
+// (every field each attribute struct lists in Fields), result shape, dtype or
+// constant byte differs. The compile caches key on it.
+uint64_t ProgramHash(const Graph& graph);
 
-// The same, blind to shapes, dtypes and constant values: graphs that differ
-// only in those share it. Used to explain recompilations.
-uint64_t StructureHash(const Graph& graph);
+// Blind to shapes, dtypes and constant values: graphs that differ only in
+// those share it, so it finds the earlier compile a recompile resembles. Of
+// the attributes it covers the parameter numbering and the enum and bool
+// fields, which choose what is computed (compare direction, reduction kind,
+// scatter replace, sort order); integer fields are left out, as they follow
+// the shapes (sizes, slice bounds, padding, dimension numbers).
+uint64_t ShapeBlindHash(const Graph& graph);
 
 }  // namespace tpj::ir

@@ -64,6 +64,14 @@ void Length(Op op, const std::vector<Shape>& in, const std::vector<int64_t>& v, 
   }
 }
 
+// The attributes of `op`, or a failure when they belong to another op.
+template <class A>
+const A& Get(Op op, const std::vector<Shape>& in, const Attrs& attrs) {
+  const A* a = std::get_if<A>(&attrs);
+  if (!a) Fail(op, in, "has the attributes of another op");
+  return *a;
+}
+
 // Output size of one windowed dimension (reduce_window, convolution).
 int64_t WindowOut(Op op, const std::vector<Shape>& in, int64_t size, int64_t base_dil,
                   int64_t low, int64_t high, int64_t window, int64_t win_dil, int64_t stride) {
@@ -143,21 +151,21 @@ void CheckForm(Op op, const std::vector<Shape>& in) {
 }
 
 // Size of each replica group; all groups must be non-empty and equal.
-size_t GroupSize(const Attrs& a, Op op, const std::vector<Shape>& in) {
-  if (a.replica_groups.empty()) Fail(op, in, "needs replica groups");
-  const size_t n = a.replica_groups[0].size();
-  for (const auto& g : a.replica_groups) {
+size_t GroupSize(const std::vector<std::vector<int64_t>>& groups, Op op, const std::vector<Shape>& in) {
+  if (groups.empty()) Fail(op, in, "needs replica groups");
+  const size_t n = groups[0].size();
+  for (const auto& g : groups) {
     if (g.size() != n || g.empty()) Fail(op, in, "replica groups must be non-empty and equal in size");
   }
   return n;
 }
 
-std::vector<Shape> InferConvolution(Op op, const std::vector<Shape>& in, const Attrs& a) {
+std::vector<Shape> InferConvolution(Op op, const std::vector<Shape>& in, const ConvolutionAttrs& a) {
   Arity(op, in, 2);
   SameType(op, in, 0, 1);
   const Shape& x = in[0];
   const Shape& k = in[1];
-  const ConvDims& c = a.conv;
+  const ConvDims& c = a.dims;
   const int64_t r = x.rank();
   const int64_t ns = r - 2;
   if (k.rank() != r) Fail(op, in, "input and kernel must have one rank");
@@ -177,12 +185,12 @@ std::vector<Shape> InferConvolution(Op op, const std::vector<Shape>& in, const A
   o_dims.push_back(c.out_batch);
   o_dims.push_back(c.out_feature);
   UniqueDims(op, in, o_dims, r, "output dimension");
-  Length(op, in, a.strides, ns, "window strides");
-  Length(op, in, a.low, ns, "padding low");
-  Length(op, in, a.high, ns, "padding high");
+  Length(op, in, a.window_strides, ns, "window strides");
+  Length(op, in, a.padding_low, ns, "padding low");
+  Length(op, in, a.padding_high, ns, "padding high");
   Length(op, in, a.lhs_dilation, ns, "lhs dilation");
   Length(op, in, a.rhs_dilation, ns, "rhs dilation");
-  const int64_t fg = a.feature_groups, bg = a.batch_groups;
+  const int64_t fg = a.feature_group_count, bg = a.batch_group_count;
   if (fg < 1 || bg < 1) Fail(op, in, "group counts must be >= 1");
   const int64_t in_f = x.dims[c.in_feature];
   const int64_t k_in = k.dims[c.k_in];
@@ -198,29 +206,30 @@ std::vector<Shape> InferConvolution(Op op, const std::vector<Shape>& in, const A
   out[c.out_feature] = k_out;
   for (int64_t i = 0; i < ns; ++i) {
     out[c.out_spatial[i]] =
-        WindowOut(op, in, x.dims[c.in_spatial[i]], a.lhs_dilation[i], a.low[i], a.high[i],
-                  k.dims[c.k_spatial[i]], a.rhs_dilation[i], a.strides[i]);
+        WindowOut(op, in, x.dims[c.in_spatial[i]], a.lhs_dilation[i], a.padding_low[i], a.padding_high[i],
+                  k.dims[c.k_spatial[i]], a.rhs_dilation[i], a.window_strides[i]);
   }
   return {Shape{x.dtype, out}};
 }
 
-std::vector<Shape> InferGather(Op op, const std::vector<Shape>& in, const Attrs& a) {
+std::vector<Shape> InferGather(Op op, const std::vector<Shape>& in, const GatherAttrs& a) {
   Arity(op, in, 2);
   const Shape& x = in[0];
   const Shape& idx = in[1];
-  const GatherDims& g = a.gather;
+  const GatherDims& g = a.dims;
+  const std::vector<int64_t>& sizes = a.slice_sizes;
   if (!IsInteger(idx.dtype)) Fail(op, in, "indices must be integers");
-  Length(op, in, a.dims, x.rank(), "slice sizes");
+  Length(op, in, sizes, x.rank(), "slice sizes");
   if (g.index_vector_dim < 0 || g.index_vector_dim > idx.rank()) Fail(op, in, "index_vector_dim out of range");
   const int64_t index_len = g.index_vector_dim == idx.rank() ? 1 : idx.dims[g.index_vector_dim];
   Length(op, in, g.start_index_map, index_len, "start_index_map");
   UniqueDims(op, in, g.start_index_map, x.rank(), "start_index_map entry");
   UniqueDims(op, in, g.collapsed_slice_dims, x.rank(), "collapsed slice dim");
   for (int64_t i = 0; i < x.rank(); ++i) {
-    if (a.dims[i] < 0 || a.dims[i] > x.dims[i]) Fail(op, in, "slice size " + List(a.dims) + " exceeds the operand");
+    if (sizes[i] < 0 || sizes[i] > x.dims[i]) Fail(op, in, "slice size " + List(sizes) + " exceeds the operand");
   }
   for (int64_t d : g.collapsed_slice_dims) {
-    if (a.dims[d] > 1) Fail(op, in, "collapsed slice dims must have slice size 1");
+    if (sizes[d] > 1) Fail(op, in, "collapsed slice dims must have slice size 1");
   }
   std::vector<int64_t> batch;
   for (int64_t i = 0; i < idx.rank(); ++i) {
@@ -230,7 +239,7 @@ std::vector<Shape> InferGather(Op op, const std::vector<Shape>& in, const Attrs&
   for (int64_t i = 0; i < x.rank(); ++i) {
     if (std::find(g.collapsed_slice_dims.begin(), g.collapsed_slice_dims.end(), i) ==
         g.collapsed_slice_dims.end()) {
-      offsets.push_back(a.dims[i]);
+      offsets.push_back(sizes[i]);
     }
   }
   if (offsets.size() != g.offset_dims.size()) {
@@ -251,12 +260,12 @@ std::vector<Shape> InferGather(Op op, const std::vector<Shape>& in, const Attrs&
   return {Shape{x.dtype, out}};
 }
 
-std::vector<Shape> InferScatter(Op op, const std::vector<Shape>& in, const Attrs& a) {
+std::vector<Shape> InferScatter(Op op, const std::vector<Shape>& in, const ScatterAttrs& a) {
   Arity(op, in, 3);
   const Shape& x = in[0];
   const Shape& idx = in[1];
   const Shape& upd = in[2];
-  const ScatterDims& s = a.scatter;
+  const ScatterDims& s = a.dims;
   if (!IsInteger(idx.dtype)) Fail(op, in, "indices must be integers");
   SameType(op, in, 0, 2);
   if (static_cast<int64_t>(s.update_window_dims.size() + s.inserted_window_dims.size()) != x.rank()) {
@@ -277,7 +286,7 @@ std::vector<Shape> InferScatter(Op op, const std::vector<Shape>& in, const Attrs
 
 }  // namespace
 
-std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs& a) {
+std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs& attrs) {
   if (Form(op) != OpForm::kSpecial) {
     CheckForm(op, in);
     return {in[0]};
@@ -291,14 +300,16 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       Arity(op, in, 1);
       if (!IsFloat(in[0].dtype)) Fail(op, in, "needs a floating-point operand");
       return {Shape{DType::Bool, in[0].dims}};
-    case Op::Compare:
+    case Op::Compare: {
+      const CompareDir dir = Get<CompareAttrs>(op, in, attrs).direction;
       Arity(op, in, 2);
       SameType(op, in, 0, 1);
       if (in[0].dims != in[1].dims) Fail(op, in, "operands must have one shape");
-      if (IsComplex(in[0].dtype) && a.compare != CompareDir::EQ && a.compare != CompareDir::NE) {
+      if (IsComplex(in[0].dtype) && dir != CompareDir::EQ && dir != CompareDir::NE) {
         Fail(op, in, "complex numbers only compare for (in)equality");
       }
       return {Shape{DType::Bool, in[0].dims}};
+    }
     case Op::Select:
       Arity(op, in, 3);
       if (in[0].dtype != DType::Bool) Fail(op, in, "predicate must be bool");
@@ -315,48 +326,52 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       }
       return {in[1]};
     case Op::BroadcastInDim: {
+      const auto& a = Get<BroadcastInDimAttrs>(op, in, attrs);
       Arity(op, in, 1);
       const Shape& x = in[0];
-      const int64_t r = static_cast<int64_t>(a.out_dims.size());
-      Length(op, in, a.dims, x.rank(), "broadcast_dimensions");
-      UniqueDims(op, in, a.dims, r, "broadcast dimension");
+      const int64_t r = static_cast<int64_t>(a.result_dims.size());
+      Length(op, in, a.broadcast_dimensions, x.rank(), "broadcast_dimensions");
+      UniqueDims(op, in, a.broadcast_dimensions, r, "broadcast dimension");
       for (int64_t i = 0; i < x.rank(); ++i) {
-        const int64_t to = a.out_dims[a.dims[i]];
+        const int64_t to = a.result_dims[a.broadcast_dimensions[i]];
         if (x.dims[i] != 1 && x.dims[i] != to) {
           Fail(op, in, "cannot broadcast dim " + std::to_string(i) + " of size " +
                            std::to_string(x.dims[i]) + " to size " + std::to_string(to) +
-                           " (result dims " + List(a.out_dims) + ")");
+                           " (result dims " + List(a.result_dims) + ")");
         }
       }
-      for (int64_t d : a.out_dims) {
+      for (int64_t d : a.result_dims) {
         if (d < 0) Fail(op, in, "result dims must be >= 0");
       }
-      return {Shape{x.dtype, a.out_dims}};
+      return {Shape{x.dtype, a.result_dims}};
     }
     case Op::Reshape: {
+      const std::vector<int64_t>& dims = Get<ReshapeAttrs>(op, in, attrs).result_dims;
       Arity(op, in, 1);
-      Shape out{in[0].dtype, a.out_dims};
-      for (int64_t d : a.out_dims) {
-        if (d < 0) Fail(op, in, "result dims " + List(a.out_dims) + " must be >= 0");
+      Shape out{in[0].dtype, dims};
+      for (int64_t d : dims) {
+        if (d < 0) Fail(op, in, "result dims " + List(dims) + " must be >= 0");
       }
       if (out.numel() != in[0].numel()) {
-        Fail(op, in, "cannot reshape " + std::to_string(in[0].numel()) + " elements to " + List(a.out_dims));
+        Fail(op, in, "cannot reshape " + std::to_string(in[0].numel()) + " elements to " + List(dims));
       }
       return {out};
     }
     case Op::Transpose: {
+      const std::vector<int64_t>& perm = Get<TransposeAttrs>(op, in, attrs).permutation;
       Arity(op, in, 1);
-      Length(op, in, a.dims, in[0].rank(), "permutation");
-      UniqueDims(op, in, a.dims, in[0].rank(), "permutation entry");
-      std::vector<int64_t> out(a.dims.size());
-      for (size_t i = 0; i < out.size(); ++i) out[i] = in[0].dims[a.dims[i]];
+      Length(op, in, perm, in[0].rank(), "permutation");
+      UniqueDims(op, in, perm, in[0].rank(), "permutation entry");
+      std::vector<int64_t> out(perm.size());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = in[0].dims[perm[i]];
       return {Shape{in[0].dtype, out}};
     }
     case Op::Reverse:
       Arity(op, in, 1);
-      UniqueDims(op, in, a.dims, in[0].rank(), "reverse dimension");
+      UniqueDims(op, in, Get<ReverseAttrs>(op, in, attrs).dimensions, in[0].rank(), "reverse dimension");
       return {in[0]};
     case Op::Slice: {
+      const auto& a = Get<SliceAttrs>(op, in, attrs);
       Arity(op, in, 1);
       const Shape& x = in[0];
       Length(op, in, a.starts, x.rank(), "start indices");
@@ -373,15 +388,16 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       return {Shape{x.dtype, out}};
     }
     case Op::DynamicSlice: {
+      const std::vector<int64_t>& sizes = Get<DynamicSliceAttrs>(op, in, attrs).slice_sizes;
       const Shape& x = in.at(0);
       Arity(op, in, 1 + x.rank());
-      Length(op, in, a.dims, x.rank(), "slice sizes");
+      Length(op, in, sizes, x.rank(), "slice sizes");
       for (int64_t i = 0; i < x.rank(); ++i) {
         Scalar(op, in, 1 + i, "start index");
         if (!IsInteger(in[1 + i].dtype)) Fail(op, in, "start indices must be integers");
-        if (a.dims[i] < 0 || a.dims[i] > x.dims[i]) Fail(op, in, "slice sizes " + List(a.dims) + " exceed the operand");
+        if (sizes[i] < 0 || sizes[i] > x.dims[i]) Fail(op, in, "slice sizes " + List(sizes) + " exceed the operand");
       }
-      return {Shape{x.dtype, a.dims}};
+      return {Shape{x.dtype, sizes}};
     }
     case Op::DynamicUpdateSlice: {
       const Shape& x = in.at(0);
@@ -396,23 +412,25 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       return {x};
     }
     case Op::Concatenate: {
+      const int64_t dim = Get<ConcatenateAttrs>(op, in, attrs).dimension;
       if (in.empty()) Fail(op, in, "needs at least one operand");
       const Shape& x = in[0];
-      Dim(op, in, a.axis, x.rank(), "dimension");
+      Dim(op, in, dim, x.rank(), "dimension");
       std::vector<int64_t> out = x.dims;
       for (size_t i = 1; i < in.size(); ++i) {
         SameType(op, in, 0, i);
         if (in[i].rank() != x.rank()) Fail(op, in, "operands must have one rank");
         for (int64_t d = 0; d < x.rank(); ++d) {
-          if (d != a.axis && in[i].dims[d] != x.dims[d]) {
-            Fail(op, in, "operands differ outside dimension " + std::to_string(a.axis));
+          if (d != dim && in[i].dims[d] != x.dims[d]) {
+            Fail(op, in, "operands differ outside dimension " + std::to_string(dim));
           }
         }
-        out[a.axis] += in[i].dims[a.axis];
+        out[dim] += in[i].dims[dim];
       }
       return {Shape{x.dtype, out}};
     }
     case Op::Pad: {
+      const auto& a = Get<PadAttrs>(op, in, attrs);
       Arity(op, in, 2);
       SameType(op, in, 0, 1);
       Scalar(op, in, 1, "padding value");
@@ -434,7 +452,7 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       SameType(op, in, 0, 1);
       const Shape& l = in[0];
       const Shape& r = in[1];
-      const DotDims& d = a.dot;
+      const DotDims& d = Get<DotGeneralAttrs>(op, in, attrs).dims;
       if (d.lhs_batch.size() != d.rhs_batch.size() || d.lhs_contract.size() != d.rhs_contract.size()) {
         Fail(op, in, "batch and contracting dimension lists must pair up");
       }
@@ -464,13 +482,14 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       return {Shape{l.dtype, out}};
     }
     case Op::Reduce: {
+      const std::vector<int64_t>& dims = Get<ReduceAttrs>(op, in, attrs).dimensions;
       Arity(op, in, 2);
       SameType(op, in, 0, 1);
       Scalar(op, in, 1, "init value");
-      UniqueDims(op, in, a.dims, in[0].rank(), "reduce dimension");
+      UniqueDims(op, in, dims, in[0].rank(), "reduce dimension");
       std::vector<int64_t> out;
       for (int64_t i = 0; i < in[0].rank(); ++i) {
-        if (std::find(a.dims.begin(), a.dims.end(), i) == a.dims.end()) out.push_back(in[0].dims[i]);
+        if (std::find(dims.begin(), dims.end(), i) == dims.end()) out.push_back(in[0].dims[i]);
       }
       return {Shape{in[0].dtype, out}};
     }
@@ -478,7 +497,9 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       Arity(op, in, 2);
       SameType(op, in, 0, 1);
       Scalar(op, in, 1, "init value");
-      Windowed w{a.dims, a.strides, a.lhs_dilation, a.rhs_dilation, a.low, a.high};
+      const auto& a = Get<ReduceWindowAttrs>(op, in, attrs);
+      Windowed w{a.window_dimensions, a.window_strides, a.base_dilations, a.window_dilations,
+                 a.padding_low, a.padding_high};
       return {Shape{in[0].dtype, WindowShape(op, in, in[0], w)}};
     }
     case Op::SelectAndScatter: {
@@ -486,8 +507,9 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       SameType(op, in, 0, 1);
       SameType(op, in, 0, 2);
       Scalar(op, in, 2, "init value");
+      const auto& a = Get<SelectAndScatterAttrs>(op, in, attrs);
       static const std::vector<int64_t> kNone;
-      Windowed w{a.dims, a.strides, kNone, kNone, a.low, a.high};
+      Windowed w{a.window_dimensions, a.window_strides, kNone, kNone, a.padding_low, a.padding_high};
       if (WindowShape(op, in, in[0], w) != in[1].dims) {
         Fail(op, in, "source must have the shape of the operand's windows " +
                          List(WindowShape(op, in, in[0], w)));
@@ -495,14 +517,15 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       return {in[0]};
     }
     case Op::Convolution:
-      return InferConvolution(op, in, a);
+      return InferConvolution(op, in, Get<ConvolutionAttrs>(op, in, attrs));
     case Op::Gather:
-      return InferGather(op, in, a);
+      return InferGather(op, in, Get<GatherAttrs>(op, in, attrs));
     case Op::Scatter:
-      return InferScatter(op, in, a);
+      return InferScatter(op, in, Get<ScatterAttrs>(op, in, attrs));
     case Op::Sort: {
+      const int64_t dim = Get<SortAttrs>(op, in, attrs).dimension;
       if (in.empty()) Fail(op, in, "needs at least one operand");
-      Dim(op, in, a.axis, in[0].rank(), "dimension");
+      Dim(op, in, dim, in[0].rank(), "dimension");
       for (const auto& s : in) {
         if (s.dims != in[0].dims) Fail(op, in, "operands must have one shape");
       }
@@ -518,26 +541,28 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
     }
     case Op::AllReduce: {
       Arity(op, in, 1);
-      GroupSize(a, op, in);
+      GroupSize(Get<AllReduceAttrs>(op, in, attrs).replica_groups, op, in);
       return {in[0]};
     }
     case Op::AllGather: {
+      const auto& a = Get<AllGatherAttrs>(op, in, attrs);
       Arity(op, in, 1);
-      const size_t n = GroupSize(a, op, in);
-      Dim(op, in, a.axis, in[0].rank(), "all_gather dimension");
+      const size_t n = GroupSize(a.replica_groups, op, in);
+      Dim(op, in, a.dimension, in[0].rank(), "all_gather dimension");
       Shape out = in[0];
-      out.dims[a.axis] *= static_cast<int64_t>(n);
+      out.dims[a.dimension] *= static_cast<int64_t>(n);
       return {out};
     }
     case Op::ReduceScatter: {
+      const auto& a = Get<ReduceScatterAttrs>(op, in, attrs);
       Arity(op, in, 1);
-      const size_t n = GroupSize(a, op, in);
-      Dim(op, in, a.axis, in[0].rank(), "scatter dimension");
+      const size_t n = GroupSize(a.replica_groups, op, in);
+      Dim(op, in, a.dimension, in[0].rank(), "scatter dimension");
       Shape out = in[0];
-      if (out.dims[a.axis] % static_cast<int64_t>(n) != 0) {
+      if (out.dims[a.dimension] % static_cast<int64_t>(n) != 0) {
         Fail(op, in, "scatter dimension size must divide by the group size " + std::to_string(n));
       }
-      out.dims[a.axis] /= static_cast<int64_t>(n);
+      out.dims[a.dimension] /= static_cast<int64_t>(n);
       return {out};
     }
     default:

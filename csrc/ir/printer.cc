@@ -152,7 +152,7 @@ const char* CompareType(DType t) {
   return "UNSIGNED";
 }
 
-std::string CompareAttrs(CompareDir dir, DType t) {
+std::string CompareText(CompareDir dir, DType t) {
   return std::string("comparison_direction = #stablehlo<comparison_direction ") +
          CompareDirName(dir) + ">, compare_type = #stablehlo<comparison_type " + CompareType(t) +
          ">";
@@ -220,7 +220,7 @@ class Printer {
  private:
   std::string Name(Value v) const {
     const ::tpj::ir::Node& n = g_.nodes[v.node];
-    if (n.op == Op::Parameter) return "%arg" + std::to_string(n.attrs.axis);
+    if (n.op == Op::Parameter) return "%arg" + std::to_string(ParamIndex(n));
     std::string s = "%" + std::to_string(v.node);
     if (n.results.size() > 1) s += "#" + std::to_string(v.index);
     return s;
@@ -263,7 +263,7 @@ class Printer {
       const std::string out = r + "2";
       *ret = "tensor<i1>";
       rs << "      " << out << " = \"stablehlo.compare\"(" << a[0] << ", " << a[1] << ") {"
-         << CompareAttrs(CompareDir::GE, t) << "} : (" << st << ", " << st << ") -> tensor<i1>\n";
+         << CompareText(CompareDir::GE, t) << "} : (" << st << ", " << st << ") -> tensor<i1>\n";
       return out;
     });
   }
@@ -283,152 +283,150 @@ class Printer {
     }
     const std::string st = Shape{in[0].dtype, {}}.ToString();
     rs << "):\n      " << r << "c = \"stablehlo.compare\"(" << r << "0, " << r << "1) {"
-       << CompareAttrs(descending ? CompareDir::GT : CompareDir::LT, in[0].dtype) << "} : (" << st
+       << CompareText(descending ? CompareDir::GT : CompareDir::LT, in[0].dtype) << "} : (" << st
        << ", " << st << ") -> tensor<i1>\n      \"stablehlo.return\"(" << r
        << "c) : (tensor<i1>) -> ()\n    }";
     return rs.str();
   }
 
+  // The region and attribute text of a node, chosen by its attribute type
+  // (no catch-all: a new attribute type fails to compile until it has one).
+  // `in` are the operand shapes, `out` the first result's.
+  struct Parts {
+    std::string region, attrs;
+  };
+  using Shapes = std::vector<Shape>;
+
+  Parts Text(std::monostate, const Shapes&, const Shape&) { return {}; }
+  Parts Text(const ParameterAttrs&, const Shapes&, const Shape&) { return {}; }  // only ever %argN
+  Parts Text(const ConstantAttrs& a, const Shapes&, const Shape& out) {
+    return {"", "value = " + DenseLiteral(out, *a.data)};
+  }
+  Parts Text(const CompareAttrs& a, const Shapes& in, const Shape&) {
+    return {"", CompareText(a.direction, in[0].dtype)};
+  }
+  Parts Text(const BroadcastInDimAttrs& a, const Shapes&, const Shape&) {
+    return {"", "broadcast_dimensions = " + Array(a.broadcast_dimensions)};
+  }
+  Parts Text(const ReshapeAttrs&, const Shapes&, const Shape&) { return {}; }  // dims are in the type
+  Parts Text(const TransposeAttrs& a, const Shapes&, const Shape&) {
+    return {"", "permutation = " + Array(a.permutation)};
+  }
+  Parts Text(const ReverseAttrs& a, const Shapes&, const Shape&) {
+    return {"", "dimensions = " + Array(a.dimensions)};
+  }
+  Parts Text(const SliceAttrs& a, const Shapes&, const Shape&) {
+    return {"", "start_indices = " + Array(a.starts) + ", limit_indices = " + Array(a.limits) +
+                    ", strides = " + Array(a.strides)};
+  }
+  Parts Text(const DynamicSliceAttrs& a, const Shapes&, const Shape&) {
+    return {"", "slice_sizes = " + Array(a.slice_sizes)};
+  }
+  Parts Text(const ConcatenateAttrs& a, const Shapes&, const Shape&) {
+    return {"", "dimension = " + std::to_string(a.dimension) + " : i64"};
+  }
+  Parts Text(const PadAttrs& a, const Shapes&, const Shape&) {
+    return {"", "edge_padding_low = " + Array(a.low) + ", edge_padding_high = " + Array(a.high) +
+                    ", interior_padding = " + Array(a.interior)};
+  }
+  Parts Text(const IotaAttrs& a, const Shapes&, const Shape&) {
+    return {"", "iota_dimension = " + std::to_string(a.dimension) + " : i64"};
+  }
+  Parts Text(const DotGeneralAttrs& a, const Shapes&, const Shape&) {
+    const DotDims& d = a.dims;
+    std::vector<std::string> parts;
+    if (!d.lhs_batch.empty()) parts.push_back("lhs_batching_dimensions = " + Bracket(d.lhs_batch));
+    if (!d.rhs_batch.empty()) parts.push_back("rhs_batching_dimensions = " + Bracket(d.rhs_batch));
+    if (!d.lhs_contract.empty()) parts.push_back("lhs_contracting_dimensions = " + Bracket(d.lhs_contract));
+    if (!d.rhs_contract.empty()) parts.push_back("rhs_contracting_dimensions = " + Bracket(d.rhs_contract));
+    std::string attrs = "dot_dimension_numbers = #stablehlo.dot<";
+    for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
+    return {"", attrs + ">"};
+  }
+  Parts Text(const ReduceAttrs& a, const Shapes& in, const Shape&) {
+    return {Combine(a.kind, in[0].dtype), "dimensions = " + Array(a.dimensions)};
+  }
+  Parts Text(const ReduceWindowAttrs& a, const Shapes& in, const Shape&) {
+    const std::vector<int64_t> ones(in[0].dims.size(), 1);
+    return {Combine(a.kind, in[0].dtype),
+            "window_dimensions = " + Array(a.window_dimensions) + ", window_strides = " +
+                Array(a.window_strides) + ", base_dilations = " +
+                Array(a.base_dilations.empty() ? ones : a.base_dilations) + ", window_dilations = " +
+                Array(a.window_dilations.empty() ? ones : a.window_dilations) +
+                ", padding = " + Padding(a.padding_low, a.padding_high)};
+  }
+  Parts Text(const SelectAndScatterAttrs& a, const Shapes& in, const Shape&) {
+    std::string region = SelectGe(in[0].dtype);  // regions are numbered in print order
+    region += ", " + Combine(ReduceKind::Sum, in[0].dtype);
+    return {region, "window_dimensions = " + Array(a.window_dimensions) + ", window_strides = " +
+                        Array(a.window_strides) + ", padding = " + Padding(a.padding_low, a.padding_high)};
+  }
+  Parts Text(const ConvolutionAttrs& a, const Shapes& in, const Shape&) {
+    const int64_t r = in[0].rank();
+    const ConvDims& c = a.dims;
+    return {"", "batch_group_count = " + std::to_string(a.batch_group_count) +
+                    " : i64, dimension_numbers = #stablehlo.conv<" +
+                    ConvLabels(r, c.in_batch, 'b', c.in_feature, 'f', c.in_spatial) + "x" +
+                    ConvLabels(r, c.k_out, 'o', c.k_in, 'i', c.k_spatial) + "->" +
+                    ConvLabels(r, c.out_batch, 'b', c.out_feature, 'f', c.out_spatial) +
+                    ">, feature_group_count = " + std::to_string(a.feature_group_count) +
+                    " : i64, lhs_dilation = " + Array(a.lhs_dilation) + ", padding = " +
+                    Padding(a.padding_low, a.padding_high) + ", rhs_dilation = " + Array(a.rhs_dilation) +
+                    ", window_strides = " + Array(a.window_strides)};
+  }
+  Parts Text(const GatherAttrs& a, const Shapes&, const Shape&) {
+    const GatherDims& gd = a.dims;
+    std::vector<std::string> parts;
+    if (!gd.offset_dims.empty()) parts.push_back("offset_dims = " + Bracket(gd.offset_dims));
+    if (!gd.collapsed_slice_dims.empty()) parts.push_back("collapsed_slice_dims = " + Bracket(gd.collapsed_slice_dims));
+    if (!gd.start_index_map.empty()) parts.push_back("start_index_map = " + Bracket(gd.start_index_map));
+    parts.push_back("index_vector_dim = " + std::to_string(gd.index_vector_dim));
+    std::string attrs = "dimension_numbers = #stablehlo.gather<";
+    for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
+    return {"", attrs + ">, indices_are_sorted = false, slice_sizes = " + Array(a.slice_sizes)};
+  }
+  Parts Text(const ScatterAttrs& a, const Shapes& in, const Shape&) {
+    const ScatterDims& sd = a.dims;
+    std::string region = a.replace ? TakeUpdate(in[0].dtype) : Combine(ReduceKind::Sum, in[0].dtype);
+    std::vector<std::string> parts;
+    if (!sd.update_window_dims.empty()) parts.push_back("update_window_dims = " + Bracket(sd.update_window_dims));
+    if (!sd.inserted_window_dims.empty()) parts.push_back("inserted_window_dims = " + Bracket(sd.inserted_window_dims));
+    if (!sd.scatter_dims_to_operand_dims.empty()) parts.push_back("scatter_dims_to_operand_dims = " + Bracket(sd.scatter_dims_to_operand_dims));
+    parts.push_back("index_vector_dim = " + std::to_string(sd.index_vector_dim));
+    std::string attrs = "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<";
+    for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
+    return {std::move(region), attrs + ">, unique_indices = false"};
+  }
+  Parts Text(const SortAttrs& a, const Shapes& in, const Shape&) {
+    return {SortComparator(in, a.descending), "dimension = " + std::to_string(a.dimension) + " : i64, is_stable = true"};
+  }
+  Parts Text(const RngBitGeneratorAttrs&, const Shapes&, const Shape&) {
+    return {"", "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>"};
+  }
+  Parts Text(const AllReduceAttrs& a, const Shapes& in, const Shape&) {
+    return {Combine(a.kind, in[0].dtype), "replica_groups = " + Groups(a.replica_groups)};
+  }
+  Parts Text(const AllGatherAttrs& a, const Shapes&, const Shape&) {
+    return {"", "all_gather_dim = " + std::to_string(a.dimension) +
+                    " : i64, replica_groups = " + Groups(a.replica_groups)};
+  }
+  Parts Text(const ReduceScatterAttrs& a, const Shapes& in, const Shape&) {
+    return {Combine(a.kind, in[0].dtype), "replica_groups = " + Groups(a.replica_groups) +
+                                               ", scatter_dimension = " + std::to_string(a.dimension) + " : i64"};
+  }
+
   void Node(int32_t id) {
     const ::tpj::ir::Node& n = g_.nodes[id];
-    const Attrs& a = n.attrs;
-    std::vector<Shape> in;
+    Shapes in;
     for (Value v : n.operands) in.push_back(g_.shape(v));
-    std::string region;
-    std::string attrs;
-    switch (n.op) {
-      case Op::Constant:
-        attrs = "value = " + DenseLiteral(n.results[0], *a.data);
-        break;
-      case Op::Compare:
-        attrs = CompareAttrs(a.compare, in[0].dtype);
-        break;
-      case Op::BroadcastInDim:
-        attrs = "broadcast_dimensions = " + Array(a.dims);
-        break;
-      case Op::Transpose:
-        attrs = "permutation = " + Array(a.dims);
-        break;
-      case Op::Reverse:
-        attrs = "dimensions = " + Array(a.dims);
-        break;
-      case Op::Slice:
-        attrs = "start_indices = " + Array(a.starts) + ", limit_indices = " + Array(a.limits) +
-                ", strides = " + Array(a.strides);
-        break;
-      case Op::DynamicSlice:
-        attrs = "slice_sizes = " + Array(a.dims);
-        break;
-      case Op::Concatenate:
-        attrs = "dimension = " + std::to_string(a.axis) + " : i64";
-        break;
-      case Op::Pad:
-        attrs = "edge_padding_low = " + Array(a.low) + ", edge_padding_high = " + Array(a.high) +
-                ", interior_padding = " + Array(a.interior);
-        break;
-      case Op::Iota:
-        attrs = "iota_dimension = " + std::to_string(a.axis) + " : i64";
-        break;
-      case Op::DotGeneral: {
-        std::vector<std::string> parts;
-        if (!a.dot.lhs_batch.empty()) parts.push_back("lhs_batching_dimensions = " + Bracket(a.dot.lhs_batch));
-        if (!a.dot.rhs_batch.empty()) parts.push_back("rhs_batching_dimensions = " + Bracket(a.dot.rhs_batch));
-        if (!a.dot.lhs_contract.empty()) parts.push_back("lhs_contracting_dimensions = " + Bracket(a.dot.lhs_contract));
-        if (!a.dot.rhs_contract.empty()) parts.push_back("rhs_contracting_dimensions = " + Bracket(a.dot.rhs_contract));
-        attrs = "dot_dimension_numbers = #stablehlo.dot<";
-        for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
-        attrs += ">";
-        break;
-      }
-      case Op::Reduce:
-        region = Combine(a.reduce, in[0].dtype);
-        attrs = "dimensions = " + Array(a.dims);
-        break;
-      case Op::ReduceWindow: {
-        region = Combine(a.reduce, in[0].dtype);
-        const size_t r = in[0].dims.size();
-        const std::vector<int64_t> ones(r, 1);
-        attrs = "window_dimensions = " + Array(a.dims) + ", window_strides = " + Array(a.strides) +
-                ", base_dilations = " + Array(a.lhs_dilation.empty() ? ones : a.lhs_dilation) +
-                ", window_dilations = " + Array(a.rhs_dilation.empty() ? ones : a.rhs_dilation) +
-                ", padding = " + Padding(a.low, a.high);
-        break;
-      }
-      case Op::SelectAndScatter:
-        region = SelectGe(in[0].dtype);  // regions are numbered in print order
-        region += ", " + Combine(ReduceKind::Sum, in[0].dtype);
-        attrs = "window_dimensions = " + Array(a.dims) + ", window_strides = " + Array(a.strides) +
-                ", padding = " + Padding(a.low, a.high);
-        break;
-      case Op::Convolution: {
-        const int64_t r = in[0].rank();
-        const ConvDims& c = a.conv;
-        attrs = "batch_group_count = " + std::to_string(a.batch_groups) +
-                " : i64, dimension_numbers = #stablehlo.conv<" +
-                ConvLabels(r, c.in_batch, 'b', c.in_feature, 'f', c.in_spatial) + "x" +
-                ConvLabels(r, c.k_out, 'o', c.k_in, 'i', c.k_spatial) + "->" +
-                ConvLabels(r, c.out_batch, 'b', c.out_feature, 'f', c.out_spatial) +
-                ">, feature_group_count = " + std::to_string(a.feature_groups) +
-                " : i64, lhs_dilation = " + Array(a.lhs_dilation) + ", padding = " +
-                Padding(a.low, a.high) + ", rhs_dilation = " + Array(a.rhs_dilation) +
-                ", window_strides = " + Array(a.strides);
-        break;
-      }
-      case Op::Gather: {
-        const GatherDims& gd = a.gather;
-        std::vector<std::string> parts;
-        if (!gd.offset_dims.empty()) parts.push_back("offset_dims = " + Bracket(gd.offset_dims));
-        if (!gd.collapsed_slice_dims.empty()) parts.push_back("collapsed_slice_dims = " + Bracket(gd.collapsed_slice_dims));
-        if (!gd.start_index_map.empty()) parts.push_back("start_index_map = " + Bracket(gd.start_index_map));
-        parts.push_back("index_vector_dim = " + std::to_string(gd.index_vector_dim));
-        attrs = "dimension_numbers = #stablehlo.gather<";
-        for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
-        attrs += ">, indices_are_sorted = false, slice_sizes = " + Array(a.dims);
-        break;
-      }
-      case Op::Scatter: {
-        const ScatterDims& sd = a.scatter;
-        region = a.flag ? TakeUpdate(in[0].dtype) : Combine(ReduceKind::Sum, in[0].dtype);
-        std::vector<std::string> parts;
-        if (!sd.update_window_dims.empty()) parts.push_back("update_window_dims = " + Bracket(sd.update_window_dims));
-        if (!sd.inserted_window_dims.empty()) parts.push_back("inserted_window_dims = " + Bracket(sd.inserted_window_dims));
-        if (!sd.scatter_dims_to_operand_dims.empty()) parts.push_back("scatter_dims_to_operand_dims = " + Bracket(sd.scatter_dims_to_operand_dims));
-        parts.push_back("index_vector_dim = " + std::to_string(sd.index_vector_dim));
-        attrs = "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<";
-        for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
-        attrs += ">, unique_indices = false";
-        break;
-      }
-      case Op::Sort:
-        region = SortComparator(in, a.flag);
-        attrs = "dimension = " + std::to_string(a.axis) + " : i64, is_stable = true";
-        break;
-      case Op::RngBitGenerator:
-        attrs = "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>";
-        break;
-      case Op::AllReduce:
-        region = Combine(a.reduce, in[0].dtype);
-        attrs = "replica_groups = " + Groups(a.replica_groups);
-        break;
-      case Op::AllGather:
-        attrs = "all_gather_dim = " + std::to_string(a.axis) +
-                " : i64, replica_groups = " + Groups(a.replica_groups);
-        break;
-      case Op::ReduceScatter:
-        region = Combine(a.reduce, in[0].dtype);
-        attrs = "replica_groups = " + Groups(a.replica_groups) +
-                ", scatter_dimension = " + std::to_string(a.axis) + " : i64";
-        break;
-      default:
-        break;
-    }
+    const Parts p = std::visit([&](const auto& a) { return Text(a, in, n.results[0]); }, n.attrs);
     os_ << "    %" << id;
     if (n.results.size() > 1) os_ << ":" << n.results.size();
     os_ << " = \"" << MlirOpName(n.op) << "\"(";
     for (size_t i = 0; i < n.operands.size(); ++i) os_ << (i ? ", " : "") << Name(n.operands[i]);
     os_ << ")";
-    if (!region.empty()) os_ << " (" << region << ")";
-    if (!attrs.empty()) os_ << " {" << attrs << "}";
+    if (!p.region.empty()) os_ << " (" << p.region << ")";
+    if (!p.attrs.empty()) os_ << " {" << p.attrs << "}";
     os_ << " : (";
     for (size_t i = 0; i < in.size(); ++i) os_ << (i ? ", " : "") << in[i].ToString();
     os_ << ") -> ";

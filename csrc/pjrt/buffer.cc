@@ -127,13 +127,14 @@ void Buffer::Delete() {
 
 void Buffer::ToHost(void* dst, size_t dst_size) const {
   if (is_deleted()) {
-    throw Error(9, "cannot read a deleted PJRT buffer (it was donated to a program or deleted)");
+    throw Error(Code::kFailedPrecondition,
+                "cannot read a deleted PJRT buffer (it was donated to a program or deleted)");
   }
   const size_t want = static_cast<size_t>(element_count()) * ByteWidth(element_type());
   if (dst_size != want) {
     std::ostringstream os;
     os << "Buffer::ToHost: destination has " << dst_size << " bytes, buffer holds " << want;
-    throw Error(3, os.str());
+    throw Error(Code::kInvalidArgument, os.str());
   }
   auto a = pjrt_abi::make<pjrt_abi::BufferToHostArgs>();
   a.src = buffer_;

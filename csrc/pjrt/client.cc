@@ -140,28 +140,30 @@ const Device& Client::device(int id) const {
   os << "no PJRT device with id " << id << " on platform '" << platform_name_ << "': it has "
      << devices_.size() << " device(s) with ids";
   for (const auto& d : devices_) os << " " << d.id;
-  throw Error(11, os.str());
+  throw Error(Code::kOutOfRange, os.str());
 }
 
 const Device& Client::DeviceFromHandle(pjrt_abi::Device* handle) const {
   for (const auto& d : devices_) {
     if (d.handle == handle) return d;
   }
-  throw Error(13, "PJRT plugin returned a device handle that is not in its device list");
+  throw Error(Code::kInternal, "PJRT plugin returned a device handle that is not in its device list");
 }
 
 std::unique_ptr<Buffer> Client::BufferFromHost(const void* data, pjrt_abi::BufferType type,
                                                const std::vector<int64_t>& dims, int device_id) {
   if (ByteWidth(type) == 0) {
-    throw Error(3, std::string("cannot create a PJRT buffer of element type ") + TypeName(type));
+    throw Error(Code::kInvalidArgument,
+                std::string("cannot create a PJRT buffer of element type ") + TypeName(type));
   }
   for (int64_t d : dims) {
-    if (d < 0) throw Error(3, "cannot create a PJRT buffer with a negative dimension");
+    if (d < 0) throw Error(Code::kInvalidArgument, "cannot create a PJRT buffer with a negative dimension");
   }
   const Device& dev = device(device_id);
   if (!dev.addressable) {
-    throw Error(3, "device " + std::to_string(device_id) + " is not addressable from process " +
-                       std::to_string(process_index_));
+    throw Error(Code::kInvalidArgument,
+                "device " + std::to_string(device_id) + " is not addressable from process " +
+                std::to_string(process_index_));
   }
   auto a = pjrt_abi::make<pjrt_abi::ClientBufferFromHostArgs>();
   a.client = client_;

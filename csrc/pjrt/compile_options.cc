@@ -30,12 +30,13 @@ void BytesField(std::string& out, int field, const std::string& bytes) {
 
 std::string EncodeCompileOptions(const CompileOptions& o) {
   if (o.num_replicas < 1 || o.num_partitions < 1) {
-    throw Error(3, "compile options need num_replicas >= 1 and num_partitions >= 1");
+    throw Error(Code::kInvalidArgument, "compile options need num_replicas >= 1 and num_partitions >= 1");
   }
   const size_t n = static_cast<size_t>(o.num_replicas) * o.num_partitions;
   if (!o.device_ids.empty() && o.device_ids.size() != n) {
-    throw Error(3, "compile options list " + std::to_string(o.device_ids.size()) +
-                       " device ids for " + std::to_string(n) + " replica x partition slots");
+    throw Error(Code::kInvalidArgument,
+                "compile options list " + std::to_string(o.device_ids.size()) +
+                " device ids for " + std::to_string(n) + " replica x partition slots");
   }
   std::string build;
   VarintField(build, 4, o.num_replicas);

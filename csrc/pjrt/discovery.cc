@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -61,22 +60,6 @@ std::vector<std::string> Patterns(const std::string& device) {
   return {"xla_plugins/*" + l + "*/*.so", "jax_plugins/*" + l + "*/*.so"};
 }
 
-std::vector<std::string> SplitPath(const char* s) {
-  std::vector<std::string> out;
-  if (s == nullptr) return out;
-  std::string cur;
-  for (const char* p = s;; ++p) {
-    if (*p == ':' || *p == '\0') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-      if (*p == '\0') break;
-    } else {
-      cur.push_back(*p);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 void RegisterPlugin(const std::string& name, const std::string& path) {
@@ -94,18 +77,16 @@ std::string PackageHint(const std::string& device) {
          "', path)";
 }
 
-PluginChoice FindPlugin(const std::string& device_arg, const std::vector<std::string>& dirs_arg) {
-  if (const char* explicit_path = std::getenv("TORCH_PJRT_PLUGIN"); explicit_path && *explicit_path) {
-    const char* dev = std::getenv("PJRT_DEVICE");
-    return {explicit_path, Upper(dev && *dev ? dev : "CUSTOM"), "TORCH_PJRT_PLUGIN"};
+PluginChoice FindPlugin(const std::string& device, const std::vector<std::string>& search_dirs) {
+  return FindPlugin(PluginRequest{"", device, "argument", search_dirs});
+}
+
+PluginChoice FindPlugin(const PluginRequest& request) {
+  if (!request.path.empty()) {
+    return {request.path, Upper(request.device.empty() ? "CUSTOM" : request.device), request.how};
   }
-  std::string device = device_arg;
-  std::string how = "argument";
-  if (device.empty()) {
-    const char* env = std::getenv("PJRT_DEVICE");
-    device = (env && *env) ? env : "CPU";
-    how = (env && *env) ? "PJRT_DEVICE" : "default";
-  }
+  std::string device = request.device.empty() ? "CPU" : request.device;
+  const std::string how = request.device.empty() ? "default" : request.how;
   device = Upper(device);
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
@@ -113,8 +94,7 @@ PluginChoice FindPlugin(const std::string& device_arg, const std::vector<std::st
       return {it->second, device, "registered"};
     }
   }
-  std::vector<std::string> dirs = dirs_arg;
-  if (dirs.empty()) dirs = SplitPath(std::getenv("TORCH_PJRT_SEARCH_PATH"));
+  const std::vector<std::string>& dirs = request.search_dirs;
   for (const auto& pattern : Patterns(device)) {
     for (const auto& dir : dirs) {
       for (const auto& hit : Glob(dir + "/" + pattern)) {
@@ -124,9 +104,10 @@ PluginChoice FindPlugin(const std::string& device_arg, const std::vector<std::st
   }
   std::string where;
   for (const auto& d : dirs) where += (where.empty() ? "" : ", ") + d;
-  throw Error(5, "no PJRT plugin for device '" + device + "' is installed (looked in: " +
-                     (where.empty() ? "no directories" : where) + "). " + PackageHint(device) +
-                     ", or set TORCH_PJRT_PLUGIN=/path/to/plugin.so.");
+  throw Error(Code::kNotFound,
+              "no PJRT plugin for device '" + device + "' is installed (looked in: " +
+              (where.empty() ? "no directories" : where) + "). " + PackageHint(device) +
+              ", or set TORCH_PJRT_PLUGIN=/path/to/plugin.so.");
 }
 
 }  // namespace tpj::pjrt

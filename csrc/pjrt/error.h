@@ -9,10 +9,31 @@
 
 namespace tpj::pjrt {
 
-// absl-style status codes, as PJRT reports them (1..16); 0 is ours for
-// "not from the plugin" (bad input we caught before calling it).
+// absl-style status codes, as PJRT reports them (1..16). Our own errors
+// (bad input caught before calling the plugin) use the same codes.
+enum class Code : int {
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
+};
+
 class Error : public std::runtime_error {
  public:
+  Error(Code code, std::string what) : std::runtime_error(std::move(what)), code_(static_cast<int>(code)) {}
+  // A code as the plugin reported it (may be outside Code's range).
   Error(int code, std::string what) : std::runtime_error(std::move(what)), code_(code) {}
   int code() const { return code_; }
 

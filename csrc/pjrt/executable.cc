@@ -56,41 +56,46 @@ Executable::~Executable() {
 void Executable::CheckArgs(const std::vector<std::vector<Buffer*>>& args) const {
   const size_t replicas = static_cast<size_t>(options_.num_replicas) * options_.num_partitions;
   if (args.size() != replicas) {
-    throw Error(3, "program is compiled for " + std::to_string(replicas) +
-                       " replica(s) but was given argument lists for " +
-                       std::to_string(args.size()));
+    throw Error(Code::kInvalidArgument,
+                "program is compiled for " + std::to_string(replicas) +
+                " replica(s) but was given argument lists for " +
+                std::to_string(args.size()));
   }
   for (size_t r = 0; r < args.size(); ++r) {
     const auto& list = args[r];
     if (!args_.empty() && list.size() != args_.size()) {
-      throw Error(3, "program takes " + std::to_string(args_.size()) + " argument(s), got " +
-                         std::to_string(list.size()));
+      throw Error(Code::kInvalidArgument,
+                  "program takes " + std::to_string(args_.size()) + " argument(s), got " +
+                  std::to_string(list.size()));
     }
     if (r > 0 && list.size() != args[0].size()) {
-      throw Error(3, "every replica needs the same number of arguments");
+      throw Error(Code::kInvalidArgument, "every replica needs the same number of arguments");
     }
     for (size_t i = 0; i < list.size(); ++i) {
       Buffer* b = list[i];
-      if (b == nullptr) throw Error(3, "argument " + std::to_string(i) + " is null");
+      if (b == nullptr) throw Error(Code::kInvalidArgument, "argument " + std::to_string(i) + " is null");
       if (b->is_deleted()) {
-        throw Error(9, "argument " + std::to_string(i) +
-                           " is a deleted buffer (donated to an earlier program, or deleted)");
+        throw Error(Code::kFailedPrecondition,
+                    "argument " + std::to_string(i) +
+                    " is a deleted buffer (donated to an earlier program, or deleted)");
       }
       if (!args_.empty()) {
         const ArgSpec& want = args_[i];
         const auto type = b->element_type();
         const auto dims = b->dims();
         if (type != want.type || dims != want.dims) {
-          throw Error(3, "argument " + std::to_string(i) + " has type " + TypeName(type) +
-                             DimsText(dims) + " but the program expects " +
-                             TypeName(want.type) + DimsText(want.dims));
+          throw Error(Code::kInvalidArgument,
+                      "argument " + std::to_string(i) + " has type " + TypeName(type) +
+                      DimsText(dims) + " but the program expects " +
+                      TypeName(want.type) + DimsText(want.dims));
         }
       }
       if (!options_.device_ids.empty() && b->device_id() != options_.device_ids[r]) {
-        throw Error(3, "argument " + std::to_string(i) + " of replica " + std::to_string(r) +
-                           " is on device " + std::to_string(b->device_id()) +
-                           " but that replica runs on device " +
-                           std::to_string(options_.device_ids[r]));
+        throw Error(Code::kInvalidArgument,
+                    "argument " + std::to_string(i) + " of replica " + std::to_string(r) +
+                    " is on device " + std::to_string(b->device_id()) +
+                    " but that replica runs on device " +
+                    std::to_string(options_.device_ids[r]));
       }
     }
   }

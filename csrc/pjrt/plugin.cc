@@ -42,25 +42,28 @@ std::shared_ptr<const Plugin> Plugin::Load(const std::string& path) {
 
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    throw Error(5, "PJRT plugin not found: '" + path +
-                       "' is not a file. Set TORCH_PJRT_PLUGIN to a plugin .so, or install a "
-                       "plugin wheel (pip install xla-cpu-pjrt).");
+    throw Error(Code::kNotFound,
+                "PJRT plugin not found: '" + path +
+                "' is not a file. Set TORCH_PJRT_PLUGIN to a plugin .so, or install a "
+                "plugin wheel (pip install xla-cpu-pjrt).");
   }
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {
     const char* why = ::dlerror();
-    throw Error(3, "cannot load PJRT plugin '" + path + "': " + (why ? why : "dlopen failed") +
-                       ". Is it a shared library built for this machine?");
+    throw Error(Code::kInvalidArgument,
+                "cannot load PJRT plugin '" + path + "': " + (why ? why : "dlopen failed") +
+                ". Is it a shared library built for this machine?");
   }
   using GetApiFn = const pjrt_abi::Api* (*)();
   auto get_api = reinterpret_cast<GetApiFn>(::dlsym(handle, "GetPjrtApi"));
   if (get_api == nullptr) {
-    throw Error(3, "'" + path +
-                       "' is a shared library but not a PJRT plugin: it has no GetPjrtApi symbol.");
+    throw Error(Code::kInvalidArgument,
+                "'" + path +
+                "' is a shared library but not a PJRT plugin: it has no GetPjrtApi symbol.");
   }
   const pjrt_abi::Api* api = get_api();
   if (api == nullptr || api->struct_size < offsetof(pjrt_abi::Api, PJRT_Error_Destroy)) {
-    throw Error(3, "PJRT plugin '" + path + "' returned no usable API table.");
+    throw Error(Code::kInvalidArgument, "PJRT plugin '" + path + "' returned no usable API table.");
   }
 
   std::shared_ptr<Plugin> p(new Plugin());
@@ -73,7 +76,7 @@ std::shared_ptr<const Plugin> Plugin::Load(const std::string& path) {
     os << "PJRT plugin '" << path << "' implements PJRT C API " << p->major_ << "." << p->minor_
        << "; torch-pjrt needs " << pjrt_abi::kMajor << "." << pjrt_abi::kMinorSupported
        << " or newer (and major " << pjrt_abi::kMajor << "). Install a newer plugin wheel.";
-    throw Error(9, os.str());
+    throw Error(Code::kFailedPrecondition, os.str());
   }
 
   auto init = pjrt_abi::make<pjrt_abi::PluginInitializeArgs>();
@@ -108,7 +111,7 @@ void Plugin::Require(size_t offset, const char* name) const {
     std::ostringstream os;
     os << "PJRT plugin '" << path_ << "' (API " << major_ << "." << minor_ << ") does not provide "
        << name << ", which torch-pjrt needs for this operation.";
-    throw Error(12, os.str());
+    throw Error(Code::kUnimplemented, os.str());
   }
 }
 

@@ -75,7 +75,7 @@ void BindIr(py::module_ m) {
 
   py::class_<ir::Graph>(m, "Graph")
       .def("stablehlo", &ir::PrintStableHlo)
-      .def("hash", &ir::StructuralHash)
+      .def("hash", &ir::ProgramHash)
       .def_property_readonly("num_params", [](const ir::Graph& g) { return g.params.size(); })
       .def_property_readonly("num_outputs", [](const ir::Graph& g) { return g.outputs.size(); })
       .def_readonly("num_replicas", &ir::Graph::num_replicas);

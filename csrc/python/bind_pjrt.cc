@@ -7,6 +7,7 @@
 #include "pjrt/discovery.h"
 #include "pjrt/executable.h"
 #include "python/bind.h"
+#include "runtime/options.h"
 #include "runtime/program.h"
 
 namespace py = pybind11;
@@ -120,11 +121,23 @@ void BindPjrt(py::module_& m) {
   m.def(
       "find_plugin",
       [](const std::string& device, const std::vector<std::string>& dirs) {
-        auto c = pjrt::FindPlugin(device, dirs);
+        auto c = runtime::ChoosePlugin(runtime::Options::FromEnvironment(), device, dirs);
         return py::make_tuple(c.path, c.device, c.reason);
       },
       py::arg("device") = "", py::arg("search_dirs") = std::vector<std::string>{},
       "Returns (path, device, reason) of the plugin to load; raises PjrtError when none is installed.");
+  m.def(
+      "default_client_options",
+      [](const std::string& device, const std::vector<std::string>& dirs) {
+        const runtime::Options o = runtime::Options::FromEnvironment();
+        py::dict d;
+        for (const auto& opt : runtime::ClientOptions(o, runtime::ChoosePlugin(o, device, dirs))) {
+          d[py::str(opt.name)] = std::visit([](const auto& v) { return py::cast(v); }, opt.value);
+        }
+        return d;
+      },
+      py::arg("device") = "", py::arg("search_dirs") = std::vector<std::string>{},
+      "Client options the environment implies for the plugin of `device` (CPU_NUM_DEVICES, ...).");
   m.def("register_plugin", &pjrt::RegisterPlugin, py::arg("name"), py::arg("path"));
   m.def("package_hint", &pjrt::PackageHint, py::arg("device"));
 

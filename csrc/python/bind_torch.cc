@@ -1,20 +1,49 @@
 // Python view of the pjrt PyTorch device: sync, seeds, metrics, cache, and
 // a few introspection helpers for tests and debugging.
 #include <pybind11/stl.h>
+
+#include <array>
 #include <ATen/ATen.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "ir/printer.h"
-#include "runtime/dtype_map.h"
+#include "aten/collectives.h"
+#include "aten/device.h"
+#include "aten/tensor.h"
 #include "python/bind.h"
-#include "runtime/lazy.h"
 #include "runtime/metrics.h"
-#include "torch/device.h"
-#include "torch/tensor.h"
+#include "runtime/options.h"
+#include "runtime/runtime.h"
 
 namespace py = pybind11;
 
 namespace tpj::python {
+namespace {
+
+py::dict OptionsDict(const runtime::Options& o) {
+  py::dict d;
+  d["device"] = o.device;
+  d["plugin"] = o.plugin;
+  d["search_path"] = o.search_path;
+  d["cpu_device_count"] = o.cpu_device_count ? py::cast(*o.cpu_device_count) : py::none();
+  d["cache_dir"] = o.cache_dir;
+  d["dump_dir"] = o.dump_dir;
+  d["debug"] = o.debug;
+  d["fallback"] = o.fallback == runtime::FallbackMode::kError  ? "error"
+                  : o.fallback == runtime::FallbackMode::kWarn ? "warn"
+                                                               : "allow";
+  d["dist_timeout_s"] = o.dist_timeout_s;
+  d["rank"] = o.rank;
+  d["world_size"] = o.world_size;
+  d["local_rank"] = o.local_rank;
+  d["local_world_size"] = o.local_world_size;
+  d["group_rank"] = o.group_rank;
+  d["master_addr"] = o.master_addr;
+  d["master_port"] = o.master_port;
+  d["torchrun"] = o.torchrun;
+  return d;
+}
+
+}  // namespace
 
 void BindTorch(py::module_& m) {
   m.def(
@@ -24,6 +53,13 @@ void BindTorch(py::module_& m) {
       },
       py::arg("search_dirs"), py::arg("options"));
   m.def("_initialized", &runtime::Runtime::Initialized);
+  m.def("_options", [] { return OptionsDict(runtime::Options::FromEnvironment()); },
+        "The environment, read now, as the runtime reads it (torch_pjrt.runtime and docs/environment.md).");
+  m.def("_environment_variables", [] {
+    py::list out;
+    for (const auto& v : runtime::EnvironmentVariables()) out.append(py::make_tuple(v.name, v.meaning, v.default_value));
+    return out;
+  });
   m.def("_device_count", &aten::DeviceCount, py::call_guard<py::gil_scoped_release>());
   m.def("_current_device", &aten::CurrentDevice);
   m.def("_set_device", &aten::SetCurrentDevice);
@@ -42,6 +78,12 @@ void BindTorch(py::module_& m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("_initial_seed", [](int device) { return runtime::Runtime::Get().InitialSeed(device); },
         py::call_guard<py::gil_scoped_release>());
+  m.def("_rng_state", [](int device) { return runtime::Runtime::Get().RngState(device); },
+        py::call_guard<py::gil_scoped_release>(), "The device's Threefry key and counter.");
+  m.def(
+      "_set_rng_state",
+      [](int device, const std::array<uint64_t, 2>& state) { runtime::Runtime::Get().SetRngState(device, state); },
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "_initialize_cache",
       [](const std::string& dir, bool readonly) { runtime::Runtime::Get().InitializeDiskCache(dir, readonly); },
@@ -91,125 +133,21 @@ void BindTorch(py::module_& m) {
   m.def("_replicas", [] { return runtime::Runtime::Get().replicas(); });
   m.def(
       "_shard",
-      [](const std::vector<at::Tensor>& parts) {
-        // One pjrt tensor on device 0 whose replica r holds parts[r].
-        auto& rt = runtime::Runtime::Get();
-        TORCH_CHECK(static_cast<int>(parts.size()) == rt.replicas(), "need one part per replica (",
-                    rt.replicas(), "), got ", parts.size());
-        std::vector<runtime::DeviceBuffer> bufs;
-        for (size_t r = 0; r < parts.size(); ++r) {
-          TORCH_CHECK(parts[r].sizes() == parts[0].sizes() && parts[r].scalar_type() == parts[0].scalar_type(),
-                      "replica parts must share shape and dtype");
-          at::Tensor dense = parts[r].contiguous();
-          bufs.emplace_back(rt.client().BufferFromHost(dense.const_data_ptr(),
-                                                       runtime::ToPjrt(aten::ToIr(dense.scalar_type())),
-                                                       {dense.numel()}, rt.global_id(static_cast<int>(r))));
-        }
-        runtime::TraceScope scope;
-        at::Tensor out = aten::Empty(parts[0].sizes(), parts[0].scalar_type(), 0);
-        auto& st = aten::StorageOf(out);
-        rt.SetBuffer(st, bufs[0], aten::ToIr(parts[0].scalar_type()));
-        st.replicas = bufs;
-        return out;
-      },
-      py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "_replica_values",
-      [](const at::Tensor& t) {
-        // The tensor's value on every replica (after a sync), as CPU tensors.
-        std::vector<runtime::DeviceBuffer> bufs;
-        {
-          runtime::TraceScope scope;
-          auto& st = aten::StorageOf(t);
-          auto& rt = runtime::Runtime::Get();
-          rt.Materialize(st);
-          bufs = st.replicas.empty() ? std::vector<runtime::DeviceBuffer>{st.buffer} : st.replicas;
-        }
-        std::vector<at::Tensor> out;
-        for (auto& b : bufs) {
-          at::Tensor flat = at::empty({b->element_count()}, at::TensorOptions().dtype(t.scalar_type()));
-          b->ToHost(flat.data_ptr(), static_cast<size_t>(flat.nbytes()));
-          out.push_back(flat.as_strided(t.sizes(), t.strides(), t.storage_offset()).clone());
-        }
-        return out;
-      },
-      py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "_all_reduce_",
-      [](at::Tensor& t, const std::string& kind, double scale) {
-        runtime::TraceScope scope;
-        ir::Builder& b = aten::B(aten::DeviceIndex(t));
-        const ir::ReduceKind k =
-            kind == "max" ? ir::ReduceKind::Max : kind == "min" ? ir::ReduceKind::Min : ir::ReduceKind::Sum;
-        ir::Value v = b.AllReduce(aten::Val(t), k);
-        if (scale != 1.0) v = b.Binary(ir::Op::Mul, v, b.Full(b.shape(v).dtype, b.shape(v).dims, scale));
-        aten::Assign(t, v);
-      },
-      py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "_all_gather",
-      [](const at::Tensor& t, int64_t dim) {
-        runtime::TraceScope scope;
-        const int d = aten::DeviceIndex(t);
-        return aten::Wrap(aten::B(d).AllGather(aten::Val(t), aten::WrapDim(dim, t.dim())), d);
-      },
-      py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "_reduce_scatter",
-      [](const at::Tensor& t, int64_t dim, double scale) {
-        runtime::TraceScope scope;
-        const int d = aten::DeviceIndex(t);
-        ir::Builder& b = aten::B(d);
-        ir::Value v = b.ReduceScatter(aten::Val(t), aten::WrapDim(dim, t.dim()), ir::ReduceKind::Sum);
-        if (scale != 1.0) v = b.Binary(ir::Op::Mul, v, b.Full(b.shape(v).dtype, b.shape(v).dims, scale));
-        return aten::Wrap(v, d);
-      },
-      py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "_broadcast_",
-      [](at::Tensor& t, int64_t root) {
-        runtime::TraceScope scope;
-        const int d = aten::DeviceIndex(t);
-        ir::Builder& b = aten::B(d);
-        std::vector<int64_t> one{1};
-        for (int64_t s : t.sizes()) one.push_back(s);
-        ir::Value all = b.AllGather(b.Reshape(aten::Val(t), one), 0);
-        std::vector<int64_t> start(one.size(), 0), limit = one, stride(one.size(), 1);
-        start[0] = root;
-        limit[0] = root + 1;
-        aten::Assign(t, b.Reshape(b.Slice(all, start, limit, stride), t.sizes().vec()));
-      },
-      py::call_guard<py::gil_scoped_release>());
+      [](const std::vector<at::Tensor>& parts) { return aten::ReplicatedFromParts(parts); },
+      py::call_guard<py::gil_scoped_release>(), "One pjrt tensor on device 0 whose replica r holds parts[r].");
+  m.def("_replica_values", &aten::ReplicaValues, py::call_guard<py::gil_scoped_release>(),
+        "The tensor's value on every replica, as CPU tensors.");
+  m.def("_all_reduce_", &aten::AllReduce_, py::call_guard<py::gil_scoped_release>());
+  m.def("_all_gather", &aten::AllGather, py::call_guard<py::gil_scoped_release>());
+  m.def("_reduce_scatter", &aten::ReduceScatter, py::call_guard<py::gil_scoped_release>());
+  m.def("_broadcast_", &aten::Broadcast_, py::call_guard<py::gil_scoped_release>());
 
-  m.def(
-      "_is_pending",
-      [](const at::Tensor& t) {
-        runtime::TraceScope scope;
-        return aten::StorageOf(t).pending;
-      },
-      py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "_has_buffer",
-      [](const at::Tensor& t) {
-        runtime::TraceScope scope;
-        return static_cast<bool>(aten::StorageOf(t).buffer);
-      },
-      py::call_guard<py::gil_scoped_release>());
+  m.def("_is_pending", &aten::IsPending, py::call_guard<py::gil_scoped_release>());
+  m.def("_has_buffer", &aten::HasBuffer, py::call_guard<py::gil_scoped_release>());
   m.def("_pending_count", [](int device) { return runtime::Runtime::Get().pending_count(device); },
         py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "_stablehlo",
-      [](const std::vector<at::Tensor>& ts) {
-        runtime::TraceScope scope;
-        TORCH_CHECK(!ts.empty(), "give at least one pjrt tensor");
-        const int d = aten::DeviceIndex(ts[0]);
-        std::vector<ir::Value> outs;
-        for (const auto& t : ts) outs.push_back(aten::Val(t));
-        ir::Graph g = ir::Extract(aten::B(d).graph(), outs, {}, nullptr);
-        return ir::PrintStableHlo(g);
-      },
-      py::call_guard<py::gil_scoped_release>(),
-      "The StableHLO program that would compute these pjrt tensors now (no compile, no run).");
+  m.def("_stablehlo", &aten::StableHloOf, py::call_guard<py::gil_scoped_release>(),
+        "The StableHLO program that would compute these pjrt tensors now (no compile, no run).");
 }
 
 }  // namespace tpj::python

@@ -87,15 +87,11 @@ void CompileCache::SetDiskDir(const std::string& dir, bool readonly, const std::
   }
   const std::string full = dir + "/" + fingerprint;
   if (!readonly && !MakeDirs(full)) {
-    throw pjrt::Error(7, "cannot create the compile cache directory '" + full + "'");
+    throw pjrt::Error(pjrt::Code::kPermissionDenied,
+                      "cannot create the compile cache directory '" + full + "'");
   }
   dir_ = full;
   readonly_ = readonly;
-}
-
-bool CompileCache::disk_enabled() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return !dir_.empty();
 }
 
 std::string CompileCache::disk_dir() const {

@@ -33,7 +33,6 @@ class CompileCache {
 
   // Enables the disk cache in `dir` (created if missing). readonly: never write.
   void SetDiskDir(const std::string& dir, bool readonly, const std::string& fingerprint);
-  bool disk_enabled() const;
   std::string disk_dir() const;
 
   // Loads `key` from disk, or null. Corrupt entries are removed; *corrupt

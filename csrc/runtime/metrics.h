@@ -13,8 +13,8 @@
 namespace tpj::runtime {
 
 struct RecompileReason {
-  uint64_t structure = 0;  // StructureHash of the graph
-  std::string why;         // "parameter 2: f32[4,8] -> f32[5,8]" etc.
+  uint64_t structure = 0;  // ir::ShapeBlindHash of the graph
+  std::string why;         // "input 2 changed from float32[4,8] to float32[5,8]" etc.
   std::string where;       // Python location of the sync, when known
 };
 
@@ -27,7 +27,7 @@ class Metrics {
   void Fallback(const std::string& op);
   void Recompiled(RecompileReason r);
 
-  std::map<std::string, int64_t> Counters() const;   // includes "fallback::aten::x" entries
+  std::map<std::string, int64_t> Counters() const;   // includes "cpu_fallbacks" and "traced_ops"
   std::map<std::string, double> Timers() const;      // seconds
   std::map<std::string, int64_t> Fallbacks() const;  // op -> count
   std::vector<RecompileReason> Recompiles() const;

@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "ir/hash.h"
 #include "ir/printer.h"
 #include "runtime/dtype_map.h"
 
@@ -46,7 +45,6 @@ CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
                              const std::vector<int>& device_ids) {
   CompiledProgram out;
   out.stablehlo = ir::PrintStableHlo(graph);
-  out.hash = ir::StructuralHash(graph);
   pjrt::CompileOptions options;
   options.num_replicas = graph.num_replicas;
   options.num_partitions = graph.num_partitions;

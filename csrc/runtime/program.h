@@ -15,7 +15,6 @@ namespace tpj::runtime {
 struct CompiledProgram {
   std::unique_ptr<pjrt::Executable> executable;
   std::string stablehlo;  // the text that was compiled
-  uint64_t hash = 0;      // ir::StructuralHash of the graph
 };
 
 // Prints `graph`, compiles it for `device_ids` (one per replica; empty: the

@@ -7,6 +7,7 @@ import sys
 import types
 from typing import List, Optional, Union
 
+import numpy
 import torch
 
 from torch_pjrt import _C, _plugins
@@ -15,13 +16,13 @@ _registered = False
 
 
 def _configure_once() -> None:
-    """Hands plugin search directories and client options to the runtime
-    before its first use (which loads the plugin)."""
+    """Hands Python's plugin search directories to the runtime before its
+    first use (which reads the environment, loads the plugin and creates the
+    client)."""
     if _C._initialized():
         return
-    choice = _plugins.find_plugin()
     try:
-        _C._configure(_plugins.plugin_search_dirs(), _plugins.default_client_options(choice))
+        _C._configure(_plugins.plugin_search_dirs(), {})
     except _C.PjrtError:
         pass  # initialized meanwhile by another thread
 
@@ -118,13 +119,25 @@ def _make_device_module() -> types.ModuleType:
     def initial_seed() -> int:
         return _C._initial_seed(current_device())
 
+    def _index(device) -> int:
+        if device is None:
+            return current_device()
+        if isinstance(device, int):
+            return device
+        return torch.device(device).index or 0
+
     def get_rng_state(device=None) -> torch.Tensor:
-        idx = current_device() if device is None else torch.device(device).index or 0
-        return torch.tensor([_C._initial_seed(idx)], dtype=torch.int64)
+        """The device's random stream position: its Threefry key and counter
+        as 16 bytes (a uint8 CPU tensor, as CUDA's is)."""
+        words = numpy.array(_C._rng_state(_index(device)), dtype=numpy.uint64)
+        return torch.from_numpy(words.view(numpy.uint8).copy())
 
     def set_rng_state(state: torch.Tensor, device=None) -> None:
-        idx = current_device() if device is None else torch.device(device).index or 0
-        _C._manual_seed(idx, int(state.flatten()[0].item()) & 0xFFFFFFFFFFFFFFFF)
+        """Restores a state returned by ``get_rng_state``."""
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != 16:
+            raise ValueError("a pjrt RNG state is the 16-byte uint8 tensor that get_rng_state returns")
+        words = state.detach().cpu().contiguous().numpy().view(numpy.uint64)
+        _C._set_rng_state(_index(device), [int(w) for w in words])
 
     m.is_available = is_available
     m.device_count = device_count

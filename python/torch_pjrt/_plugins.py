@@ -55,29 +55,17 @@ def load_plugin(device: Optional[str] = None) -> "_C.Plugin":
     return _C.Plugin.load(find_plugin(device).path)
 
 
-def default_client_options(choice: PluginChoice) -> Dict[str, object]:
-    """Client options from the environment: ``CPU_NUM_DEVICES`` sets the number
-    of devices of the CPU plugin (the plugin's own default otherwise)."""
-    options: Dict[str, object] = {}
-    multiprocess = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
-    if multiprocess and choice.device in ("CUDA", "GPU", "ROCM"):
-        # one device per process: the one of this process's local rank
-        options["visible_devices"] = [int(os.environ.get("LOCAL_RANK", "0") or 0)]
-    if choice.device == "CPU" and os.environ.get("CPU_NUM_DEVICES"):
-        value = os.environ["CPU_NUM_DEVICES"]
-        try:
-            count = int(value)
-        except ValueError:
-            raise ValueError(f"CPU_NUM_DEVICES must be a positive integer, got {value!r}") from None
-        if count < 1:
-            raise ValueError(f"CPU_NUM_DEVICES must be a positive integer, got {value!r}")
-        options["cpu_device_count"] = count
-    return options
+def default_client_options(device: Optional[str] = None) -> Dict[str, object]:
+    """Client options the environment implies for ``device``'s plugin
+    (``CPU_NUM_DEVICES`` for the CPU plugin; one visible device per process
+    for GPU plugins in a multi-process job). The rule lives in
+    ``csrc/runtime/options.cc``, the one place that reads the environment."""
+    return dict(_C.default_client_options(device or "", plugin_search_dirs()))
 
 
 def create_client(device: Optional[str] = None, options: Optional[Dict[str, object]] = None) -> "_C.Client":
     """A new PJRT client for ``device``; ``options`` override the environment's."""
     choice = find_plugin(device)
-    merged = default_client_options(choice)
+    merged = default_client_options(device)
     merged.update(options or {})
     return _C.Client(_C.Plugin.load(choice.path), merged)

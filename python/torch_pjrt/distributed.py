@@ -41,14 +41,15 @@ def _replicas() -> int:
     return _C._replicas() if _C._initialized() else 1
 
 
-def world_size() -> int:
-    """Participants of the collectives here: replicas in a replicated region,
-    else processes."""
+def collective_size() -> int:
+    """How many participants a collective called here reduces over: the
+    replicas of the enclosing replicated region, else the processes of the job.
+    (``torch_pjrt.runtime.world_size()`` is always the process count.)"""
     return _replicas() if _replicas() > 1 else runtime.process_count()
 
 
 def timeout() -> datetime.timedelta:
-    return datetime.timedelta(seconds=float(os.environ.get("TORCH_PJRT_DIST_TIMEOUT", "60")))
+    return datetime.timedelta(seconds=runtime.options()["dist_timeout_s"])
 
 
 def init_process_group() -> None:
@@ -57,7 +58,8 @@ def init_process_group() -> None:
 
     if dist.is_initialized():
         return
-    if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+    o = runtime.options()
+    if not o["master_addr"] or not o["master_port"]:
         raise RuntimeError(
             "multi-process collectives need MASTER_ADDR and MASTER_PORT: start the job with torch_pjrt.launch or torchrun")
     _dist_call("init_process_group", lambda: dist.init_process_group(
@@ -176,7 +178,7 @@ def broadcast_master_param(model: torch.nn.Module) -> None:
 
 def optimizer_step(optimizer: torch.optim.Optimizer, **step_kwargs):
     """All-reduces the gradients (mean over participants), then steps."""
-    n = world_size()
+    n = collective_size()
     grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     if n > 1:
         for g in grads:
@@ -266,8 +268,9 @@ def _default_nprocs() -> int:
     this (parent) process when possible: a GPU or TPU plugin would hold them."""
     if _C._initialized():
         return runtime.addressable_device_count()
-    if os.environ.get("PJRT_DEVICE", "CPU").upper() == "CPU" and "TORCH_PJRT_PLUGIN" not in os.environ:
-        return int(os.environ.get("CPU_NUM_DEVICES") or 4)  # the CPU plugin's default device count
+    o = runtime.options()
+    if o["device"] in ("", "CPU") and not o["plugin"]:
+        return o["cpu_device_count"] or 4  # the CPU plugin's default device count
     raise ValueError("torch_pjrt.launch needs nprocs= on this platform (counting devices here would open them "
                      "in the parent process)")
 
@@ -279,7 +282,8 @@ def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, star
 
     If a process dies or raises, the others are stopped and the error names
     its rank."""
-    if "WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ:
+    o = runtime.options()
+    if o["torchrun"]:
         fn(*args)
         return
     import torch.multiprocessing as mp
@@ -289,11 +293,11 @@ def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, star
         "WORLD_SIZE": str(n),
         "LOCAL_WORLD_SIZE": str(n),
         "GROUP_RANK": "0",
-        "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
-        "MASTER_PORT": os.environ.get("MASTER_PORT", str(_free_port())),
+        "MASTER_ADDR": o["master_addr"] or "127.0.0.1",
+        "MASTER_PORT": o["master_port"] or str(_free_port()),
         "_TPJ_RANK_BASE": "0",
     }
-    if os.environ.get("PJRT_DEVICE", "CPU").upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
+    if o["device"] in ("", "CPU") and o["cpu_device_count"] is None:
         env["CPU_NUM_DEVICES"] = "1"
     try:
         mp.start_processes(_child, args=(fn, tuple(args), env), nprocs=n, join=True, start_method=start_method)

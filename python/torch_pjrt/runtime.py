@@ -1,20 +1,11 @@
 """The runtime API of torch-pjrt: PJRT only, stable, documented, no warnings.
 
 Topology comes from the launcher, whichever it is (``torch_pjrt.launch`` or
-``torchrun``): both set the same environment variables.
-
-| variable | meaning | default |
-| --- | --- | --- |
-| ``PJRT_DEVICE`` | plugin kind: ``CPU``, ``CUDA``, ``ROCM``, ``TPU`` or a registered name | ``CPU`` |
-| ``TORCH_PJRT_PLUGIN`` | path of a plugin ``.so`` (wins over ``PJRT_DEVICE``) | |
-| ``CPU_NUM_DEVICES`` | devices of the CPU plugin in this process | plugin's (4) |
-| ``RANK`` | global index of this process | 0 |
-| ``WORLD_SIZE`` | number of processes | 1 |
-| ``LOCAL_RANK`` | index of this process on its host | 0 |
-| ``LOCAL_WORLD_SIZE`` | processes on this host | 1 |
-| ``GROUP_RANK`` | index of this host (node) | 0 |
-| ``MASTER_ADDR``, ``MASTER_PORT`` | rendezvous (torch.distributed TCPStore) | |
-| ``TORCH_PJRT_CACHE_DIR`` | persistent compile cache | |
+``torchrun``): both set the same environment variables (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``). Every
+variable the project reads, and its default, is listed in
+``docs/environment.md`` and by :func:`environment`; one place in C++
+(``csrc/runtime/options.cc``) reads them, and this module asks it.
 
 Ordinals count processes (one process drives one device in multi-process
 data parallelism); within one process, ``torch_pjrt.replicated`` spreads one
@@ -23,29 +14,20 @@ program over the local devices instead.
 
 from __future__ import annotations
 
-import os
 from typing import Dict, List
 
-from torch_pjrt import _C, _device, _plugins
+from torch_pjrt import _C, _device
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+def options() -> Dict[str, object]:
+    """The environment as torch-pjrt reads it, now (raises ``PjrtError`` naming
+    a malformed variable and its fix)."""
+    return _C._options()
 
 
-def _check_topology() -> None:
-    rank, world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
-    local, local_world = _env_int("LOCAL_RANK", 0), _env_int("LOCAL_WORLD_SIZE", 1)
-    if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"inconsistent launcher environment: RANK={rank} with WORLD_SIZE={world}")
-    if local_world < 1 or not 0 <= local < local_world:
-        raise ValueError(f"inconsistent launcher environment: LOCAL_RANK={local} with LOCAL_WORLD_SIZE={local_world}")
+def environment() -> List[Dict[str, str]]:
+    """Every environment variable torch-pjrt reads: name, meaning, default."""
+    return [{"name": n, "meaning": m, "default": d} for n, m, d in _C._environment_variables()]
 
 
 def device_type() -> str:
@@ -57,20 +39,17 @@ def device_type() -> str:
 
 def process_index() -> int:
     """Global index of this process (``RANK``)."""
-    _check_topology()
-    return _env_int("RANK", 0)
+    return options()["rank"]
 
 
 def process_count() -> int:
     """Number of processes in the job (``WORLD_SIZE``)."""
-    _check_topology()
-    return _env_int("WORLD_SIZE", 1)
+    return options()["world_size"]
 
 
 def local_process_count() -> int:
     """Processes on this host (``LOCAL_WORLD_SIZE``)."""
-    _check_topology()
-    return _env_int("LOCAL_WORLD_SIZE", 1)
+    return options()["local_world_size"]
 
 
 def world_size() -> int:
@@ -85,13 +64,12 @@ def global_ordinal() -> int:
 
 def local_ordinal() -> int:
     """This participant's index on its host (``LOCAL_RANK``)."""
-    _check_topology()
-    return _env_int("LOCAL_RANK", 0)
+    return options()["local_rank"]
 
 
 def host_index() -> int:
     """Index of this host (node) in the job (``GROUP_RANK``; 0 on one machine)."""
-    return _env_int("GROUP_RANK", 0)
+    return options()["group_rank"]
 
 
 def addressable_device_count() -> int:
@@ -167,7 +145,7 @@ def using_pjrt() -> bool:
 
 
 __all__ = [
-    "addressable_device_count", "capabilities", "device_type", "devices", "global_device_count", "global_ordinal",
-    "host_index", "initialize_cache", "local_ordinal", "local_process_count", "plugin_info", "process_count",
-    "process_index", "using_pjrt", "world_size",
+    "addressable_device_count", "capabilities", "device_type", "devices", "environment", "global_device_count",
+    "global_ordinal", "host_index", "initialize_cache", "local_ordinal", "local_process_count", "options",
+    "plugin_info", "process_count", "process_index", "using_pjrt", "world_size",
 ]

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "ir/graph.h"
-#include "ir/hash.h"
 #include "ir/printer.h"
 
 namespace tpj::ir {
@@ -165,33 +164,6 @@ TEST(Printer, DenseLiteralsForEveryDtype) {
   const std::string tail = "0000\"> : tensor<65xf32>";
   EXPECT_EQ(hex.substr(hex.size() - tail.size()), tail);
   EXPECT_EQ(hex.size(), std::string("dense<\"0x\"> : tensor<65xf32>").size() + 65 * 8);
-}
-
-TEST(Hash, SameGraphSameHashAndEveryDifferenceShows) {
-  auto make = [](DType t, int64_t n, double c, Op op) {
-    Builder b;
-    auto x = b.Parameter({t, {n}});
-    return b.Build({b.Binary(op, x, b.Full(t, {n}, c))});
-  };
-  const uint64_t base = StructuralHash(make(DType::F32, 4, 1.0, Op::Add));
-  EXPECT_EQ(base, StructuralHash(make(DType::F32, 4, 1.0, Op::Add)));
-  EXPECT_NE(base, StructuralHash(make(DType::F32, 4, 2.0, Op::Add)));  // constant
-  EXPECT_NE(base, StructuralHash(make(DType::F32, 5, 1.0, Op::Add)));  // shape
-  EXPECT_NE(base, StructuralHash(make(DType::F64, 4, 1.0, Op::Add)));  // dtype
-  EXPECT_NE(base, StructuralHash(make(DType::F32, 4, 1.0, Op::Mul)));  // op
-  // Wiring: add(x, y) vs add(y, x).
-  Builder b1, b2;
-  auto x1 = b1.Parameter({DType::F32, {2}}), y1 = b1.Parameter({DType::F32, {2}});
-  auto x2 = b2.Parameter({DType::F32, {2}}), y2 = b2.Parameter({DType::F32, {2}});
-  EXPECT_NE(StructuralHash(b1.Build({b1.Binary(Op::Sub, x1, y1)})),
-            StructuralHash(b2.Build({b2.Binary(Op::Sub, y2, x2)})));
-  // Locations do not matter.
-  Builder b3, b4;
-  b3.SetLocation("a.py:1");
-  b4.SetLocation("b.py:2");
-  auto p3 = b3.Parameter({DType::F32, {2}});
-  auto p4 = b4.Parameter({DType::F32, {2}});
-  EXPECT_EQ(StructuralHash(b3.Build({b3.Unary(Op::Neg, p3)})), StructuralHash(b4.Build({b4.Unary(Op::Neg, p4)})));
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ TEST(Plugin, MissingFileIsAClearError) {
     pjrt::Plugin::Load("/nonexistent/plugin.so");
     FAIL() << "expected an error";
   } catch (const pjrt::Error& e) {
+    EXPECT_EQ(e.code(), static_cast<int>(pjrt::Code::kNotFound));
     EXPECT_NE(std::string(e.what()).find("not found"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("pip install"), std::string::npos) << e.what();
   }
@@ -40,6 +41,7 @@ TEST(Plugin, FileThatIsNotALibraryIsAClearError) {
     pjrt::Plugin::Load(path);
     FAIL() << "expected an error";
   } catch (const pjrt::Error& e) {
+    EXPECT_EQ(e.code(), static_cast<int>(pjrt::Code::kInvalidArgument));
     EXPECT_NE(std::string(e.what()).find("cannot load PJRT plugin"), std::string::npos) << e.what();
   }
 }
@@ -68,16 +70,16 @@ TEST(Plugin, TooOldPluginIsRefused) {
     pjrt::Plugin::Load(fake);
     FAIL() << "expected an error";
   } catch (const pjrt::Error& e) {
+    EXPECT_EQ(e.code(), static_cast<int>(pjrt::Code::kFailedPrecondition));
     EXPECT_NE(std::string(e.what()).find("0.40"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("0.57 or newer"), std::string::npos) << e.what();
   }
 }
 
 TEST(Discovery, ExplicitPathWins) {
-  ::setenv("TORCH_PJRT_PLUGIN", "/some/where/p.so", 1);
-  auto c = pjrt::FindPlugin("CUDA", {});
-  ::unsetenv("TORCH_PJRT_PLUGIN");
+  auto c = pjrt::FindPlugin(pjrt::PluginRequest{"/some/where/p.so", "CUDA", "TORCH_PJRT_PLUGIN", {}});
   EXPECT_EQ(c.path, "/some/where/p.so");
+  EXPECT_EQ(c.device, "CUDA");
   EXPECT_EQ(c.reason, "TORCH_PJRT_PLUGIN");
 }
 
@@ -109,6 +111,7 @@ TEST(Discovery, MissingPluginNamesThePackage) {
     pjrt::FindPlugin("CUDA", {"/nonexistent"});
     FAIL() << "expected an error";
   } catch (const pjrt::Error& e) {
+    EXPECT_EQ(e.code(), static_cast<int>(pjrt::Code::kNotFound));
     EXPECT_NE(std::string(e.what()).find("jax-cuda13-pjrt"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("TORCH_PJRT_PLUGIN"), std::string::npos) << e.what();
   }
@@ -128,7 +131,12 @@ TEST(Client, DevicesAndPlatform) {
     EXPECT_FALSE(d.kind.empty());
     EXPECT_GE(d.local_hardware_id, 0);
   }
-  EXPECT_THROW(c->device(1000), pjrt::Error);
+  try {
+    c->device(1000);
+    FAIL() << "expected an error";
+  } catch (const pjrt::Error& e) {
+    EXPECT_EQ(e.code(), static_cast<int>(pjrt::Code::kOutOfRange));
+  }
 }
 
 TEST(Client, NamedOptionsReachThePlugin) {

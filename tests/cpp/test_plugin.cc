@@ -1,9 +1,8 @@
 #include "test_plugin.h"
 
-#include <cstdlib>
 #include <vector>
 
-#include "pjrt/discovery.h"
+#include "runtime/options.h"
 
 namespace tpj::testing {
 
@@ -17,15 +16,15 @@ std::string PluginPath() {
     if (end > start) dirs.push_back(all.substr(start, end - start));
     start = end + 1;
   }
-  return pjrt::FindPlugin("", dirs).path;
+  return runtime::ChoosePlugin(runtime::Options::FromEnvironment(), "", dirs).path;
 }
 
 std::shared_ptr<pjrt::Client> SharedClient() {
   static std::shared_ptr<pjrt::Client> client = [] {
     auto plugin = pjrt::Plugin::Load(PluginPath());
     std::vector<pjrt::NamedOption> options;
-    const char* dev = std::getenv("PJRT_DEVICE");
-    if (dev == nullptr || std::string(dev) == "CPU") {
+    const std::string dev = runtime::Options::FromEnvironment().device;
+    if (dev.empty() || dev == "CPU") {
       options.push_back({"cpu_device_count", int64_t{4}});
     }
     return pjrt::Client::Create(plugin, options);

@@ -150,3 +150,20 @@ def test_multiple_devices_are_independent():
     assert c.device.index == 2 and c.cpu().tolist() == [5, 5, 5]
     with pytest.raises(RuntimeError, match="same pjrt device"):
         (a + b).cpu()
+
+
+def test_rng_state_saves_and_restores_the_stream_position():
+    torch_pjrt.manual_seed(7)
+    torch.rand(3, device=DEV).cpu()  # move the stream past the seed
+    state = torch.pjrt.get_rng_state()
+    assert state.dtype == torch.uint8 and state.numel() == 16
+    a = torch.rand(5, device=DEV).cpu()
+    b = torch.rand(5, device=DEV).cpu()
+    assert not torch.equal(a, b)
+    torch.pjrt.set_rng_state(state)
+    assert torch.equal(torch.rand(5, device=DEV).cpu(), a)
+    assert torch.equal(torch.rand(5, device=DEV).cpu(), b)
+    torch_pjrt.manual_seed(7)
+    assert not torch.equal(torch.pjrt.get_rng_state(), state)  # a state is a position, not the seed
+    with pytest.raises(ValueError, match="16-byte"):
+        torch.pjrt.set_rng_state(torch.zeros(2, dtype=torch.int64))

@@ -192,3 +192,14 @@ def test_nested_regions_restore_the_outer_one():
             assert torch_pjrt._C._replicas() == 2
         assert torch_pjrt._C._replicas() == 4
     assert torch_pjrt._C._replicas() == 1
+
+
+def test_collective_size_counts_replicas_in_a_region_else_processes():
+    assert D.collective_size() == runtime.process_count() == 1
+    with torch_pjrt.replicated(4):
+        assert D.collective_size() == 4
+        with torch_pjrt.replicated(2):
+            assert D.collective_size() == 2
+        assert runtime.world_size() == 1  # processes, whatever the region
+    assert D.collective_size() == 1
+    assert not hasattr(D, "world_size")  # one meaning per name: runtime.world_size() counts processes

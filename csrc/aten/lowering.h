@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "runtime/lazy.h"
-#include "torch/tensor.h"
+#include "runtime/runtime.h"
+#include "aten/tensor.h"
 
 namespace tpj::aten {
 

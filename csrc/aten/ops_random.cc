@@ -4,7 +4,7 @@
 // not supported on pjrt and is refused.
 #include <cmath>
 
-#include "torch/lowering.h"
+#include "aten/lowering.h"
 
 namespace tpj::aten {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "torch/lowering.h"
+#include "aten/lowering.h"
 
 namespace tpj::aten {
 namespace {

@@ -3,7 +3,7 @@
 // broadcasting. Each functional op has its in-place twin.
 #include <cmath>
 
-#include "torch/lowering.h"
+#include "aten/lowering.h"
 
 namespace tpj::aten {
 namespace {

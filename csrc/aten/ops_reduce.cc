@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "torch/lowering.h"
+#include "aten/lowering.h"
 
 namespace tpj::aten {
 namespace {

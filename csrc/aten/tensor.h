@@ -7,6 +7,7 @@
 // unchanged; reads and writes through views become IR (runtime/strided.h).
 //
 // Every function here expects the caller to hold a runtime::TraceScope.
+// Storages are the runtime's: this layer reads them through runtime methods.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,16 +15,16 @@
 #include <c10/core/Scalar.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ir/graph.h"
-#include "runtime/lazy.h"
+#include "runtime/runtime.h"
 
 namespace tpj::aten {
 
 ir::DType ToIr(at::ScalarType t);  // TORCH_CHECK_TYPE for dtypes PJRT has no type for
 at::ScalarType ToAten(ir::DType t);
-bool IsSupported(at::ScalarType t);
 
 c10::Allocator* PjrtAllocator();
 bool IsPjrt(const at::Tensor& t);
@@ -63,6 +64,16 @@ ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to);
 int CommonDevice(std::initializer_list<const at::Tensor*> ts);
 
 std::vector<int64_t> Dims(const ir::Builder& b, ir::Value v);
+
+// --- introspection and replicated regions (take the runtime lock themselves) ---
+bool IsPending(const at::Tensor& t);  // a value waits for the next sync
+bool HasBuffer(const at::Tensor& t);  // materialized contents exist on the device
+// The StableHLO program that would compute these tensors now.
+std::string StableHloOf(const std::vector<at::Tensor>& ts);
+// One pjrt tensor on device 0 whose replica r (torch_pjrt.replicated) holds parts[r].
+at::Tensor ReplicatedFromParts(const std::vector<at::Tensor>& parts);
+// The tensor's value on every replica, as CPU tensors.
+std::vector<at::Tensor> ReplicaValues(const at::Tensor& t);
 int64_t WrapDim(int64_t dim, int64_t rank);
 
 }  // namespace tpj::aten

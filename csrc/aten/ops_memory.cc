@@ -10,10 +10,8 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/library.h>
 
-#include "runtime/dtype_map.h"
-#include "runtime/metrics.h"
-#include "torch/device.h"
-#include "torch/tensor.h"
+#include "aten/device.h"
+#include "aten/tensor.h"
 
 namespace tpj::aten {
 namespace {
@@ -62,24 +60,14 @@ at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntAr
 
 const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
   TraceScope scope;
-  auto& rt = Runtime::Get();
   runtime::Storage& s = StorageOf(self);
   int64_t numel = 1;
   for (int64_t d : size) numel *= d;
-  const size_t item = c10::elementSize(self.scalar_type());
-  const size_t need = static_cast<size_t>(numel + self.storage_offset()) * item;
-  if (need > s.nbytes) {
+  const size_t need = static_cast<size_t>(numel + self.storage_offset()) * c10::elementSize(self.scalar_type());
+  if (need > s.nbytes()) {
     // Grow in place: old contents first, then zeros (undefined in PyTorch).
-    const ir::DType dt = ToIr(self.scalar_type());
-    ir::Value flat = rt.ReadFlat(s, dt);
-    const int64_t have = static_cast<int64_t>(s.nbytes / item);
-    const int64_t want = static_cast<int64_t>(need / item);
-    ir::Builder& b = rt.builder(s.device);
-    ir::Value grown = b.Pad(flat, b.ScalarConstant(dt, 0), {0}, {want - have}, {0});
-    s.nbytes = need;
-    s.buffer.reset();
+    Runtime::Get().Grow(s, need, ToIr(self.scalar_type()));
     self.storage().unsafeGetStorageImpl()->set_nbytes(need);
-    rt.AssignFlat(s, grown);
   }
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
   return self;
@@ -102,19 +90,12 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
 // Host copy of a pjrt tensor: downloads the flat storage once, then lets the
 // CPU apply the view.
 at::Tensor ToCpu(const at::Tensor& self) {
-  runtime::DeviceBuffer buf;
-  at::ScalarType storage_type = self.scalar_type();
-  {
-    TraceScope scope;
-    runtime::Storage& s = StorageOf(self);
-    if (!s.dtype) s.dtype = ToIr(self.scalar_type());
-    storage_type = ToAten(*s.dtype);
-    buf = Runtime::Get().Materialize(s);
-  }
-  const int64_t numel = buf->element_count();
+  auto& rt = Runtime::Get();
+  runtime::Storage& s = StorageOf(self);
+  const at::ScalarType storage_type = ToAten(rt.TypeOf(s, ToIr(self.scalar_type())));
+  const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));
   at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(storage_type));
-  if (numel > 0) buf->ToHost(flat.data_ptr(), static_cast<size_t>(flat.nbytes()));
-  runtime::Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(flat.nbytes()));
+  rt.Download(s, flat.data_ptr());
   if (storage_type != self.scalar_type()) flat = flat.view(self.scalar_type());
   at::Tensor view = flat.as_strided(self.sizes(), self.strides(), self.storage_offset());
   // Lazy conjugate / negative views keep their bit: the values they mean
@@ -124,32 +105,21 @@ at::Tensor ToCpu(const at::Tensor& self) {
   return view.clone().resolve_conj().resolve_neg();
 }
 
-// Uploads a CPU tensor (any strides) as a dense pjrt buffer of `dtype`.
-runtime::DeviceBuffer Upload(const at::Tensor& cpu, at::ScalarType dtype, int device) {
-  ToIr(dtype);
-  at::Tensor dense = cpu.to(dtype).contiguous();
-  auto& rt = Runtime::Get();
-  std::vector<int64_t> dims{dense.numel()};
-  runtime::Metrics::Get().Add("bytes_to_device", static_cast<int64_t>(dense.nbytes()));
-  return runtime::DeviceBuffer(
-      rt.client().BufferFromHost(dense.const_data_ptr(), runtime::ToPjrt(ToIr(dtype)), dims, rt.global_id(device)));
-}
-
 // dst (pjrt, any view) <- src (host tensor, broadcastable to dst).
 void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
-  at::Tensor full = src.expand(dst.sizes());
-  runtime::DeviceBuffer buf = Upload(full, dst.scalar_type(), DeviceIndex(dst));
-  TraceScope scope;
+  const ir::DType dt = ToIr(dst.scalar_type());
+  at::Tensor dense = src.expand(dst.sizes()).to(dst.scalar_type()).contiguous();
   auto& rt = Runtime::Get();
   runtime::Storage& s = StorageOf(dst);
-  const int64_t numel = static_cast<int64_t>(s.nbytes / dst.element_size());
-  const bool same_type = !s.dtype || *s.dtype == ToIr(dst.scalar_type());
-  if (same_type && runtime::CoversStorage(ViewOf(dst), numel)) {
-    rt.SetBuffer(s, buf, ToIr(dst.scalar_type()));
+  const int64_t numel = static_cast<int64_t>(s.nbytes() / dst.element_size());
+  TraceScope scope;
+  const bool same_type = !s.dtype() || *s.dtype() == dt;
+  if (same_type && dense.numel() == numel && runtime::CoversStorage(ViewOf(dst), numel)) {
+    rt.UploadTo(s, dense.const_data_ptr(), dt);
     return;
   }
-  ir::Value v = rt.BufferParam(s.device, buf, ToIr(dst.scalar_type()));
-  Assign(dst, B(s.device).Reshape(v, dst.sizes().vec()));
+  ir::Value v = rt.UploadValue(s.device(), dense.const_data_ptr(), dt, dense.numel());
+  Assign(dst, B(s.device()).Reshape(v, dst.sizes().vec()));
 }
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {

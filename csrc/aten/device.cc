@@ -1,4 +1,4 @@
-#include "torch/device.h"
+#include "aten/device.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/core/Generator.h>
@@ -6,8 +6,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include "runtime/lazy.h"
-#include "torch/tensor.h"
+#include "runtime/runtime.h"
+#include "aten/tensor.h"
 
 namespace tpj::aten {
 namespace {
@@ -84,7 +84,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* s = static_cast<runtime::Storage*>(storage.data_ptr().get_context());
     TORCH_CHECK(s != nullptr, "not a pjrt storage");
-    TORCH_CHECK(newsize <= s->nbytes, "growing a pjrt storage through resize is not supported");
+    TORCH_CHECK(newsize <= s->nbytes(), "growing a pjrt storage through resize is not supported");
   }
 };
 

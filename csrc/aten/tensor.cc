@@ -1,17 +1,12 @@
-#include "torch/tensor.h"
+#include "aten/tensor.h"
 
 #include <ATen/ExpandUtils.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 
-#include <cstring>
-#include <list>
-#include <map>
 
-#include "runtime/dtype_map.h"
-#include "runtime/metrics.h"
-#include "torch/device.h"
+#include "aten/device.h"
 
 namespace tpj::aten {
 namespace {
@@ -63,17 +58,6 @@ ir::DType ToIr(at::ScalarType t) {
     case at::kComplexDouble: return ir::DType::C128;
     default:
       TORCH_CHECK_TYPE(false, "dtype ", t, " is not supported on the pjrt device (PJRT has no buffer type for it)");
-  }
-}
-
-bool IsSupported(at::ScalarType t) {
-  switch (t) {
-    case at::kBool: case at::kChar: case at::kShort: case at::kInt: case at::kLong: case at::kByte:
-    case at::kUInt16: case at::kUInt32: case at::kUInt64: case at::kHalf: case at::kBFloat16:
-    case at::kFloat: case at::kDouble: case at::kComplexFloat: case at::kComplexDouble:
-      return true;
-    default:
-      return false;
   }
 }
 
@@ -135,12 +119,12 @@ ir::Value ValMemory(const at::Tensor& t) {
   runtime::Storage& s = StorageOf(t);
   const ir::DType dt = ToIr(t.scalar_type());
   ir::Value flat = rt.ReadFlat(s, dt);
-  if (s.buffer && !s.pending && rt.NeedsDescription(s.device, flat)) {
+  rt.DescribeRead(s, flat, [&] {
     std::string desc = std::string(ir::Name(dt)) + "[";
     for (int64_t i = 0; i < t.dim(); ++i) desc += (i ? "," : "") + std::to_string(t.size(i));
-    rt.DescribeParam(s.device, flat, desc + "]");
-  }
-  return runtime::ReadStrided(rt.builder(s.device), flat, ViewOf(t));
+    return desc + "]";
+  });
+  return runtime::ReadStrided(rt.builder(s.device()), flat, ViewOf(t));
 }
 
 ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype) {
@@ -187,15 +171,15 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   TORCH_CHECK(!dst.is_conj(), "cannot write into a lazy conjugate view of a pjrt tensor; write to its resolve_conj()");
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(dst);
-  ir::Builder& b = rt.builder(s.device);
+  ir::Builder& b = rt.builder(s.device());
   const ir::DType dt = ToIr(dst.scalar_type());
   v = b.Convert(v, dt);
   const std::vector<int64_t> want = dst.sizes().vec();
-  if (b.shape(v).dims != want) v = BroadcastTo(s.device, v, want);
+  if (b.shape(v).dims != want) v = BroadcastTo(s.device(), v, want);
   if (dst.is_neg()) v = b.Unary(ir::Op::Neg, v);  // memory holds -value
   const runtime::StridedView view = ViewOf(dst);
-  const int64_t numel = static_cast<int64_t>(s.nbytes / c10::elementSize(dst.scalar_type()));
-  if (runtime::CoversStorage(view, numel) && (!s.dtype || *s.dtype == dt)) {
+  const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(dst.scalar_type()));
+  if (runtime::CoversStorage(view, numel) && (!s.dtype() || *s.dtype() == dt)) {
     rt.AssignFlat(s, b.Reshape(v, {numel}));
     return;
   }
@@ -208,27 +192,8 @@ void Assign(const at::Tensor& dst, ir::Value v) {
 }
 
 ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype) {
-  // Scalars become device buffers cached by (device, dtype, bytes).
-  static std::map<std::tuple<int, int, std::string>, runtime::DeviceBuffer> cache;
-  static std::list<std::tuple<int, int, std::string>> order;
-  auto& rt = runtime::Runtime::Get();
   at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(dtype));
-  const size_t n = c10::elementSize(dtype);
-  std::string bytes(static_cast<const char*>(host.const_data_ptr()), n);
-  auto key = std::make_tuple(device, static_cast<int>(dtype), bytes);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    auto buf = runtime::DeviceBuffer(rt.client().BufferFromHost(bytes.data(), runtime::ToPjrt(ToIr(dtype)), {},
-                                                                rt.global_id(device)));
-    runtime::Metrics::Get().Add("bytes_to_device", static_cast<int64_t>(n));
-    it = cache.emplace(key, buf).first;
-    order.push_back(key);
-    if (order.size() > 4096) {
-      cache.erase(order.front());
-      order.pop_front();
-    }
-  }
-  return rt.BufferParam(device, it->second, ToIr(dtype));
+  return runtime::Runtime::Get().ScalarValue(device, ToIr(dtype), host.const_data_ptr());
 }
 
 ir::Value Const(int device, double v, at::ScalarType dtype) { return B(device).ScalarConstant(ToIr(dtype), v); }
@@ -266,6 +231,63 @@ int CommonDevice(std::initializer_list<const at::Tensor*> ts) {
   }
   TORCH_CHECK(device >= 0, "no pjrt tensor among the arguments");
   return device;
+}
+
+bool IsPending(const at::Tensor& t) {
+  runtime::TraceScope scope;
+  return StorageOf(t).pending();
+}
+
+bool HasBuffer(const at::Tensor& t) {
+  runtime::TraceScope scope;
+  return StorageOf(t).has_buffer();
+}
+
+std::string StableHloOf(const std::vector<at::Tensor>& ts) {
+  runtime::TraceScope scope;
+  TORCH_CHECK(!ts.empty(), "give at least one pjrt tensor");
+  const int d = DeviceIndex(ts[0]);
+  std::vector<ir::Value> values;
+  for (const auto& t : ts) {
+    TORCH_CHECK(IsPjrt(t) && DeviceIndex(t) == d, "all tensors must be on pjrt:", d);
+    values.push_back(Val(t));
+  }
+  return runtime::Runtime::Get().ProgramText(d, values);
+}
+
+at::Tensor ReplicatedFromParts(const std::vector<at::Tensor>& parts) {
+  TORCH_CHECK(!parts.empty(), "need one part per replica, got none");
+  std::vector<at::Tensor> dense;
+  std::vector<const void*> data;
+  for (const at::Tensor& p : parts) {
+    TORCH_CHECK(p.sizes() == parts[0].sizes() && p.scalar_type() == parts[0].scalar_type(),
+                "replica parts must share shape and dtype");
+    dense.push_back(p.contiguous());
+    data.push_back(dense.back().const_data_ptr());
+  }
+  at::Tensor out = Empty(parts[0].sizes(), parts[0].scalar_type(), 0);
+  runtime::Runtime::Get().UploadReplicas(StorageOf(out), data, ToIr(parts[0].scalar_type()));
+  return out;
+}
+
+std::vector<at::Tensor> ReplicaValues(const at::Tensor& t) {
+  auto& rt = runtime::Runtime::Get();
+  runtime::Storage& s = StorageOf(t);
+  const at::ScalarType storage_type = ToAten(rt.TypeOf(s, ToIr(t.scalar_type())));
+  const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));
+  std::vector<at::Tensor> flats;
+  std::vector<void*> dsts;
+  for (size_t r = 0; r < rt.ReplicaCount(s); ++r) {
+    flats.push_back(at::empty({numel}, at::TensorOptions().dtype(storage_type)));
+    dsts.push_back(flats.back().data_ptr());
+  }
+  rt.DownloadReplicas(s, dsts);
+  std::vector<at::Tensor> out;
+  for (at::Tensor& flat : flats) {
+    if (storage_type != t.scalar_type()) flat = flat.view(t.scalar_type());
+    out.push_back(flat.as_strided(t.sizes(), t.strides(), t.storage_offset()).clone());
+  }
+  return out;
 }
 
 }  // namespace tpj::aten

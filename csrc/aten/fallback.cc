@@ -3,30 +3,27 @@
 // Each fallback is counted per op (metrics "aten::<name>").
 //
 // TORCH_PJRT_FALLBACK=error turns a fallback into an error naming the op;
-// TORCH_PJRT_DEBUG=1 logs each op's first fallback.
+// =warn, or TORCH_PJRT_DEBUG=1, logs each op's first fallback.
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
-#include <cstdlib>
+#include <cstdio>
 #include <mutex>
 #include <set>
 
 #include "runtime/metrics.h"
+#include "runtime/options.h"
 
 namespace tpj::aten {
 namespace {
 
-bool Env(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == value;
-}
-
 void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack) {
   const std::string name = op.schema().name();
-  TORCH_CHECK(!Env("TORCH_PJRT_FALLBACK", "error"), "'", name,
+  const runtime::Options options = runtime::Options::FromEnvironment();
+  TORCH_CHECK(options.fallback != runtime::FallbackMode::kError, "'", name,
               "' has no pjrt lowering and TORCH_PJRT_FALLBACK=error forbids running it on the CPU");
   runtime::Metrics::Get().Fallback(name);
-  if (const char* d = std::getenv("TORCH_PJRT_DEBUG"); d && std::string(d) != "0") {
+  if (options.fallback == runtime::FallbackMode::kWarn || options.debug) {
     static std::mutex mu;
     static std::set<std::string> seen;
     std::lock_guard<std::mutex> l(mu);
@@ -40,4 +37,3 @@ void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack) {
 }  // namespace tpj::aten
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::CpuFallback>()); }
-

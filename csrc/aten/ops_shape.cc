@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "torch/lowering.h"
+#include "aten/lowering.h"
 
 namespace tpj::aten {
 namespace {

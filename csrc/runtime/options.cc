@@ -1,0 +1,155 @@
+#include "runtime/options.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <string>
+
+#include "pjrt/error.h"
+
+namespace tpj::runtime {
+namespace {
+
+std::string Get(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+[[noreturn]] void Invalid(const char* name, const std::string& value, const std::string& want) {
+  throw pjrt::Error(pjrt::Code::kInvalidArgument, std::string(name) + " must be " + want + ", got '" + value +
+                                                      "': fix or unset it");
+}
+
+std::optional<int64_t> Int(const char* name, int64_t min) {
+  const std::string v = Get(name);
+  if (v.empty()) return std::nullopt;
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != v.size() || n < min) Invalid(name, v, min > 0 ? "a positive integer" : "a non-negative integer");
+  return n;
+}
+
+std::vector<std::string> SplitPath(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(':', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<EnvironmentVariable>& EnvironmentVariables() {
+  static const std::vector<EnvironmentVariable> vars = {
+      {"PJRT_DEVICE", "plugin kind: CPU, CUDA, ROCM, TPU or a name given to torch_pjrt.register_plugin", "CPU"},
+      {"TORCH_PJRT_PLUGIN", "path of a PJRT plugin .so; wins over PJRT_DEVICE", ""},
+      {"TORCH_PJRT_SEARCH_PATH", "':'-separated directories searched for installed plugins", "site-packages, sys.path"},
+      {"CPU_NUM_DEVICES", "devices of the CPU plugin in this process", "the plugin's (4)"},
+      {"TORCH_PJRT_CACHE_DIR", "directory of the persistent compile cache", "memory cache only"},
+      {"TORCH_PJRT_DUMP_DIR", "directory where every compiled program is written (one .mlir file per program)", "no dumps"},
+      {"TORCH_PJRT_DEBUG", "1: log compiles, recompile reasons and first CPU fallbacks on stderr", "0"},
+      {"TORCH_PJRT_FALLBACK", "allow, warn (log each op's first CPU fallback) or error (raise instead of falling back)",
+       "allow"},
+      {"TORCH_PJRT_DIST_TIMEOUT", "seconds a multi-process collective or rendezvous waits for a peer", "60"},
+      {"RANK", "global index of this process (set by the launcher)", "0"},
+      {"WORLD_SIZE", "number of processes in the job", "1"},
+      {"LOCAL_RANK", "index of this process on its host", "0"},
+      {"LOCAL_WORLD_SIZE", "processes on this host", "1"},
+      {"GROUP_RANK", "index of this host", "0"},
+      {"MASTER_ADDR", "rendezvous host (torch.distributed TCPStore)", ""},
+      {"MASTER_PORT", "rendezvous port", ""},
+      {"TORCHELASTIC_RUN_ID", "set by torchrun; torch_pjrt.launch then runs the script in place", ""},
+  };
+  return vars;
+}
+
+Options Options::FromEnvironment() {
+  Options o;
+  o.device = Upper(Get("PJRT_DEVICE"));
+  o.plugin = Get("TORCH_PJRT_PLUGIN");
+  o.search_path = SplitPath(Get("TORCH_PJRT_SEARCH_PATH"));
+  o.cpu_device_count = Int("CPU_NUM_DEVICES", 1);
+  o.cache_dir = Get("TORCH_PJRT_CACHE_DIR");
+  o.dump_dir = Get("TORCH_PJRT_DUMP_DIR");
+  const std::string debug = Get("TORCH_PJRT_DEBUG");
+  o.debug = !debug.empty() && debug != "0";
+  const std::string fallback = Get("TORCH_PJRT_FALLBACK");
+  if (fallback.empty() || fallback == "allow") {
+    o.fallback = FallbackMode::kAllow;
+  } else if (fallback == "warn") {
+    o.fallback = FallbackMode::kWarn;
+  } else if (fallback == "error") {
+    o.fallback = FallbackMode::kError;
+  } else {
+    Invalid("TORCH_PJRT_FALLBACK", fallback, "one of allow, warn, error");
+  }
+  if (const std::string t = Get("TORCH_PJRT_DIST_TIMEOUT"); !t.empty()) {
+    size_t used = 0;
+    try {
+      o.dist_timeout_s = std::stod(t, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != t.size() || !(o.dist_timeout_s > 0)) Invalid("TORCH_PJRT_DIST_TIMEOUT", t, "a positive number of seconds");
+  }
+  o.rank = Int("RANK", 0).value_or(0);
+  o.world_size = Int("WORLD_SIZE", 1).value_or(1);
+  o.local_rank = Int("LOCAL_RANK", 0).value_or(0);
+  o.local_world_size = Int("LOCAL_WORLD_SIZE", 1).value_or(1);
+  o.group_rank = Int("GROUP_RANK", 0).value_or(0);
+  o.master_addr = Get("MASTER_ADDR");
+  o.master_port = Get("MASTER_PORT");
+  o.torchrun = !Get("TORCHELASTIC_RUN_ID").empty();
+  if (o.rank >= o.world_size) {
+    throw pjrt::Error(pjrt::Code::kInvalidArgument, "inconsistent launcher environment: RANK=" +
+                                                        std::to_string(o.rank) + " with WORLD_SIZE=" +
+                                                        std::to_string(o.world_size));
+  }
+  if (o.local_rank >= o.local_world_size) {
+    throw pjrt::Error(pjrt::Code::kInvalidArgument, "inconsistent launcher environment: LOCAL_RANK=" +
+                                                        std::to_string(o.local_rank) + " with LOCAL_WORLD_SIZE=" +
+                                                        std::to_string(o.local_world_size));
+  }
+  return o;
+}
+
+pjrt::PluginChoice ChoosePlugin(const Options& o, const std::string& device,
+                                const std::vector<std::string>& search_dirs) {
+  pjrt::PluginRequest r;
+  r.path = o.plugin;
+  if (!device.empty()) {
+    r.device = device;
+    r.how = "argument";
+  } else {
+    r.device = o.device;
+    r.how = "PJRT_DEVICE";
+  }
+  if (!r.path.empty()) r.how = "TORCH_PJRT_PLUGIN";
+  r.search_dirs = o.search_path.empty() ? search_dirs : o.search_path;
+  return pjrt::FindPlugin(r);
+}
+
+std::vector<pjrt::NamedOption> ClientOptions(const Options& o, const pjrt::PluginChoice& choice) {
+  std::vector<pjrt::NamedOption> out;
+  const bool gpu = choice.device == "CUDA" || choice.device == "GPU" || choice.device == "ROCM";
+  if (gpu && o.world_size > 1) {
+    out.push_back({"visible_devices", std::vector<int64_t>{o.local_rank}});  // one device per process
+  }
+  if (choice.device == "CPU" && o.cpu_device_count) out.push_back({"cpu_device_count", *o.cpu_device_count});
+  return out;
+}
+
+}  // namespace tpj::runtime

@@ -1,0 +1,202 @@
+// The runtime instance: configuration, plugin and client, seeds, replicas,
+// and the trace scope every lowering holds.
+#include "runtime/runtime.h"
+
+#include <atomic>
+#include <chrono>
+
+#include "pjrt/discovery.h"
+#include "pjrt/error.h"
+
+namespace tpj::runtime {
+namespace {
+
+struct Configuration {
+  std::mutex mu;
+  std::vector<std::string> search_dirs;
+  std::vector<pjrt::NamedOption> overrides;
+};
+
+Configuration& Config() {
+  static Configuration* c = new Configuration();  // never destroyed: read from exit paths
+  return *c;
+}
+
+std::atomic<Runtime*>& Instance() {
+  static std::atomic<Runtime*> r{nullptr};
+  return r;
+}
+
+std::mutex& LocationMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::function<std::string()>& LocationFn() {
+  static std::function<std::string()> f;
+  return f;
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Storage::~Storage() {
+  // Under the runtime lock: a sync may be updating this storage right now.
+  if (Runtime::Initialized()) Runtime::Get().Unregister(this);
+}
+
+void Runtime::Configure(std::vector<std::string> search_dirs, std::vector<pjrt::NamedOption> overrides) {
+  Configuration& c = Config();
+  std::lock_guard<std::mutex> l(c.mu);
+  if (Instance().load() != nullptr) {
+    throw pjrt::Error(pjrt::Code::kFailedPrecondition,
+                      "torch_pjrt is already initialized: configure it before the first pjrt tensor");
+  }
+  c.search_dirs = std::move(search_dirs);
+  c.overrides = std::move(overrides);
+}
+
+bool Runtime::Initialized() { return Instance().load(std::memory_order_acquire) != nullptr; }
+
+Runtime& Runtime::Get() {
+  Runtime* r = Instance().load(std::memory_order_acquire);
+  if (r) return *r;
+  std::lock_guard<std::mutex> l(Config().mu);
+  if (Instance().load(std::memory_order_relaxed) == nullptr) {
+    auto fresh = std::unique_ptr<Runtime>(new Runtime());
+    fresh->Init();  // a failure leaves no instance: the next use tries again
+    Instance().store(fresh.release(), std::memory_order_release);  // lives for the process
+  }
+  return *Instance().load(std::memory_order_acquire);
+}
+
+void Runtime::Init() {
+  options_ = Options::FromEnvironment();
+  const Configuration& c = Config();
+  pjrt::PluginChoice choice = ChoosePlugin(options_, "", c.search_dirs);
+  plugin_path_ = choice.path;
+  std::vector<pjrt::NamedOption> client_options = ClientOptions(options_, choice);
+  for (const pjrt::NamedOption& o : c.overrides) {
+    std::erase_if(client_options, [&](const pjrt::NamedOption& e) { return e.name == o.name; });
+    client_options.push_back(o);
+  }
+  auto plugin = pjrt::Plugin::Load(choice.path);
+  client_ = pjrt::Client::Create(plugin, client_options);
+  if (client_->addressable_device_ids().empty()) {
+    throw pjrt::Error(pjrt::Code::kNotFound, "the PJRT plugin '" + choice.path + "' has no addressable devices");
+  }
+  traces_.resize(client_->addressable_device_ids().size());
+  for (Trace& t : traces_) ResetTrace(t);
+  fingerprint_ = CompileCache::Fingerprint(*plugin, client_->platform_version());
+  if (!options_.cache_dir.empty()) cache_.SetDiskDir(options_.cache_dir, false, fingerprint_);
+}
+
+void Runtime::InitializeDiskCache(const std::string& dir, bool readonly) {
+  cache_.SetDiskDir(dir, readonly, fingerprint_);
+}
+
+int Runtime::global_id(int device) const {
+  const auto& ids = client_->addressable_device_ids();
+  if (device < 0 || device >= static_cast<int>(ids.size())) {
+    throw pjrt::Error(pjrt::Code::kOutOfRange, "pjrt device index " + std::to_string(device) +
+                                                   " is out of range: there are " + std::to_string(ids.size()) +
+                                                   " pjrt device(s)");
+  }
+  return ids[device];
+}
+
+void Runtime::SetReplicas(int n) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (n < 1 || n > device_count()) {
+    throw pjrt::Error(pjrt::Code::kInvalidArgument, "cannot replicate over " + std::to_string(n) +
+                                                        " devices: this process has " +
+                                                        std::to_string(device_count()) + " pjrt device(s)");
+  }
+  Trace& t = traces_.at(0);
+  if (t.replicas == n) return;
+  try {
+    SyncDevice(0, {});
+  } catch (...) {
+    t.replicas = n;  // switch anyway: leaving the old mode on would surprise more
+    ResetTrace(t);
+    throw;
+  }
+  t.replicas = n;
+  ResetTrace(t);  // a trace belongs to one replica count
+}
+
+void Runtime::ManualSeed(int device, uint64_t seed) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  global_id(device);
+  Trace& t = traces_[device];
+  t.seed = seed;
+  t.rng_buffer.reset();
+  t.rng_pending = false;
+}
+
+uint64_t Runtime::InitialSeed(int device) const {
+  global_id(device);
+  return traces_[device].seed;
+}
+
+std::array<uint64_t, 2> Runtime::RngState(int device) {
+  DeviceBuffer state;
+  {
+    TraceScope scope;
+    global_id(device);
+    if (traces_[device].rng_pending) SyncDevice(device, {});
+    const Trace& t = traces_[device];
+    if (!t.rng_buffer) return {t.seed, 0};
+    state = t.rng_buffer;
+  }
+  std::array<uint64_t, 2> out{};
+  CopyToHost(state, out.data(), sizeof(out));
+  return out;
+}
+
+void Runtime::SetRngState(int device, const std::array<uint64_t, 2>& state) {
+  DeviceBuffer buffer = Upload(state.data(), ir::DType::U64, {2}, device);
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  Trace& t = traces_[device];
+  t.rng_buffer = std::move(buffer);
+  t.rng_pending = false;
+}
+
+void Runtime::SetLocationProvider(std::function<std::string()> f) {
+  std::lock_guard<std::mutex> l(LocationMutex());
+  LocationFn() = std::move(f);
+}
+
+std::string Runtime::Location() {
+  std::function<std::string()> f;
+  {
+    std::lock_guard<std::mutex> l(LocationMutex());
+    f = LocationFn();
+  }
+  return f ? f() : std::string();
+}
+
+namespace {
+thread_local int trace_depth = 0;
+}  // namespace
+
+TraceScope::TraceScope() : lock_(Runtime::Get().mu()) {
+  outer_ = trace_depth++ == 0;
+  start_ns_ = outer_ ? NowNs() : 0;
+}
+
+TraceScope::~TraceScope() {
+  --trace_depth;
+  if (!outer_) return;
+  Metrics& m = Metrics::Get();
+  m.trace_ns += NowNs() - start_ns_;
+  m.traced_ops += 1;
+  lock_.unlock();
+  Runtime::Get().ReportDeferred();
+}
+
+}  // namespace tpj::runtime

@@ -1,0 +1,217 @@
+// The lazy runtime: it owns the storages' contents (runtime/storage.h), one
+// trace (IR builder) per device, every host<->device transfer, and Sync(),
+// which turns the pending values of all live storages into one program per
+// device, compiles it once (cache) and runs it.
+//
+// Files: runtime.cc (instance, configuration, seeds), trace.cc (building the
+// trace), sync.cc (plan, donation, launch, failures), recompile.cc
+// (explaining recompiles), transfer.cc (uploads and downloads).
+//
+// Thread model: one recursive mutex (mu()) guards traces and storages. Op
+// lowerings hold it (TraceScope) while they read and write storages; Sync()
+// holds it while it builds and launches programs. Execution is asynchronous
+// in the plugin; a download waits for its buffer outside the lock.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "ir/graph.h"
+#include "pjrt/client.h"
+#include "pjrt/executable.h"
+#include "runtime/cache.h"
+#include "runtime/metrics.h"
+#include "runtime/options.h"
+#include "runtime/storage.h"
+#include "runtime/strided.h"
+
+namespace tpj::runtime {
+
+struct SyncOptions {
+  bool wait = false;  // block until the programs finished
+};
+
+class Runtime {
+ public:
+  // The process-wide runtime. The first call reads the options (environment),
+  // loads the plugin and creates the client.
+  static Runtime& Get();
+  // Before first use: directories to search for plugins (when
+  // TORCH_PJRT_SEARCH_PATH is unset) and client options that override those
+  // the environment implies.
+  static void Configure(std::vector<std::string> search_dirs, std::vector<pjrt::NamedOption> overrides);
+  static bool Initialized();
+
+  std::recursive_mutex& mu() { return mu_; }
+  pjrt::Client& client() { return *client_; }
+  const Options& options() const { return options_; }
+  int device_count() const { return static_cast<int>(client_->addressable_device_ids().size()); }
+  int global_id(int device) const;  // PJRT device id of local device `device`; checks the range
+  const std::string& plugin_path() const { return plugin_path_; }
+
+  // --- tracing (caller holds mu()) ---
+  ir::Builder& builder(int device);
+  // The storage's flat value in the current trace, typed `dtype`
+  // (a bitcast when the storage was typed differently with the same width).
+  ir::Value ReadFlat(Storage& s, ir::DType dtype);
+  // Makes `flat` (rank 1, all elements) the storage's pending contents.
+  void AssignFlat(Storage& s, ir::Value flat);
+  // Grows the storage to `nbytes`: old contents first, then zeros.
+  void Grow(Storage& s, size_t nbytes, ir::DType dtype);
+  // Names the tensor shape a storage's parameter was read as (e.g.
+  // "float32[4,16]"): recompile reasons name inputs so. Once per parameter.
+  void DescribeRead(Storage& s, ir::Value flat, const std::function<std::string()>& description);
+  // Random bits: threads the device's Threefry state through the trace.
+  ir::Value RandomBits(int device, const ir::Shape& bits);
+
+  // Replicated data parallelism in one process: device 0's trace becomes one
+  // program replicated over the first `n` local devices (collectives in the
+  // IR span them). n = 1 ends it. Syncs device 0 first.
+  void SetReplicas(int n);
+  int replicas() const { return traces_.empty() ? 1 : traces_[0].replicas; }
+
+  // --- random state ---
+  void ManualSeed(int device, uint64_t seed);
+  uint64_t InitialSeed(int device) const;
+  // The Threefry key/counter the next random op of `device` starts from
+  // (syncs the device when the state is pending). SetRngState restores it.
+  std::array<uint64_t, 2> RngState(int device);
+  void SetRngState(int device, const std::array<uint64_t, 2>& state);
+
+  // --- transfers: the only paths between host and device memory ---
+  // A device buffer of `dims` elements of `dtype` from host memory.
+  DeviceBuffer Upload(const void* data, ir::DType dtype, const std::vector<int64_t>& dims, int device);
+  // The storage's whole contents from host memory (nbytes() bytes of `dtype`).
+  void UploadTo(Storage& s, const void* data, ir::DType dtype);
+  // A 0-d value of `dtype` holding `bytes` (one element), fed from a device
+  // buffer cached per (device, dtype, bytes): a changing Python number does
+  // not change the program, a repeated one is not uploaded again.
+  ir::Value ScalarValue(int device, ir::DType dtype, const void* bytes);
+  // Host data as a value of the device's current trace (rank 1).
+  ir::Value UploadValue(int device, const void* data, ir::DType dtype, int64_t numel);
+  // In a replicated region: replica r of the storage holds parts[r].
+  void UploadReplicas(Storage& s, const std::vector<const void*>& parts, ir::DType dtype);
+  // The storage's dtype, fixing it to `if_untyped` on first use.
+  ir::DType TypeOf(Storage& s, ir::DType if_untyped);
+  // Copies the storage's contents to `dst` (whole elements of its dtype:
+  // nbytes() rounded down), syncing its device first when it is pending.
+  // Waits for the buffer outside the runtime lock.
+  void Download(Storage& s, void* dst);
+  // The same for each replica of a replicated storage (one replica otherwise).
+  void DownloadReplicas(Storage& s, const std::vector<void*>& dsts);
+  size_t ReplicaCount(Storage& s);
+
+  // --- materialization ---
+  void Sync(const std::vector<int>& devices, const SyncOptions& options = {});
+  void SyncAll(const SyncOptions& options = {});
+  void Unregister(Storage* s);
+  size_t pending_count(int device);
+
+  CompileCache& cache() { return cache_; }
+  void InitializeDiskCache(const std::string& dir, bool readonly);
+  // The StableHLO program that would compute `values` of `device`'s trace now.
+  std::string ProgramText(int device, const std::vector<ir::Value>& values);
+
+  // Where a sync was requested from (Python file:line), for recompile logs.
+  // Static: may be set before the runtime starts.
+  static void SetLocationProvider(std::function<std::string()> f);
+  static std::string Location();
+
+ private:
+  Runtime() = default;
+  struct Param {
+    DeviceBuffer buffer;         // device data
+    ir::DType dtype = ir::DType::F32;
+    std::string description;     // how a tensor read it, for recompile reasons
+    std::vector<DeviceBuffer> per_replica;  // replicated programs: one per replica
+  };
+  struct Trace {
+    std::unique_ptr<ir::Builder> builder;
+    int64_t epoch = 0;
+    std::vector<Param> params;
+    std::unordered_map<const pjrt::Buffer*, ir::Value> buffer_params;
+    std::unordered_set<Storage*> pending;
+    // Threefry state: host seed, device buffer, or a pending value.
+    DeviceBuffer rng_buffer;
+    ir::Value rng_value;
+    bool rng_pending = false;
+    uint64_t seed = 0;
+    // Outputs of programs launched since the last wait: Sync(wait=true)
+    // waits for all of them (programs without data dependencies may run
+    // concurrently, so the last one alone says nothing).
+    std::vector<DeviceBuffer> inflight;
+    int replicas = 1;  // > 1: the trace is one program over this many devices
+  };
+  // Steady state: a trace identical to an earlier one (same nodes, outputs,
+  // donations) reuses its executable and argument order without pruning or
+  // rehashing the graph.
+  struct Plan {
+    std::shared_ptr<pjrt::Executable> executable;
+    std::vector<int64_t> used;  // trace parameter index of each program argument
+    size_t num_aliases = 0;
+  };
+
+  void Init();
+  void ResetTrace(Trace& t);
+  // A device buffer as a parameter of the current trace (memoized). With
+  // per-replica buffers, replica r of a replicated program reads replicas[r];
+  // without, every replica gets a copy of `buffer`.
+  ir::Value BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype,
+                        const std::vector<DeviceBuffer>* replicas = nullptr);
+  // The storage's device buffer: syncs its device when pending, uploads
+  // zeros when it was never written. Caller holds mu().
+  DeviceBuffer Materialize(Storage& s);
+  // Replaces the storage's contents by `buffer` (drops a pending value).
+  void SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype);
+  void CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes);
+  void SyncDevice(int device, const SyncOptions& options);
+  void WaitDevice(int device);
+  std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,
+                                                  const std::vector<std::string>& param_desc);
+  void ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g, const std::vector<std::string>& param_desc);
+  // Recompile reasons wait here until the runtime lock is released: their
+  // Python location needs the GIL, which must never be taken under the lock.
+  void ReportDeferred();
+  friend class TraceScope;
+
+  std::recursive_mutex mu_;
+  Options options_;
+  std::shared_ptr<pjrt::Client> client_;
+  std::string plugin_path_;
+  std::vector<Trace> traces_;
+  CompileCache cache_;
+  std::string fingerprint_;
+  std::unordered_map<uint64_t, Plan> plans_;  // by trace key
+  // ScalarValue's buffers, least recently inserted first out.
+  std::map<std::tuple<int, ir::DType, std::string>, DeviceBuffer> scalars_;
+  std::list<std::tuple<int, ir::DType, std::string>> scalar_order_;
+  // ShapeBlindHash -> signature of the last compiled graph with it.
+  std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;
+  std::vector<RecompileReason> unreported_;
+  std::vector<std::string> debug_lines_;
+};
+
+// RAII: holds Runtime::mu() and accumulates trace time in the metrics.
+class TraceScope {
+ public:
+  TraceScope();
+  ~TraceScope();
+
+ private:
+  std::unique_lock<std::recursive_mutex> lock_;
+  int64_t start_ns_;
+  bool outer_;
+};
+
+}  // namespace tpj::runtime

@@ -1,0 +1,56 @@
+// The contents of one PyTorch storage on one pjrt device, owned by the
+// runtime. Other layers hold a Storage (the allocator makes one per
+// at::StorageImpl) and read it through the accessors below; every change of
+// its state goes through a Runtime method, under the runtime lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "ir/graph.h"
+#include "pjrt/buffer.h"
+
+namespace tpj::runtime {
+
+using DeviceBuffer = std::shared_ptr<pjrt::Buffer>;
+
+// `nbytes` bytes held flat (rank 1) as elements of one dtype, fixed by the
+// first typed use. The contents are, in order of precedence: a pending value
+// of the device's current trace; else the device buffer; else zeros (never
+// written). The buffer is kept while a value is pending: the program that
+// computes the value may read it, or reuse (donate) its memory.
+class Storage {
+ public:
+  Storage(int device, size_t nbytes) : device_(device), nbytes_(nbytes) {}
+  ~Storage();  // leaves the runtime's pending set
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  // Local device index (0..device_count-1).
+  int device() const { return device_; }
+  size_t nbytes() const { return nbytes_; }
+  std::optional<ir::DType> dtype() const { return dtype_; }
+  // Whether a value is waiting for the next sync. Caller holds the runtime lock.
+  bool pending() const { return pending_; }
+  // Whether materialized contents exist on the device. Caller holds the runtime lock.
+  bool has_buffer() const { return static_cast<bool>(buffer_); }
+
+ private:
+  friend class Runtime;
+
+  const int device_;
+  size_t nbytes_;
+  std::optional<ir::DType> dtype_;
+  DeviceBuffer buffer_;
+  // In a replicated region: one buffer per replica (replicas_[0] == buffer_).
+  std::vector<DeviceBuffer> replicas_;
+  ir::Value value_;     // the pending value, valid while pending_
+  int64_t epoch_ = -1;  // the trace epoch value_ belongs to
+  bool pending_ = false;
+};
+
+}  // namespace tpj::runtime

@@ -1,0 +1,239 @@
+// Sync: the pending values of a device's trace become one program (plan),
+// overwritten inputs donate their buffers, the program is compiled once
+// (memory and disk cache) and launched; its results become the storages'
+// new buffers. A compile or launch failure drops the trace's pending work.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "ir/hash.h"
+#include "ir/printer.h"
+#include "runtime/dtype_map.h"
+#include "runtime/program.h"
+#include "runtime/runtime.h"
+
+namespace tpj::runtime {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void Runtime::SyncAll(const SyncOptions& options) {
+  std::vector<int> all(traces_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  Sync(all, options);
+}
+
+void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) {
+  TraceScope scope;  // reports deferred recompile reasons once the lock is released
+  for (int d : devices) SyncDevice(d, options);
+}
+
+std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key,
+                                                         const std::vector<std::string>& param_desc) {
+  Metrics& m = Metrics::Get();
+  if (auto exe = cache_.Lookup(key)) {
+    m.Add("cache_hits");
+    return exe;
+  }
+  std::vector<pjrt::ArgSpec> args;
+  for (int32_t id : g.params) {
+    const ir::Shape& s = g.nodes[id].results[0];
+    args.push_back({ToPjrt(s.dtype), s.dims});
+  }
+  pjrt::CompileOptions options;
+  const int n = traces_.at(device).replicas;
+  options.num_replicas = n;
+  for (int r = 0; r < n; ++r) options.device_ids.push_back(global_id(device + r));
+  bool corrupt = false;
+  if (auto exe = cache_.LoadDisk(key, *client_, options, args, &corrupt)) {
+    m.Add("disk_cache_hits");
+    cache_.Insert(key, exe);
+    return exe;
+  }
+  if (corrupt) m.Add("disk_cache_corrupt");
+  ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc);
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string text = ir::PrintStableHlo(g);
+  if (!options_.dump_dir.empty()) std::ofstream(options_.dump_dir + "/" + key + ".mlir") << text;
+  std::shared_ptr<pjrt::Executable> exe(runtime::CompileText(*client_, text, options, args));
+  m.AddTime("compile", Seconds(t0));
+  m.Add("compiles");
+  cache_.Insert(key, exe);
+  cache_.StoreDisk(key, *exe);
+  return exe;
+}
+
+void Runtime::WaitDevice(int device) {
+  Trace& t = traces_.at(device);
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto& b : t.inflight) b->AwaitReady();
+  t.inflight.clear();
+  Metrics::Get().AddTime("execute_wait", Seconds(t0));
+}
+
+void Runtime::SyncDevice(int device, const SyncOptions& options) {
+  Trace& t = traces_.at(device);
+  if (t.pending.empty() && !t.rng_pending) {
+    if (options.wait) WaitDevice(device);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  Metrics& m = Metrics::Get();
+
+  std::vector<Storage*> storages(t.pending.begin(), t.pending.end());
+  std::sort(storages.begin(), storages.end(), [](const Storage* a, const Storage* b) {
+    return a->value_.node != b->value_.node ? a->value_.node < b->value_.node : a->value_.index < b->value_.index;
+  });
+  std::vector<ir::Value> outputs;
+  std::vector<size_t> output_of(storages.size());
+  for (size_t i = 0; i < storages.size(); ++i) {
+    const ir::Value v = storages[i]->value_;
+    auto at = std::find(outputs.begin(), outputs.end(), v);
+    output_of[i] = static_cast<size_t>(at - outputs.begin());
+    if (at == outputs.end()) outputs.push_back(v);
+  }
+  size_t rng_output = SIZE_MAX;
+  if (t.rng_pending) {
+    rng_output = outputs.size();
+    outputs.push_back(t.rng_value);
+  }
+  // Donation: a parameter buffer held only by this trace and by the one
+  // storage that gets a new value in this program is reused for that value.
+  std::vector<ir::Alias> aliases;
+  std::vector<bool> output_aliased(outputs.size(), false);
+  auto param_index = [&](const pjrt::Buffer* b) -> int64_t {
+    auto it = t.buffer_params.find(b);
+    if (it == t.buffer_params.end()) return -1;
+    return ir::ParamIndex(t.builder->graph().nodes[it->second.node]);
+  };
+  const bool replicated = t.replicas > 1;
+  for (size_t i = 0; i < storages.size() && !replicated; ++i) {
+    Storage* s = storages[i];
+    if (!s->buffer_ || s->buffer_.use_count() != 2 || output_aliased[output_of[i]]) continue;
+    const int64_t p = param_index(s->buffer_.get());
+    if (p < 0) continue;
+    if (t.builder->shape(outputs[output_of[i]]) != t.builder->graph().nodes[t.builder->graph().params[p]].results[0]) {
+      continue;
+    }
+    aliases.push_back({p, static_cast<int64_t>(output_of[i])});
+    output_aliased[output_of[i]] = true;
+  }
+  if (!replicated && t.rng_pending && t.rng_buffer && t.rng_buffer.use_count() == 2) {
+    const int64_t p = param_index(t.rng_buffer.get());
+    if (p >= 0) aliases.push_back({p, static_cast<int64_t>(rng_output)});
+  }
+  // On a compile or launch failure, leave the device usable: drop this
+  // trace's pending work, keep the last materialized contents of every storage.
+  auto abandon = [&] {
+    for (Storage* s : storages) {
+      s->pending_ = false;
+      s->epoch_ = -1;
+    }
+    ResetTrace(t);
+  };
+
+  // The trace's own hash (all nodes, not only live ones) plus what this sync
+  // asks of it identifies the program without pruning it.
+  uint64_t trace_key = ir::ProgramHash(t.builder->graph());
+  auto mix = [&trace_key](uint64_t v) { trace_key = (trace_key ^ v) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull; };
+  for (const ir::Value& v : outputs) mix((static_cast<uint64_t>(v.node) << 8) ^ static_cast<uint64_t>(v.index));
+  for (const ir::Alias& a : aliases) mix((static_cast<uint64_t>(a.param) << 32) ^ static_cast<uint64_t>(a.output));
+  mix(static_cast<uint64_t>(global_id(device)));
+  mix(static_cast<uint64_t>(t.replicas));
+
+  std::vector<int64_t> used;
+  std::shared_ptr<pjrt::Executable> exe;
+  size_t num_aliases = aliases.size();
+  if (auto it = plans_.find(trace_key); it != plans_.end()) {
+    exe = it->second.executable;
+    used = it->second.used;
+    num_aliases = it->second.num_aliases;
+    m.Add("cache_hits");
+    m.AddTime("graph_build", Seconds(t0));
+  } else {
+    ir::Graph g = ir::Extract(t.builder->graph(), outputs, aliases, &used);
+    num_aliases = g.aliases.size();
+    std::ostringstream key;
+    key << std::hex << ir::ProgramHash(g) << "-d" << std::dec << global_id(device);
+    if (replicated) key << "-r" << t.replicas;
+    m.AddTime("graph_build", Seconds(t0));
+    try {
+      std::vector<std::string> desc;
+      for (int64_t p : used) desc.push_back(t.params[p].description);
+      exe = GetExecutable(device, g, key.str(), desc);
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    if (plans_.size() > 1024) plans_.clear();  // bounded; the compile cache keeps the executables
+    plans_[trace_key] = Plan{exe, used, num_aliases};
+  }
+
+  // Arguments per replica: per-replica buffers, else copies of the one buffer.
+  const int n = t.replicas;
+  std::vector<DeviceBuffer> keep_alive;
+  std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> outs;
+  try {
+    std::vector<std::vector<pjrt::Buffer*>> args(n);
+    for (int64_t p : used) {
+      const Param& prm = t.params[p];
+      const DeviceBuffer& base = prm.buffer;
+      for (int r = 0; r < n; ++r) {
+        if (!prm.per_replica.empty()) {
+          args[r].push_back(prm.per_replica[r].get());
+        } else if (r == 0) {
+          args[r].push_back(base.get());
+        } else {
+          keep_alive.push_back(DeviceBuffer(base->CopyToDevice(global_id(device + r))));
+          args[r].push_back(keep_alive.back().get());
+        }
+      }
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    outs = exe->ExecuteReplicated(args);
+    m.AddTime("execute_launch", Seconds(t1));
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  m.Add("executions");
+  if (num_aliases) m.Add("donated_buffers", static_cast<int64_t>(num_aliases));
+
+  std::vector<std::vector<DeviceBuffer>> per(n, std::vector<DeviceBuffer>(outputs.size()));
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < outputs.size(); ++i) per[r][i] = DeviceBuffer(std::move(outs[r][i]));
+  }
+  const std::vector<DeviceBuffer>& shared = per[0];
+  for (size_t i = 0; i < storages.size(); ++i) {
+    Storage* s = storages[i];
+    s->buffer_ = shared[output_of[i]];
+    s->replicas_.clear();
+    if (replicated) {
+      for (int r = 0; r < n; ++r) s->replicas_.push_back(per[r][output_of[i]]);
+    }
+    s->pending_ = false;
+    s->epoch_ = -1;
+  }
+  if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
+  ResetTrace(t);
+  for (int r = 0; r < n; ++r) {
+    if (!per[r].empty()) t.inflight.push_back(per[r].front());
+  }
+  if (t.inflight.size() > 256) {
+    // bound the list: drop the ones already finished
+    std::vector<DeviceBuffer> still;
+    for (auto& b : t.inflight) {
+      if (!b->IsReady()) still.push_back(b);
+    }
+    t.inflight.swap(still);
+  }
+  if (options.wait) WaitDevice(device);
+  m.AddTime("sync", Seconds(t0));
+}
+
+}  // namespace tpj::runtime

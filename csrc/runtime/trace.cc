@@ -1,0 +1,134 @@
+// Building the trace: storages read as values of the device's current
+// trace, pending values assigned to storages, random bits.
+#include <cstring>
+
+#include "ir/printer.h"
+#include "pjrt/error.h"
+#include "runtime/runtime.h"
+
+namespace tpj::runtime {
+
+void Runtime::ResetTrace(Trace& t) {
+  t.builder = std::make_unique<ir::Builder>(t.replicas);
+  t.epoch += 1;
+  t.params.clear();
+  t.buffer_params.clear();
+  t.pending.clear();
+  t.rng_pending = false;
+  t.rng_value = ir::Value{};
+}
+
+ir::Builder& Runtime::builder(int device) {
+  global_id(device);
+  return *traces_[device].builder;
+}
+
+size_t Runtime::pending_count(int device) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  return traces_.at(device).pending.size();
+}
+
+ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype,
+                               const std::vector<DeviceBuffer>* replicas) {
+  Trace& t = traces_[device];
+  auto it = t.buffer_params.find(buffer.get());
+  if (it != t.buffer_params.end()) return it->second;
+  Param p;
+  p.buffer = buffer;
+  p.dtype = dtype;
+  if (replicas && static_cast<int>(replicas->size()) == t.replicas) p.per_replica = *replicas;
+  t.params.push_back(std::move(p));
+  ir::Value v = t.builder->Parameter({dtype, buffer->dims()});
+  t.buffer_params[buffer.get()] = v;
+  return v;
+}
+
+void Runtime::DescribeRead(Storage& s, ir::Value flat, const std::function<std::string()>& description) {
+  if (s.pending_ || !s.buffer_) return;  // only parameters are described
+  Trace& t = traces_[s.device_];
+  const ir::Node& n = t.builder->graph().nodes[flat.node];
+  if (n.op != ir::Op::Parameter) return;
+  std::string& d = t.params[ir::ParamIndex(n)].description;
+  if (d.empty()) d = description();
+}
+
+ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
+  Trace& t = traces_[s.device_];
+  if (!s.dtype_) s.dtype_ = dtype;
+  const ir::DType have = *s.dtype_;
+  const int64_t numel = static_cast<int64_t>(s.nbytes_ / ir::ByteSize(have));
+  ir::Value v;
+  if (s.pending_ && s.epoch_ == t.epoch) {
+    v = s.value_;
+  } else if (s.buffer_) {
+    v = BufferParam(s.device_, s.buffer_, have, s.replicas_.empty() ? nullptr : &s.replicas_);
+  } else {
+    v = t.builder->Full(have, {numel}, 0);
+  }
+  if (have == dtype) return v;
+  if (ir::ByteSize(have) != ir::ByteSize(dtype)) {
+    throw ir::Error(std::string("a pjrt storage of ") + ir::Name(have) + " cannot be read as " + ir::Name(dtype) +
+                    " (element sizes differ)");
+  }
+  return t.builder->Bitcast(v, dtype);
+}
+
+void Runtime::AssignFlat(Storage& s, ir::Value flat) {
+  Trace& t = traces_[s.device_];
+  const ir::Shape& shape = t.builder->shape(flat);
+  if (!s.dtype_) s.dtype_ = shape.dtype;
+  if (shape.dtype != *s.dtype_) flat = t.builder->Bitcast(flat, *s.dtype_);
+  s.value_ = flat;
+  s.epoch_ = t.epoch;
+  if (!s.pending_) {
+    s.pending_ = true;
+    t.pending.insert(&s);
+  }
+}
+
+void Runtime::Grow(Storage& s, size_t nbytes, ir::DType dtype) {
+  if (nbytes <= s.nbytes_) return;
+  ir::Builder& b = builder(s.device_);
+  ir::Value flat = ReadFlat(s, dtype);
+  const size_t item = ir::ByteSize(*s.dtype_);
+  const int64_t have = static_cast<int64_t>(s.nbytes_ / item);
+  const int64_t want = static_cast<int64_t>(nbytes / item);
+  ir::Value grown = b.Pad(flat, b.ScalarConstant(b.shape(flat).dtype, 0), {0}, {want - have}, {0});
+  s.nbytes_ = nbytes;
+  s.buffer_.reset();
+  s.replicas_.clear();
+  AssignFlat(s, grown);
+}
+
+void Runtime::Unregister(Storage* s) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (s->pending_ && s->device_ >= 0 && s->device_ < static_cast<int>(traces_.size())) {
+    traces_[s->device_].pending.erase(s);
+  }
+}
+
+ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
+  Trace& t = traces_[device];
+  ir::Value state;
+  if (t.rng_pending) {
+    state = t.rng_value;
+  } else if (t.rng_buffer) {
+    state = BufferParam(device, t.rng_buffer, ir::DType::U64);
+  } else {
+    const uint64_t key[2] = {t.seed, 0};
+    std::vector<uint8_t> bytes(16);
+    std::memcpy(bytes.data(), key, 16);
+    state = t.builder->Constant({ir::DType::U64, {2}}, std::move(bytes));
+  }
+  std::vector<ir::Value> out = t.builder->RngBitGenerator(state, bits);
+  t.rng_value = out[0];
+  t.rng_pending = true;
+  return out[1];
+}
+
+std::string Runtime::ProgramText(int device, const std::vector<ir::Value>& values) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  return ir::PrintStableHlo(ir::Extract(builder(device).graph(), values, {}, nullptr));
+}
+
+}  // namespace tpj::runtime

@@ -1,0 +1,120 @@
+// Host <-> device transfers: every copy between host memory and a device
+// buffer goes through Upload or CopyToHost, which count bytes_to_device and
+// bytes_to_host.
+#include <vector>
+
+#include "pjrt/error.h"
+#include "runtime/dtype_map.h"
+#include "runtime/runtime.h"
+
+namespace tpj::runtime {
+
+DeviceBuffer Runtime::Upload(const void* data, ir::DType dtype, const std::vector<int64_t>& dims, int device) {
+  int64_t numel = 1;
+  for (int64_t d : dims) numel *= d;
+  auto buffer = DeviceBuffer(client_->BufferFromHost(data, ToPjrt(dtype), dims, global_id(device)));
+  Metrics::Get().Add("bytes_to_device", numel * static_cast<int64_t>(ir::ByteSize(dtype)));
+  return buffer;
+}
+
+void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes) {
+  if (nbytes > 0) buffer->ToHost(dst, nbytes);
+  Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(nbytes));
+}
+
+void Runtime::SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (s.pending_) {
+    traces_[s.device_].pending.erase(&s);
+    s.pending_ = false;
+  }
+  s.buffer_ = std::move(buffer);
+  s.replicas_.clear();
+  s.dtype_ = dtype;
+  s.epoch_ = -1;
+}
+
+void Runtime::UploadTo(Storage& s, const void* data, ir::DType dtype) {
+  const int64_t numel = static_cast<int64_t>(s.nbytes_ / ir::ByteSize(dtype));
+  SetBuffer(s, Upload(data, dtype, {numel}, s.device_), dtype);
+}
+
+ir::Value Runtime::ScalarValue(int device, ir::DType dtype, const void* bytes) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  auto key = std::make_tuple(device, dtype, std::string(static_cast<const char*>(bytes), ir::ByteSize(dtype)));
+  auto it = scalars_.find(key);
+  if (it == scalars_.end()) {
+    it = scalars_.emplace(key, Upload(bytes, dtype, {}, device)).first;
+    scalar_order_.push_back(key);
+    if (scalar_order_.size() > 4096) {
+      scalars_.erase(scalar_order_.front());
+      scalar_order_.pop_front();
+    }
+  }
+  return BufferParam(device, it->second, dtype);
+}
+
+ir::Value Runtime::UploadValue(int device, const void* data, ir::DType dtype, int64_t numel) {
+  DeviceBuffer buffer = Upload(data, dtype, {numel}, device);
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  return BufferParam(device, buffer, dtype);
+}
+
+void Runtime::UploadReplicas(Storage& s, const std::vector<const void*>& parts, ir::DType dtype) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (static_cast<int>(parts.size()) != replicas()) {
+    throw pjrt::Error(pjrt::Code::kInvalidArgument, "need one part per replica (" + std::to_string(replicas()) +
+                                                        "), got " + std::to_string(parts.size()));
+  }
+  const int64_t numel = static_cast<int64_t>(s.nbytes_ / ir::ByteSize(dtype));
+  std::vector<DeviceBuffer> buffers;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    buffers.push_back(Upload(parts[r], dtype, {numel}, s.device_ + static_cast<int>(r)));
+  }
+  SetBuffer(s, buffers[0], dtype);
+  s.replicas_ = std::move(buffers);
+}
+
+ir::DType Runtime::TypeOf(Storage& s, ir::DType if_untyped) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (!s.dtype_) s.dtype_ = if_untyped;
+  return *s.dtype_;
+}
+
+DeviceBuffer Runtime::Materialize(Storage& s) {
+  if (s.pending_) SyncDevice(s.device_, {});
+  if (!s.buffer_) {
+    const ir::DType t = s.dtype_.value_or(ir::DType::U8);
+    std::vector<uint8_t> zeros(s.nbytes_, 0);
+    s.buffer_ = Upload(zeros.data(), t, {static_cast<int64_t>(s.nbytes_ / ir::ByteSize(t))}, s.device_);
+    s.dtype_ = t;
+  }
+  return s.buffer_;
+}
+
+void Runtime::Download(Storage& s, void* dst) { DownloadReplicas(s, {dst}); }
+
+size_t Runtime::ReplicaCount(Storage& s) {
+  TraceScope scope;
+  Materialize(s);  // a pending value of a replicated trace gets its replicas here
+  return s.replicas_.empty() ? 1 : s.replicas_.size();
+}
+
+void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
+  std::vector<DeviceBuffer> buffers;
+  size_t nbytes = 0;
+  {
+    TraceScope scope;  // reports recompile reasons once the lock is released
+    DeviceBuffer first = Materialize(s);
+    buffers = s.replicas_.empty() ? std::vector<DeviceBuffer>{first} : s.replicas_;
+    nbytes = static_cast<size_t>(first->element_count()) * ir::ByteSize(*s.dtype_);
+  }
+  if (dsts.size() > buffers.size()) {
+    throw pjrt::Error(pjrt::Code::kInvalidArgument, "asked for " + std::to_string(dsts.size()) +
+                                                        " replicas of a storage that has " +
+                                                        std::to_string(buffers.size()));
+  }
+  for (size_t r = 0; r < dsts.size(); ++r) CopyToHost(buffers[r], dsts[r], nbytes);
+}
+
+}  // namespace tpj::runtime

@@ -1,0 +1,301 @@
+// ProgramHash sees every attribute field, shape, dtype, constant byte and
+// wire; ShapeBlindHash sees ops and wiring, parameter numbering and the enum
+// and bool attributes, but no shapes, dtypes, constant values or other
+// integer attributes. No plugin needed.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "ir/graph.h"
+#include "ir/hash.h"
+
+namespace tpj::ir {
+namespace {
+
+// A valid graph with a node of every attribute type (std::monostate included).
+Graph EveryAttributeGraph() {
+  Builder b(4);
+  auto x = b.Parameter({DType::F32, {2, 3}});
+  auto y = b.Parameter({DType::F32, {2, 3}});
+  auto c = b.Constant({DType::F32, {2}}, {0, 0, 128, 63, 0, 0, 0, 64});
+  auto zero = b.ScalarConstant(DType::F32, 0);
+  auto i0 = b.ScalarConstant(DType::I32, 0);
+  std::vector<Value> out;
+  out.push_back(b.Binary(Op::Add, x, y));
+  out.push_back(b.Compare(CompareDir::LT, x, y));
+  out.push_back(b.BroadcastInDim(c, {3, 2}, {1}));
+  out.push_back(b.Reshape(x, {3, 2}));
+  out.push_back(b.Transpose(x, {1, 0}));
+  out.push_back(b.Reverse(x, {1}));
+  out.push_back(b.Slice(x, {0, 1}, {2, 3}, {1, 2}));
+  out.push_back(b.DynamicSlice(x, {i0, i0}, {1, 2}));
+  out.push_back(b.Concatenate({x, y}, 1));
+  out.push_back(b.Pad(x, zero, {1, 0}, {0, 1}, {1, 1}));
+  out.push_back(b.Iota({DType::I32, {2, 3}}, 1));
+  out.push_back(b.DotGeneral(x, y, DotDims{{}, {}, {1}, {1}}));
+  out.push_back(b.Reduce(x, zero, {1}, ReduceKind::Max));
+  out.push_back(b.ReduceWindow(x, zero, ReduceKind::Sum, {2, 2}, {1, 1}, {1, 2}, {2, 1}, {0, 1}, {1, 0}));
+  out.push_back(b.SelectAndScatter(x, b.Parameter({DType::F32, {1, 1}}), zero, {2, 3}, {2, 3}, {0, 0}, {0, 0}));
+  ConvDims cd;
+  cd.in_spatial = {2, 3};
+  cd.k_spatial = {2, 3};
+  cd.out_spatial = {2, 3};
+  out.push_back(b.Convolution(b.Parameter({DType::F32, {2, 4, 5, 5}}), b.Parameter({DType::F32, {6, 2, 3, 3}}), cd,
+                              {1, 2}, {1, 0}, {0, 1}, {1, 1}, {2, 1}, 2, 1));
+  auto idx = b.Parameter({DType::I64, {3, 1}});
+  GatherDims gd;
+  gd.offset_dims = {1};
+  gd.collapsed_slice_dims = {0};
+  gd.start_index_map = {0};
+  gd.index_vector_dim = 1;
+  auto gathered = b.Gather(x, idx, gd, {1, 3});
+  out.push_back(gathered);
+  ScatterDims sd;
+  sd.update_window_dims = {1};
+  sd.inserted_window_dims = {0};
+  sd.scatter_dims_to_operand_dims = {0};
+  sd.index_vector_dim = 1;
+  out.push_back(b.Scatter(x, idx, gathered, sd, false));
+  out.push_back(b.Sort({x, y}, 1, true)[1]);
+  out.push_back(b.RngBitGenerator(b.Parameter({DType::U64, {2}}), {DType::U32, {4}})[1]);
+  out.push_back(b.AllReduce(x, ReduceKind::Sum, {{0, 1}, {2, 3}}));
+  out.push_back(b.AllGather(x, 0));
+  out.push_back(b.ReduceScatter(b.Parameter({DType::F32, {8}}), 0, ReduceKind::Min));
+  return b.Build(out);
+}
+
+template <class A>
+std::string AlternativeName() {
+  if constexpr (std::is_same_v<A, std::monostate>) {
+    return "std::monostate";
+  } else {
+    return std::string(OpName(A::kOp)) + "Attrs";
+  }
+}
+
+template <size_t... I>
+std::vector<std::string> AlternativeNames(std::index_sequence<I...>) {
+  return {AlternativeName<std::variant_alternative_t<I, Attrs>>()...};
+}
+
+// Converts to anything; only for the unevaluated `T{...}` below.
+struct AnyValue {
+  template <class T>
+  operator T() const;
+};
+
+template <class T, class Indices, class = void>
+struct BracesTake : std::false_type {};
+template <class T, size_t... I>
+struct BracesTake<T, std::index_sequence<I...>, std::void_t<decltype(T{(void(I), AnyValue{})...})>>
+    : std::true_type {};
+
+// The data members of aggregate T: the most initializers T{...} takes.
+template <class T, size_t N = 0>
+constexpr size_t MemberCount() {
+  if constexpr (BracesTake<T, std::make_index_sequence<N + 1>>::value) {
+    return MemberCount<T, N + 1>();
+  } else {
+    return N;
+  }
+}
+
+// Fields of T lists every data member of T once (and so does each nested
+// struct's): a member left out of Fields would go unhashed.
+template <class T>
+void ExpectFieldsListsEveryMember(const std::string& what) {
+  T value{};
+  std::set<const void*> listed;
+  T::Fields(value, [&](const char* name, const auto& field) {
+    using F = std::decay_t<decltype(field)>;
+    EXPECT_TRUE(listed.insert(&field).second) << what << "." << name << " is listed twice";
+    if constexpr (HasFields<F>::value) ExpectFieldsListsEveryMember<F>(what + "." + name);
+  });
+  EXPECT_EQ(listed.size(), MemberCount<T>()) << what << ": Fields must list every data member";
+}
+
+template <size_t... I>
+void ExpectEveryAlternativeListsEveryMember(std::index_sequence<I...>) {
+  auto one = [](auto* tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (HasFields<A>::value) ExpectFieldsListsEveryMember<A>(AlternativeName<A>());
+  };
+  (one(static_cast<std::variant_alternative_t<I, Attrs>*>(nullptr)), ...);
+}
+
+TEST(Hash, FieldsListsEveryDataMember) {
+  static_assert(MemberCount<SliceAttrs>() == 3 && MemberCount<ConvolutionAttrs>() == 8);
+  ExpectEveryAlternativeListsEveryMember(std::make_index_sequence<std::variant_size_v<Attrs>>());
+}
+
+TEST(Hash, TheTestGraphHasEveryAttributeTypeEachWithItsOp) {
+  const std::vector<std::string> names = AlternativeNames(std::make_index_sequence<std::variant_size_v<Attrs>>());
+  const Graph g = EveryAttributeGraph();
+  std::set<size_t> seen;
+  for (const Node& n : g.nodes) {
+    seen.insert(n.attrs.index());
+    std::visit(
+        [&](const auto& a) {
+          using A = std::decay_t<decltype(a)>;
+          if constexpr (!std::is_same_v<A, std::monostate>) {
+            EXPECT_EQ(A::kOp, n.op) << OpName(n.op);
+          }
+        },
+        n.attrs);
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_TRUE(seen.count(i)) << "EveryAttributeGraph has no node with " << names[i] << ": add one";
+  }
+}
+
+// Changes one leaf field (the `target`-th met) of the attributes it visits,
+// walking nested dimension structs through their own Fields; counts leaves.
+struct ChangeOneField {
+  explicit ChangeOneField(int target) : target(target) {}
+  int target;
+  int seen = 0;
+  std::string path, changed;
+  bool choice = false;  // the changed field is an enum or bool
+
+  template <class T>
+  void operator()(const char* name, T& v) {
+    if constexpr (HasFields<T>::value) {
+      const std::string outer = path;
+      path += std::string(name) + ".";
+      T::Fields(v, *this);
+      path = outer;
+    } else if (seen++ == target) {
+      changed = path + name;
+      choice = std::is_enum_v<T> || std::is_same_v<T, bool>;
+      Change(v);
+    }
+  }
+
+  template <class E>
+  static void Change(E& v) {
+    static_assert(std::is_enum_v<E>, "a field type ChangeOneField does not know");
+    v = static_cast<E>(v == E{} ? 1 : 0);
+  }
+  static void Change(bool& v) { v = !v; }
+  static void Change(int64_t& v) { v += 1; }
+  // Non-empty lists keep their length, so the hash must see the contents.
+  static void Change(std::vector<int64_t>& v) {
+    if (v.empty()) {
+      v.push_back(0);
+    } else {
+      v.back() += 1;
+    }
+  }
+  static void Change(std::vector<std::vector<int64_t>>& v) {
+    if (v.empty() || v.back().empty()) {
+      v.push_back({0});
+    } else {
+      v.back().back() += 1;
+    }
+  }
+  static void Change(std::shared_ptr<const std::vector<uint8_t>>& data) {
+    auto bytes = data ? *data : std::vector<uint8_t>{};
+    if (bytes.empty()) {
+      bytes.push_back(0);
+    } else {
+      bytes.back() ^= 1;
+    }
+    data = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  }
+};
+
+// Visits the attributes of `n` with `f`.
+void VisitAttrs(Node& n, ChangeOneField& f) {
+  std::visit(
+      [&](auto& a) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (HasFields<A>::value) A::Fields(a, f);
+      },
+      n.attrs);
+}
+
+TEST(Hash, ProgramHashSeesEveryAttributeFieldAndShapeBlindHashOnlyChoices) {
+  const Graph base = EveryAttributeGraph();
+  std::map<uint64_t, std::string> program{{ProgramHash(base), "the unchanged graph"}};
+  const uint64_t blind = ShapeBlindHash(base);
+  size_t variants = 0;
+  for (size_t id = 0; id < base.nodes.size(); ++id) {
+    Node scratch = base.nodes[id];
+    ChangeOneField count(-1);
+    VisitAttrs(scratch, count);
+    for (int leaf = 0; leaf < count.seen; ++leaf) {
+      Graph g = base;
+      ChangeOneField change(leaf);
+      VisitAttrs(g.nodes[id], change);
+      const std::string what = "node " + std::to_string(id) + " " + OpName(g.nodes[id].op) + " " + change.changed;
+      ++variants;
+      auto [it, fresh] = program.emplace(ProgramHash(g), what);
+      EXPECT_TRUE(fresh) << what << " hashes like " << it->second;
+      // ShapeBlindHash: choices and parameter numbering only.
+      const bool blind_sees = change.choice || g.nodes[id].op == Op::Parameter;
+      EXPECT_EQ(ShapeBlindHash(g) != blind, blind_sees) << what;
+    }
+  }
+  EXPECT_GE(variants, 60u);  // 78 leaves today, nested dimension structs included
+}
+
+TEST(Hash, EqualGraphsHashEqualLocationsAside) {
+  EXPECT_EQ(ProgramHash(EveryAttributeGraph()), ProgramHash(EveryAttributeGraph()));
+  EXPECT_EQ(ShapeBlindHash(EveryAttributeGraph()), ShapeBlindHash(EveryAttributeGraph()));
+  Builder b3, b4;
+  b3.SetLocation("a.py:1");
+  b4.SetLocation("b.py:2");
+  auto p3 = b3.Parameter({DType::F32, {2}});
+  auto p4 = b4.Parameter({DType::F32, {2}});
+  EXPECT_EQ(ProgramHash(b3.Build({b3.Unary(Op::Neg, p3)})), ProgramHash(b4.Build({b4.Unary(Op::Neg, p4)})));
+}
+
+Graph AddConstant(DType t, int64_t n, double c, Op op) {
+  Builder b;
+  auto x = b.Parameter({t, {n}});
+  return b.Build({b.Binary(op, x, b.Full(t, {n}, c))});
+}
+
+TEST(Hash, ProgramHashSeesShapesDtypesConstantsOpsAndWiring) {
+  const uint64_t base = ProgramHash(AddConstant(DType::F32, 4, 1.0, Op::Add));
+  EXPECT_NE(base, ProgramHash(AddConstant(DType::F32, 4, 2.0, Op::Add)));  // constant
+  EXPECT_NE(base, ProgramHash(AddConstant(DType::F32, 5, 1.0, Op::Add)));  // shape
+  EXPECT_NE(base, ProgramHash(AddConstant(DType::F64, 4, 1.0, Op::Add)));  // dtype
+  EXPECT_NE(base, ProgramHash(AddConstant(DType::F32, 4, 1.0, Op::Mul)));  // op
+  // Wiring: sub(x, y) vs sub(y, x).
+  Builder b1, b2;
+  auto x1 = b1.Parameter({DType::F32, {2}}), y1 = b1.Parameter({DType::F32, {2}});
+  auto x2 = b2.Parameter({DType::F32, {2}}), y2 = b2.Parameter({DType::F32, {2}});
+  const Graph g1 = b1.Build({b1.Binary(Op::Sub, x1, y1)});
+  const Graph g2 = b2.Build({b2.Binary(Op::Sub, y2, x2)});
+  EXPECT_NE(ProgramHash(g1), ProgramHash(g2));
+  EXPECT_NE(ShapeBlindHash(g1), ShapeBlindHash(g2));
+}
+
+TEST(Hash, ShapeBlindHashIgnoresShapesDtypesAndConstantValuesOnly) {
+  const uint64_t base = ShapeBlindHash(AddConstant(DType::F32, 4, 1.0, Op::Add));
+  EXPECT_EQ(base, ShapeBlindHash(AddConstant(DType::F32, 4, 2.0, Op::Add)));  // constant
+  EXPECT_EQ(base, ShapeBlindHash(AddConstant(DType::F32, 5, 1.0, Op::Add)));  // shape
+  EXPECT_EQ(base, ShapeBlindHash(AddConstant(DType::I64, 4, 1.0, Op::Add)));  // dtype
+  EXPECT_NE(base, ShapeBlindHash(AddConstant(DType::F32, 4, 1.0, Op::Mul)));  // op
+  // A whole model at two batch sizes: the integer attributes follow the shapes.
+  auto model = [](int64_t batch) {
+    Builder b;
+    auto x = b.Parameter({DType::F32, {batch, 8}});
+    auto w = b.Parameter({DType::F32, {8, 4}});
+    auto h = b.DotGeneral(x, w, DotDims{{}, {}, {1}, {0}});
+    auto r = b.Binary(Op::Max, h, b.BroadcastInDim(b.ScalarConstant(DType::F32, 0), {batch, 4}, {}));
+    auto s = b.Slice(r, {0, 0}, {batch, 2}, {1, 1});
+    return b.Build({b.Reduce(b.Reshape(s, {batch * 2}), b.ScalarConstant(DType::F32, 0), {0}, ReduceKind::Sum)});
+  };
+  EXPECT_EQ(ShapeBlindHash(model(2)), ShapeBlindHash(model(16)));
+  EXPECT_NE(ProgramHash(model(2)), ProgramHash(model(16)));
+}
+
+}  // namespace
+}  // namespace tpj::ir
