@@ -1,6 +1,7 @@
 """torch-pjrt benchmarks: steady-state training step time of eager PyTorch
 (CPU), torch.compile (inductor, CPU) and torch-pjrt on the same machine in
-the same run, first-step time (trace + compile) and tracing overhead per op.
+the same run, first-step time (trace + compile), tracing overhead per op, and
+the cost of the checks compiled into programs (pjrt lazy with them vs without).
 
 Prints a table (ratios are to eager CPU; < 1 is faster) and writes
 bench/results.json. Run with `make bench`. Numbers are only comparable within
@@ -111,13 +112,17 @@ def time_device_steps(step, steps, warmup, before_timing=lambda: None):
     return first, (time.perf_counter() - t0) / steps
 
 
-def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup):
+def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup, checks=True):
+    """Lazy mode; `checks=False` traces without the index/divisor checks
+    (TORCH_PJRT_CHECKS=0) to measure what they cost."""
+    torch_pjrt._C._set_checks(checks)
     dev = torch_pjrt.device()
     model = build().to(dev)
     opt = make_opt(model.parameters())
     x, y = (t.to(dev) for t in data)
     step = make_step(model, opt, loss_fn, clip, x, y)
     first, per_step = time_device_steps(step, steps, warmup, torch_pjrt.metrics.reset)
+    torch_pjrt._C._set_checks(True)
     c = torch_pjrt.metrics.counters()
     t = torch_pjrt.metrics.timers()
     ops = c.get("traced_ops", 0)
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, plugin {torch_pjrt._C._plugin_path() if torch_pjrt.device_count() else '?'}, "
           f"{os.cpu_count()} CPU(s), {platform.machine()}")
     header = (f"{'model':<11} {'eager ms':>9} {'inductor':>9} {'x eager':>8} {'pjrt ms':>8} {'x eager':>8}"
-              f" {'dynamo-pjrt':>11} {'x eager':>8} {'1st pjrt s':>10} {'1st ind. s':>10} {'us/op':>6} {'ops/step':>8}")
+              f" {'dynamo-pjrt':>11} {'x eager':>8} {'checks':>8} {'1st pjrt s':>10} {'1st ind. s':>10} {'us/op':>6} {'ops/step':>8}")
     print(header)
     print("-" * len(header))
     for name, build, data, make_opt, loss_fn, clip in cases(args.quick):
@@ -170,17 +175,21 @@ def main(argv=None) -> int:
             except Exception as e:  # inductor needs a working C++ toolchain
                 print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
         pj = time_pjrt(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
+        unchecked = time_pjrt(build, data, make_opt, loss_fn, clip, args.steps, args.warmup, checks=False)
         dyn, dyn_first = time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
         row = {"model": name, "eager_step_s": eager, "inductor_step_s": ind, "inductor_first_step_s": ind_first,
                "pjrt_step_s": pj["step_s"], "pjrt_first_step_s": pj["first_step_s"],
                "pjrt_vs_eager": pj["step_s"] / eager, "inductor_vs_eager": (ind / eager) if ind else None,
                "pjrt_dynamo_step_s": dyn, "pjrt_dynamo_first_step_s": dyn_first, "pjrt_dynamo_vs_eager": dyn / eager,
                "trace_us_per_op": pj["trace_us_per_op"], "ops_per_step": pj["ops_per_step"],
-               "pjrt_steady_state_compiles": pj["compiles_in_steady_state"], "pjrt_fallbacks": pj["fallbacks"]}
+               "pjrt_steady_state_compiles": pj["compiles_in_steady_state"], "pjrt_fallbacks": pj["fallbacks"],
+               "pjrt_unchecked_step_s": unchecked["step_s"],
+               "checks_cost": pj["step_s"] / unchecked["step_s"] - 1}
         rows.append(row)
         fmt = lambda v, s=1e3: f"{v * s:9.2f}" if v is not None else f"{'-':>9}"
         print(f"{name:<11} {eager * 1e3:9.2f} {fmt(ind)} {fmt(row['inductor_vs_eager'], 1):>8}"
               f" {pj['step_s'] * 1e3:8.2f} {row['pjrt_vs_eager']:8.2f} {dyn * 1e3:11.2f} {dyn / eager:8.2f}"
+              f" {row['checks_cost'] * 100:7.1f}%"
               f" {pj['first_step_s']:10.2f}"
               f" {fmt(ind_first, 1):>10} {pj['trace_us_per_op']:6.2f} {pj['ops_per_step']:8.0f}")
     gpt = [r for r in rows if r["model"].startswith("gpt")]
@@ -188,6 +197,7 @@ def main(argv=None) -> int:
         "gpt_pjrt_faster_than_eager": all(r["pjrt_vs_eager"] < 1 for r in gpt),
         "trace_under_5us_per_op": all(r["trace_us_per_op"] < 5 for r in rows),
         "no_steady_state_compiles": all(r["pjrt_steady_state_compiles"] == 0 for r in rows),
+        "checks_under_3_percent": all(r["checks_cost"] < 0.03 for r in rows),
     }
     print("targets:", ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in targets.items()))
     with open(args.out, "w") as f:

@@ -53,6 +53,15 @@ at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, 
 at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Min, at::result_type(a, b)); }
 at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Atan2, FloatType(at::result_type(a, b))); }
 
+// Integer division by zero raises on the CPU (RuntimeError: ZeroDivisionError);
+// here it is a check compiled into the program.
+void CheckIntegerDivisor(const Operands& o, at::ScalarType t) {
+  if (!at::isIntegralType(t, /*includeBool=*/true)) return;
+  ir::Builder& b = B(o.device);
+  CheckNone(o.device, b.Compare(ir::CompareDir::EQ, o.y, Fill(o.device, 0, t, o.shape)), runtime::ErrorKind::kValue,
+            "ZeroDivisionError: integer division or remainder by zero");
+}
+
 at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode) {
   TraceScope s;
   const at::ScalarType rt = at::result_type(a, b);
@@ -63,6 +72,7 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
   }
   Operands o = Prepare(a, b, rt);
   ir::Builder& bb = B(o.device);
+  if (*mode == "trunc" || *mode == "floor") CheckIntegerDivisor(o, rt);
   if (*mode == "trunc") {
     if (integral) return Wrap(bb.Binary(Op::Div, o.x, o.y), o.device);  // integer division truncates
     ir::Value q = bb.Binary(Op::Div, o.x, o.y);
@@ -96,6 +106,7 @@ at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
   const at::ScalarType t = at::result_type(a, b);
   Operands o = Prepare(a, b, t);
   ir::Builder& bb = B(o.device);
+  CheckIntegerDivisor(o, t);
   ir::Value r = bb.Binary(Op::Rem, o.x, o.y);
   ir::Value zero = Fill(o.device, 0, t, o.shape);
   ir::Value fix = bb.Binary(Op::And, bb.Compare(ir::CompareDir::NE, r, zero),

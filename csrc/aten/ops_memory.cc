@@ -92,10 +92,11 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
 at::Tensor ToCpu(const at::Tensor& self) {
   auto& rt = Runtime::Get();
   runtime::Storage& s = StorageOf(self);
+  RaisingTensorErrors([&] { rt.CheckReadable(s); });  // before allocating the host copy
   const at::ScalarType storage_type = ToAten(rt.TypeOf(s, ToIr(self.scalar_type())));
   const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));
   at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(storage_type));
-  rt.Download(s, flat.data_ptr());
+  RaisingTensorErrors([&] { rt.Download(s, flat.data_ptr()); });
   if (storage_type != self.scalar_type()) flat = flat.view(self.scalar_type());
   at::Tensor view = flat.as_strided(self.sizes(), self.strides(), self.storage_offset());
   // Lazy conjugate / negative views keep their bit: the values they mean

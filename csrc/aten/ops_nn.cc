@@ -626,6 +626,10 @@ void NllParts(int d, const at::Tensor& self, const at::Tensor& target, const std
   ir::Value tgt = b.Convert(Val(target), ir::DType::I64);
   ir::Value valid = b.Compare(ir::CompareDir::NE, tgt, Fill(d, static_cast<double>(ignore_index), at::kLong, *tshape));
   ir::Value safe = b.Select(valid, tgt, Fill(d, 0, at::kLong, *tshape));
+  ir::Value out_of_range = b.Binary(Op::Or, b.Compare(ir::CompareDir::LT, safe, Fill(d, 0, at::kLong, *tshape)),
+                                    b.Compare(ir::CompareDir::GE, safe, Fill(d, static_cast<double>(c), at::kLong, *tshape)));
+  CheckNone(d, out_of_range, runtime::ErrorKind::kIndex,
+            "nll_loss: Target out of bounds: a target is outside [0, " + std::to_string(c) + ") and not ignore_index");
   // one-hot over classes: [*tshape with class dim inserted]
   std::vector<int64_t> xshape = self.sizes().vec();
   std::vector<int64_t> tdims;

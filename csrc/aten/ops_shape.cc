@@ -44,15 +44,6 @@ at::Tensor cat(const at::ITensorListRef& list, int64_t dim) {
   return Wrap(B(d).Concatenate(vals, w), d);
 }
 
-// i64 index value, negative entries wrapped by `size`.
-ir::Value WrapIndex(int d, ir::Value idx, int64_t size) {
-  ir::Builder& b = B(d);
-  idx = b.Convert(idx, ir::DType::I64);
-  const auto shape = b.shape(idx).dims;
-  ir::Value neg = b.Compare(ir::CompareDir::LT, idx, Fill(d, 0, at::kLong, shape));
-  return b.Select(neg, b.Binary(Op::Add, idx, Fill(d, static_cast<double>(size), at::kLong, shape)), idx);
-}
-
 at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
   TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
@@ -63,7 +54,7 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
   if (self.dim() == 0) return Wrap(Val(self), d);
   const int64_t w = WrapDim(dim, self.dim());
   const int64_t n = index.numel();
-  ir::Value idx = b.Reshape(WrapIndex(d, Operand(index, d, index.scalar_type()), self.size(w)), {n, 1});
+  ir::Value idx = b.Reshape(CheckedIndex(d, Operand(index, d, index.scalar_type()), self.size(w), false, "index_select()"), {n, 1});
   ir::GatherDims g;
   for (int64_t i = 0; i < self.dim(); ++i) {
     if (i != w) g.offset_dims.push_back(i);
@@ -102,7 +93,7 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
   TORCH_CHECK(index.dim() == self.dim(), "Index tensor must have the same number of dimensions as input tensor");
   const auto ishape = index.sizes().vec();
   if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), ishape), d);
-  ir::Value coords = Coordinates(d, WrapIndex(d, Val(index), self.size(w)), ishape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), self.size(w), false, "gather()"), ishape, w);
   ir::GatherDims g;
   for (int64_t i = 0; i < self.dim(); ++i) {
     g.collapsed_slice_dims.push_back(i);
@@ -121,7 +112,7 @@ ir::Value ScatterInto(int d, const at::Tensor& self, int64_t dim, const at::Tens
   }
   const int64_t w = WrapDim(dim, self.dim());
   const auto ishape = index.sizes().vec();
-  ir::Value coords = Coordinates(d, WrapIndex(d, Val(index), self.size(w)), ishape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), self.size(w), false, "scatter()"), ishape, w);
   ir::ScatterDims sd;
   for (int64_t i = 0; i < self.dim(); ++i) {
     sd.inserted_window_dims.push_back(i);
@@ -199,7 +190,7 @@ at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& inde
   ir::Value idx = b.BroadcastInDim(b.Reshape(Val(index), {index.numel()}), sshape, {w});
   ir::Value src = b.Reshape(ValAs(source, self.scalar_type()), sshape);
   if (!IsOne(alpha)) src = b.Binary(Op::Mul, src, Number(d, alpha, self.scalar_type(), sshape));
-  ir::Value coords = Coordinates(d, WrapIndex(d, idx, self.size(w)), sshape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, idx, self.size(w), false, "index_add()"), sshape, w);
   ir::ScatterDims sd;
   for (int64_t i = 0; i < self.dim(); ++i) {
     sd.inserted_window_dims.push_back(i);
@@ -269,7 +260,7 @@ ir::Value IndexCoords(int d, const at::Tensor& self, const IndexPlan& p) {
   one.push_back(1);
   std::vector<ir::Value> parts;
   for (size_t i = 0; i < p.tensors.size(); ++i) {
-    ir::Value v = BroadcastTo(d, WrapIndex(d, Operand(p.tensors[i], d, p.tensors[i].scalar_type()), self.size(p.dims[i])), p.bshape);
+    ir::Value v = BroadcastTo(d, CheckedIndex(d, Operand(p.tensors[i], d, p.tensors[i].scalar_type()), self.size(p.dims[i]), true, "index"), p.bshape);
     parts.push_back(b.Reshape(v, one));
   }
   return parts.size() == 1 ? parts[0] : b.Concatenate(parts, static_cast<int64_t>(p.bshape.size()));

@@ -118,7 +118,7 @@ ir::Value ValMemory(const at::Tensor& t) {
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(t);
   const ir::DType dt = ToIr(t.scalar_type());
-  ir::Value flat = rt.ReadFlat(s, dt);
+  ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
   rt.DescribeRead(s, flat, [&] {
     std::string desc = std::string(ir::Name(dt)) + "[";
     for (int64_t i = 0; i < t.dim(); ++i) desc += (i ? "," : "") + std::to_string(t.size(i));
@@ -183,7 +183,7 @@ void Assign(const at::Tensor& dst, ir::Value v) {
     rt.AssignFlat(s, b.Reshape(v, {numel}));
     return;
   }
-  ir::Value flat = rt.ReadFlat(s, dt);
+  ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
   try {
     rt.AssignFlat(s, runtime::WriteStrided(b, flat, view, v));
   } catch (const ir::Error& e) {
@@ -218,6 +218,35 @@ ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to) {
   // Drop the size-1 dims that broadcast, then broadcast into place.
   ir::Value r = b.Reshape(v, kept_sizes);
   return b.BroadcastInDim(r, to, kept);
+}
+
+void CheckNone(int device, ir::Value bad, runtime::ErrorKind kind, const std::string& what) {
+  auto& rt = runtime::Runtime::Get();
+  if (!rt.checks_enabled()) return;
+  ir::Builder& b = B(device);
+  const int64_t rank = b.shape(bad).rank();
+  if (rank > 0) {
+    std::vector<int64_t> all(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < rank; ++i) all[static_cast<size_t>(i)] = i;
+    bad = b.Reduce(bad, b.ScalarConstant(ir::DType::Bool, 0), all, ir::ReduceKind::Or);
+  }
+  rt.AddCheck(device, bad, kind, what);
+}
+
+ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok, const char* op) {
+  ir::Builder& b = B(device);
+  idx = b.Convert(idx, ir::DType::I64);
+  const auto shape = b.shape(idx).dims;
+  auto full = [&](int64_t v) { return b.Full(ir::DType::I64, shape, static_cast<double>(v)); };
+  const int64_t lo = negative_ok ? -size : 0;
+  ir::Value bad = b.Binary(ir::Op::Or, b.Compare(ir::CompareDir::LT, idx, full(lo)),
+                           b.Compare(ir::CompareDir::GE, idx, full(size)));
+  CheckNone(device, bad, runtime::ErrorKind::kIndex,
+            std::string(op) + ": index out of range: an index is outside [" + std::to_string(lo) + ", " +
+                std::to_string(size) + ") for a dimension of size " + std::to_string(size));
+  if (!negative_ok) return idx;
+  ir::Value neg = b.Compare(ir::CompareDir::LT, idx, full(0));
+  return b.Select(neg, b.Binary(ir::Op::Add, idx, full(size)), idx);
 }
 
 int CommonDevice(std::initializer_list<const at::Tensor*> ts) {
@@ -281,7 +310,7 @@ std::vector<at::Tensor> ReplicaValues(const at::Tensor& t) {
     flats.push_back(at::empty({numel}, at::TensorOptions().dtype(storage_type)));
     dsts.push_back(flats.back().data_ptr());
   }
-  rt.DownloadReplicas(s, dsts);
+  RaisingTensorErrors([&] { rt.DownloadReplicas(s, dsts); });
   std::vector<at::Tensor> out;
   for (at::Tensor& flat : flats) {
     if (storage_type != t.scalar_type()) flat = flat.view(t.scalar_type());

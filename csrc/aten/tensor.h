@@ -23,6 +23,19 @@
 
 namespace tpj::aten {
 
+// Runs `f`, turning a runtime::TensorError (reading a tensor whose value was
+// lost, or whose program failed a check) into the c10 error PyTorch maps to
+// the right Python exception (IndexError for indices).
+template <class F>
+auto RaisingTensorErrors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const runtime::TensorError& e) {
+    TORCH_CHECK_INDEX(e.kind() != runtime::ErrorKind::kIndex, e.what());
+    TORCH_CHECK(false, e.what());
+  }
+}
+
 ir::DType ToIr(at::ScalarType t);  // TORCH_CHECK_TYPE for dtypes PJRT has no type for
 at::ScalarType ToAten(ir::DType t);
 
@@ -59,6 +72,15 @@ ir::Value Const(int device, double v, at::ScalarType dtype);
 
 // Broadcast `v` (of shape `from`) to `to`, numpy-style (trailing alignment).
 ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to);
+
+// A check compiled into the program (runtime::Runtime::AddCheck): when any
+// element of `bad` (bool, any shape) is true, every tensor the program writes
+// raises `what` when read, as the CPU op would have raised at once.
+void CheckNone(int device, ir::Value bad, runtime::ErrorKind kind, const std::string& what);
+// Index values (any integer dtype) as i64, negative entries wrapped by
+// `size` when `negative_ok` (advanced indexing), with a check that every one
+// is in range: [-size, size) or [0, size). `op` names the op in the error.
+ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok, const char* op);
 
 // The device all pjrt tensors among `ts` are on; checks they agree.
 int CommonDevice(std::initializer_list<const at::Tensor*> ts);

@@ -1,6 +1,10 @@
 #include "pjrt/buffer.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "pjrt/client.h"
 #include "pjrt/plugin.h"
@@ -64,6 +68,98 @@ bool Event::IsReady() const {
   a.event = event_;
   TPJ_CALL(*plugin_, PJRT_Event_IsReady, &a);
   return a.is_ready;
+}
+
+namespace {
+
+// One interruptible wait: the OnReady callback marks it done. Kept alive by
+// the waiter, or by the graveyard when the waiter gave up, so that the
+// callback never destroys the event it is called for.
+struct PendingWait {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::unique_ptr<Event> event;
+  const pjrt_abi::Api* api = nullptr;
+};
+
+std::mutex& GraveyardMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<std::shared_ptr<PendingWait>>& Graveyard() {
+  static auto* g = new std::vector<std::shared_ptr<PendingWait>>();  // never destroyed: callbacks may outlive exit
+  return *g;
+}
+
+void OnReady(pjrt_abi::Error* error, void* arg) {
+  auto* holder = static_cast<std::shared_ptr<PendingWait>*>(arg);
+  PendingWait* w = holder->get();
+  DiscardError(w->api, error);  // the waiter reads the error through Await()
+  delete holder;                // the waiter or the graveyard still holds `w`
+  std::lock_guard<std::mutex> l(w->mu);
+  w->done = true;
+  w->cv.notify_all();
+}
+
+void BuryFinished() {
+  std::vector<std::shared_ptr<PendingWait>> finished;
+  {
+    std::lock_guard<std::mutex> l(GraveyardMutex());
+    auto& g = Graveyard();
+    for (auto it = g.begin(); it != g.end();) {
+      bool done;
+      {
+        std::lock_guard<std::mutex> wl((*it)->mu);
+        done = (*it)->done;
+      }
+      if (done) {
+        finished.push_back(std::move(*it));
+        it = g.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}  // `finished` destroys their events here, outside every lock
+
+}  // namespace
+
+void Event::AwaitInterruptible(std::unique_ptr<Event> event, const WaitCheck& check) {
+  if (!check || event->event_ == nullptr || event->IsReady() || !TPJ_HAS(*event->plugin_, PJRT_Event_OnReady)) {
+    event->Await();
+    return;
+  }
+  BuryFinished();
+  auto w = std::make_shared<PendingWait>();
+  w->api = event->plugin_->api();
+  Event* e = event.get();
+  w->event = std::move(event);
+  auto a = pjrt_abi::make<pjrt_abi::EventOnReadyArgs>();
+  a.event = e->event_;
+  a.callback = &OnReady;
+  a.user_arg = new std::shared_ptr<PendingWait>(w);
+  try {
+    TPJ_CALL(*e->plugin_, PJRT_Event_OnReady, &a);
+  } catch (...) {
+    delete static_cast<std::shared_ptr<PendingWait>*>(a.user_arg);
+    throw;
+  }
+  std::unique_lock<std::mutex> l(w->mu);
+  while (!w->done) {
+    if (w->cv.wait_for(l, std::chrono::milliseconds(50), [&] { return w->done; })) break;
+    l.unlock();
+    try {
+      check();
+    } catch (...) {
+      std::lock_guard<std::mutex> g(GraveyardMutex());
+      Graveyard().push_back(std::move(w));
+      throw;
+    }
+    l.lock();
+  }
+  l.unlock();
+  e->Await();  // ready: returns at once, throws the event's error
 }
 
 // ---------------------------------------------------------------- Buffer
@@ -150,19 +246,16 @@ std::vector<uint8_t> Buffer::ToHost() const {
   return out;
 }
 
-void Buffer::AwaitReady() const {
+std::unique_ptr<Event> Buffer::ReadyEvent() const {
   auto a = pjrt_abi::make<pjrt_abi::BufferReadyEventArgs>();
   a.buffer = buffer_;
   TPJ_CALL(client_->plugin(), PJRT_Buffer_ReadyEvent, &a);
-  Event(client_->plugin_ptr(), a.event).Await();
+  return std::make_unique<Event>(client_->plugin_ptr(), a.event);
 }
 
-bool Buffer::IsReady() const {
-  auto a = pjrt_abi::make<pjrt_abi::BufferReadyEventArgs>();
-  a.buffer = buffer_;
-  TPJ_CALL(client_->plugin(), PJRT_Buffer_ReadyEvent, &a);
-  return Event(client_->plugin_ptr(), a.event).IsReady();
-}
+void Buffer::AwaitReady(const WaitCheck& check) const { Event::AwaitInterruptible(ReadyEvent(), check); }
+
+bool Buffer::IsReady() const { return ReadyEvent()->IsReady(); }
 
 std::unique_ptr<Buffer> Buffer::CopyToDevice(int device_id) const {
   auto a = pjrt_abi::make<pjrt_abi::BufferCopyToDeviceArgs>();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@ size_t ByteWidth(pjrt_abi::BufferType type);
 // "f32", "bf16", "pred", ... for messages.
 const char* TypeName(pjrt_abi::BufferType type);
 
+// Called about every 50 ms while an interruptible wait blocks; it throws to
+// abandon the wait (e.g. when the user pressed Ctrl-C).
+using WaitCheck = std::function<void()>;
+
 // An owned PJRT_Event. Await() blocks and throws the event's error, if any.
 class Event {
  public:
@@ -32,6 +37,11 @@ class Event {
 
   void Await();
   bool IsReady() const;
+  // Await() that calls `check` while the event is not ready. If `check`
+  // throws, the wait is abandoned and the exception propagates; the event
+  // is kept until the plugin signals it, then destroyed by a later wait.
+  // Without PJRT_Event_OnReady in the plugin (or without `check`), a plain Await().
+  static void AwaitInterruptible(std::unique_ptr<Event> event, const WaitCheck& check);
 
  private:
   std::shared_ptr<const Plugin> plugin_;
@@ -62,8 +72,11 @@ class Buffer {
   void ToHost(void* dst, size_t dst_size) const;
   std::vector<uint8_t> ToHost() const;
 
-  // Waits until the buffer's contents are computed; throws the producer's error.
-  void AwaitReady() const;
+  // Waits until the buffer's contents are computed; throws the producer's
+  // error. With `check`, the wait is interruptible (Event::AwaitInterruptible).
+  void AwaitReady(const WaitCheck& check = nullptr) const;
+  // An event that becomes ready with the buffer's contents.
+  std::unique_ptr<Event> ReadyEvent() const;
   // Whether the contents are computed (or failed), without waiting.
   bool IsReady() const;
 

@@ -118,6 +118,16 @@ struct EventAwaitArgs {
   ExtensionBase* extension_start;
   Event* event;
 };
+// Called once the event is ready; owns `error` (null: success) and must
+// destroy it.
+using EventOnReadyCallback = void (*)(Error* error, void* user_arg);
+struct EventOnReadyArgs {
+  size_t struct_size;
+  ExtensionBase* extension_start;
+  Event* event;
+  EventOnReadyCallback callback;
+  void* user_arg;
+};
 
 // --- client -----------------------------------------------------------------
 
@@ -424,7 +434,7 @@ struct Api {
   Fn<EventIsReadyArgs> PJRT_Event_IsReady;
   Unused PJRT_Event_Error;
   Fn<EventAwaitArgs> PJRT_Event_Await;
-  Unused PJRT_Event_OnReady;
+  Fn<EventOnReadyArgs> PJRT_Event_OnReady;
 
   Fn<ClientCreateArgs> PJRT_Client_Create;
   Fn<ClientDestroyArgs> PJRT_Client_Destroy;
@@ -531,6 +541,7 @@ TPJ_ARGS_SIZE(PluginAttributesArgs, num_attributes);
 TPJ_ARGS_SIZE(EventDestroyArgs, event);
 TPJ_ARGS_SIZE(EventIsReadyArgs, is_ready);
 TPJ_ARGS_SIZE(EventAwaitArgs, event);
+TPJ_ARGS_SIZE(EventOnReadyArgs, user_arg);
 TPJ_ARGS_SIZE(KeyValueGetArgs, value_deleter);
 TPJ_ARGS_SIZE(KeyValuePutArgs, user_arg);
 TPJ_ARGS_SIZE(ClientCreateArgs, kv_try_get_user_arg);

@@ -51,6 +51,10 @@ void ThrowIfError(const pjrt_abi::Api* api, pjrt_abi::Error* err, const char* ca
   throw Error(t.code, std::string(call) + ": " + CodeName(t.code) + ": " + t.message);
 }
 
+void DiscardError(const pjrt_abi::Api* api, pjrt_abi::Error* err) noexcept {
+  if (err != nullptr) Take(api, err);
+}
+
 bool ReportIfError(const pjrt_abi::Api* api, pjrt_abi::Error* err, const char* call) noexcept {
   if (err == nullptr) return true;
   Taken t = Take(api, err);

@@ -48,6 +48,9 @@ const char* CodeName(int code);
 // Error("<call>: <CODE>: <message>"). Always frees `err`.
 void ThrowIfError(const pjrt_abi::Api* api, pjrt_abi::Error* err, const char* call);
 
+// Frees `err` (null is fine) without reading it.
+void DiscardError(const pjrt_abi::Api* api, pjrt_abi::Error* err) noexcept;
+
 // For calls that must not throw (destructors): frees `err` and reports it on
 // stderr. Returns true when there was no error.
 bool ReportIfError(const pjrt_abi::Api* api, pjrt_abi::Error* err, const char* call) noexcept;

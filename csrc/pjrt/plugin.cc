@@ -1,8 +1,10 @@
 #include "pjrt/plugin.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -34,11 +36,29 @@ std::string NamedValueText(const pjrt_abi::NamedValue& v) {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> forked_child{false};
+}  // namespace
+
+bool InForkedChild() noexcept { return forked_child.load(std::memory_order_relaxed); }
+
+void Plugin::RefuseInForkedChild() {
+  if (InForkedChild()) {
+    throw Error(Code::kFailedPrecondition,
+                "cannot use pjrt in a forked subprocess: the parent had loaded the PJRT plugin, whose threads do "
+                "not survive fork(). Start workers with the 'spawn' start method (multiprocessing, "
+                "DataLoader(multiprocessing_context='spawn')), or use pjrt only in the parent.");
+  }
+}
+
 std::shared_ptr<const Plugin> Plugin::Load(const std::string& path) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const Plugin>> loaded;
   std::lock_guard<std::mutex> lock(mu);
+  RefuseInForkedChild();
   if (auto it = loaded.find(path); it != loaded.end()) return it->second;
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { ::pthread_atfork(nullptr, nullptr, [] { forked_child = true; }); });
 
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -15,6 +15,9 @@
 
 namespace tpj::pjrt {
 
+// True in a process forked after a plugin was loaded.
+bool InForkedChild() noexcept;
+
 class Plugin {
  public:
   // Loads (or returns the already loaded) plugin at `path`, checks the API
@@ -38,9 +41,15 @@ class Plugin {
 
   // Calls one entry of the table: refuses (by name) an entry the plugin does
   // not provide, converts and frees the returned error.
+  //
+  // In a child forked after a plugin was loaded, the plugin's threads and
+  // locks did not survive the fork: Call throws (kFailedPrecondition) and
+  // CallNoThrow does nothing, so objects inherited from the parent are
+  // dropped without touching the plugin.
   template <class A>
   void Call(pjrt_abi::Fn<A> pjrt_abi::Api::*member, size_t offset, const char* name,
             A* args) const {
+    RefuseInForkedChild();
     Require(offset, name);
     ThrowIfError(api_, (api_->*member)(args), name);
   }
@@ -48,11 +57,12 @@ class Plugin {
   template <class A>
   void CallNoThrow(pjrt_abi::Fn<A> pjrt_abi::Api::*member, size_t offset, const char* name,
                    A* args) const noexcept {
-    if (!Has(offset)) return;
+    if (InForkedChild() || !Has(offset)) return;
     ReportIfError(api_, (api_->*member)(args), name);
   }
 
   void Require(size_t offset, const char* name) const;
+  static void RefuseInForkedChild();
 
  private:
   Plugin() = default;

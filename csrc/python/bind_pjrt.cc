@@ -8,6 +8,7 @@
 #include "pjrt/executable.h"
 #include "python/bind.h"
 #include "runtime/options.h"
+#include "runtime/runtime.h"
 #include "runtime/program.h"
 
 namespace py = pybind11;
@@ -113,6 +114,8 @@ void BindErrors(py::module_& m) {
       PyErr_SetObject(pjrt_error, err.ptr());
     } catch (const ir::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const runtime::TensorError& e) {
+      PyErr_SetString(e.kind() == runtime::ErrorKind::kIndex ? PyExc_IndexError : PyExc_RuntimeError, e.what());
     }
   });
 }

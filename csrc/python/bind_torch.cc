@@ -11,6 +11,7 @@
 #include "aten/tensor.h"
 #include "python/bind.h"
 #include "runtime/metrics.h"
+#include "pjrt/plugin.h"
 #include "runtime/options.h"
 #include "runtime/runtime.h"
 
@@ -28,6 +29,7 @@ py::dict OptionsDict(const runtime::Options& o) {
   d["cache_dir"] = o.cache_dir;
   d["dump_dir"] = o.dump_dir;
   d["debug"] = o.debug;
+  d["checks"] = o.checks;
   d["fallback"] = o.fallback == runtime::FallbackMode::kError  ? "error"
                   : o.fallback == runtime::FallbackMode::kWarn ? "warn"
                                                                : "allow";
@@ -46,6 +48,19 @@ py::dict OptionsDict(const runtime::Options& o) {
 }  // namespace
 
 void BindTorch(py::module_& m) {
+  // Waits on the device (sync(wait=True), .cpu(), .item(), printing) check
+  // for Ctrl-C about every 50 ms: the runtime calls this outside its lock,
+  // with the GIL released (torch releases it around kernels, our bindings
+  // around every call that can wait).
+  runtime::Runtime::SetWaitCheck([] {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  });
+  m.def("_set_checks", [](bool on) { runtime::Runtime::Get().SetChecks(on); }, py::call_guard<py::gil_scoped_release>(),
+        "Turns the checks compiled into programs on or off for ops traced from now on (TORCH_PJRT_CHECKS).");
+  m.def("_in_bad_fork", &pjrt::InForkedChild,
+        "True in a process forked after the PJRT plugin was loaded: pjrt cannot be used there.");
   m.def(
       "_configure",
       [](const std::vector<std::string>& dirs, const py::dict& options) {

@@ -63,6 +63,8 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
       {"TORCH_PJRT_DEBUG", "1: log compiles, recompile reasons and first CPU fallbacks on stderr", "0"},
       {"TORCH_PJRT_FALLBACK", "allow, warn (log each op's first CPU fallback) or error (raise instead of falling back)",
        "allow"},
+      {"TORCH_PJRT_CHECKS",
+       "0 turns off the checks compiled into programs (indices in range, integer divisors non-zero)", "1"},
       {"TORCH_PJRT_DIST_TIMEOUT", "seconds a multi-process collective or rendezvous waits for a peer", "60"},
       {"RANK", "global index of this process (set by the launcher)", "0"},
       {"WORLD_SIZE", "number of processes in the job", "1"},
@@ -96,6 +98,9 @@ Options Options::FromEnvironment() {
   } else {
     Invalid("TORCH_PJRT_FALLBACK", fallback, "one of allow, warn, error");
   }
+  const std::string checks = Get("TORCH_PJRT_CHECKS");
+  if (!checks.empty() && checks != "0" && checks != "1") Invalid("TORCH_PJRT_CHECKS", checks, "0 or 1");
+  o.checks = checks != "0";
   if (const std::string t = Get("TORCH_PJRT_DIST_TIMEOUT"); !t.empty()) {
     size_t used = 0;
     try {

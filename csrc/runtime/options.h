@@ -27,6 +27,7 @@ struct Options {
   std::string dump_dir;   // TORCH_PJRT_DUMP_DIR; "" = no program dumps
   bool debug = false;     // TORCH_PJRT_DEBUG (anything but "" and "0")
   FallbackMode fallback = FallbackMode::kAllow;  // TORCH_PJRT_FALLBACK
+  bool checks = true;                            // TORCH_PJRT_CHECKS ("0" turns index/divisor checks off)
   double dist_timeout_s = 60;                    // TORCH_PJRT_DIST_TIMEOUT
   // Topology, as torchrun and torch_pjrt.launch set it.
   int64_t rank = 0;              // RANK

@@ -80,11 +80,18 @@ void Runtime::ReportDeferred() {
   std::vector<std::string> lines;
   {
     std::lock_guard<std::recursive_mutex> l(mu_);
-    if (unreported_.empty() && debug_lines_.empty()) return;
+    if (unreported_.empty() && debug_lines_.empty() && unlocated_checks_.empty()) return;
     reasons.swap(unreported_);
     lines.swap(debug_lines_);
   }
   const std::string where = Location();  // may take the GIL: not under mu_
+  {
+    std::lock_guard<std::recursive_mutex> l(mu_);
+    if (!where.empty()) {
+      for (int32_t id : unlocated_checks_) checks_[static_cast<size_t>(id) - 1].second += " (traced at " + where + ")";
+    }
+    unlocated_checks_.clear();
+  }
   for (auto& r : reasons) {
     r.where = where;
     if (options_.debug) {

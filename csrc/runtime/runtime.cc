@@ -7,6 +7,7 @@
 
 #include "pjrt/discovery.h"
 #include "pjrt/error.h"
+#include "pjrt/plugin.h"
 
 namespace tpj::runtime {
 namespace {
@@ -37,6 +38,11 @@ std::function<std::string()>& LocationFn() {
   return f;
 }
 
+pjrt::WaitCheck& WaitCheckSlot() {
+  static pjrt::WaitCheck f;
+  return f;
+}
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -45,6 +51,9 @@ int64_t NowNs() {
 }  // namespace
 
 Storage::~Storage() {
+  // In a forked child the runtime is unusable (and its lock may be held by a
+  // thread that did not survive the fork): drop the storage without it.
+  if (pjrt::InForkedChild()) return;
   // Under the runtime lock: a sync may be updating this storage right now.
   if (Runtime::Initialized()) Runtime::Get().Unregister(this);
 }
@@ -63,6 +72,7 @@ void Runtime::Configure(std::vector<std::string> search_dirs, std::vector<pjrt::
 bool Runtime::Initialized() { return Instance().load(std::memory_order_acquire) != nullptr; }
 
 Runtime& Runtime::Get() {
+  pjrt::Plugin::RefuseInForkedChild();
   Runtime* r = Instance().load(std::memory_order_acquire);
   if (r) return *r;
   std::lock_guard<std::mutex> l(Config().mu);
@@ -119,7 +129,7 @@ void Runtime::SetReplicas(int n) {
   Trace& t = traces_.at(0);
   if (t.replicas == n) return;
   try {
-    SyncDevice(0, {});
+    SyncDevice(0);
   } catch (...) {
     t.replicas = n;  // switch anyway: leaving the old mode on would surprise more
     ResetTrace(t);
@@ -148,7 +158,7 @@ std::array<uint64_t, 2> Runtime::RngState(int device) {
   {
     TraceScope scope;
     global_id(device);
-    if (traces_[device].rng_pending) SyncDevice(device, {});
+    if (traces_[device].rng_pending) SyncDevice(device);
     const Trace& t = traces_[device];
     if (!t.rng_buffer) return {t.seed, 0};
     state = t.rng_buffer;
@@ -164,6 +174,16 @@ void Runtime::SetRngState(int device, const std::array<uint64_t, 2>& state) {
   Trace& t = traces_[device];
   t.rng_buffer = std::move(buffer);
   t.rng_pending = false;
+}
+
+void Runtime::SetWaitCheck(pjrt::WaitCheck check) {
+  std::lock_guard<std::mutex> l(LocationMutex());
+  WaitCheckSlot() = std::move(check);
+}
+
+pjrt::WaitCheck Runtime::WaitCheckFn() {
+  std::lock_guard<std::mutex> l(LocationMutex());
+  return WaitCheckSlot();
 }
 
 void Runtime::SetLocationProvider(std::function<std::string()> f) {

@@ -74,6 +74,13 @@ class Runtime {
   void DescribeRead(Storage& s, ir::Value flat, const std::function<std::string()>& description);
   // Random bits: threads the device's Threefry state through the trace.
   ir::Value RandomBits(int device, const ir::Shape& bits);
+  // A check compiled into the program: `violated` (a bool scalar of the
+  // trace) true makes every tensor the program writes raise `what` when
+  // read, and sync(wait=True) raise it. Off with TORCH_PJRT_CHECKS=0.
+  void AddCheck(int device, ir::Value violated, ErrorKind kind, const std::string& what);
+  bool checks_enabled() const { return options_.checks; }
+  // Overrides TORCH_PJRT_CHECKS for ops traced from now on (bench measures their cost).
+  void SetChecks(bool enabled);
 
   // Replicated data parallelism in one process: device 0's trace becomes one
   // program replicated over the first `n` local devices (collectives in the
@@ -102,6 +109,9 @@ class Runtime {
   ir::Value UploadValue(int device, const void* data, ir::DType dtype, int64_t numel);
   // In a replicated region: replica r of the storage holds parts[r].
   void UploadReplicas(Storage& s, const std::vector<const void*>& parts, ir::DType dtype);
+  // Throws TensorError when the storage's value was lost (a failed program
+  // or a failed check already read): callers check before allocating.
+  void CheckReadable(Storage& s);
   // The storage's dtype, fixing it to `if_untyped` on first use.
   ir::DType TypeOf(Storage& s, ir::DType if_untyped);
   // Copies the storage's contents to `dst` (whole elements of its dtype:
@@ -122,6 +132,11 @@ class Runtime {
   void InitializeDiskCache(const std::string& dir, bool readonly);
   // The StableHLO program that would compute `values` of `device`'s trace now.
   std::string ProgramText(int device, const std::vector<ir::Value>& values);
+
+  // Called while a wait blocks (about every 50 ms), outside the runtime lock;
+  // throws to abandon the wait (the bindings raise KeyboardInterrupt).
+  static void SetWaitCheck(pjrt::WaitCheck check);
+  static pjrt::WaitCheck WaitCheckFn();
 
   // Where a sync was requested from (Python file:line), for recompile logs.
   // Static: may be set before the runtime starts.
@@ -147,10 +162,14 @@ class Runtime {
     ir::Value rng_value;
     bool rng_pending = false;
     uint64_t seed = 0;
-    // Outputs of programs launched since the last wait: Sync(wait=true)
-    // waits for all of them (programs without data dependencies may run
-    // concurrently, so the last one alone says nothing).
-    std::vector<DeviceBuffer> inflight;
+    // Programs launched since the last wait: Sync(wait=true) waits for all
+    // of them (programs without data dependencies may run concurrently, so
+    // the last one alone says nothing) and reads their checks. Events, not
+    // buffers: holding a buffer would change donation decisions.
+    std::vector<std::unique_ptr<pjrt::Event>> inflight;
+    std::vector<std::shared_ptr<Outcome>> unverified;
+    // The checks' result so far (i32 scalar, max of failed check ids), or none.
+    ir::Value check_code;
     int replicas = 1;  // > 1: the trace is one program over this many devices
   };
   // Steady state: a trace identical to an earlier one (same nodes, outputs,
@@ -164,19 +183,30 @@ class Runtime {
 
   void Init();
   void ResetTrace(Trace& t);
-  // A device buffer as a parameter of the current trace (memoized). With
-  // per-replica buffers, replica r of a replicated program reads replicas[r];
-  // without, every replica gets a copy of `buffer`.
+  // A device buffer as a parameter of the current trace (memoized per
+  // buffer). With per-replica buffers, replica r of a replicated program
+  // reads replicas[r]; without, every replica gets a copy of `buffer`.
   ir::Value BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype,
                         const std::vector<DeviceBuffer>* replicas = nullptr);
+  // A new parameter on every call, even for a buffer already a parameter:
+  // for Python numbers, whose equal values share a cached buffer, so that
+  // `a*0.3 + a*0.3` traces the same program as `a*0.3 + a*0.7`.
+  ir::Value FreshParam(int device, const DeviceBuffer& buffer, ir::DType dtype);
   // The storage's device buffer: syncs its device when pending, uploads
   // zeros when it was never written. Caller holds mu().
   DeviceBuffer Materialize(Storage& s);
   // Replaces the storage's contents by `buffer` (drops a pending value).
   void SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype);
   void CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes);
-  void SyncDevice(int device, const SyncOptions& options);
-  void WaitDevice(int device);
+  // Builds, compiles and launches device's pending work. Caller holds mu().
+  void SyncDevice(int device);
+  // Raises the lost value or failed check of a program (reads its flag);
+  // `again`: also when it was raised before (reads raise every time).
+  // Called without mu() held.
+  void Verify(const std::shared_ptr<Outcome>& outcome, bool again);
+  // Throws TensorError when a read of `s` must fail. Caller holds mu().
+  void RaiseIfLost(const Storage& s) const;
+  int32_t CheckId(ErrorKind kind, const std::string& what);
   std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,
                                                   const std::vector<std::string>& param_desc);
   void ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g, const std::vector<std::string>& param_desc);
@@ -200,6 +230,11 @@ class Runtime {
   std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;
   std::vector<RecompileReason> unreported_;
   std::vector<std::string> debug_lines_;
+  // Check id - 1 -> what failed; ids are stable per message, so identical
+  // steps trace identical programs. Locations are added once the lock is released.
+  std::vector<std::pair<ErrorKind, std::string>> checks_;
+  std::unordered_map<std::string, int32_t> check_ids_;
+  std::vector<int32_t> unlocated_checks_;
 };
 
 // RAII: holds Runtime::mu() and accumulates trace time in the metrics.

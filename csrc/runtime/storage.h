@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -17,6 +19,33 @@
 namespace tpj::runtime {
 
 using DeviceBuffer = std::shared_ptr<pjrt::Buffer>;
+
+enum class ErrorKind {
+  kIndex,    // an index out of range (Python IndexError)
+  kValue,    // a value the op refuses, e.g. an integer division by zero (RuntimeError)
+  kFailure,  // the program failed to compile or run (RuntimeError)
+};
+
+// Reading a tensor whose value was lost or is invalid.
+class TensorError : public std::runtime_error {
+ public:
+  TensorError(ErrorKind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+// What is known of the program that last wrote a storage, shared by every
+// storage that program wrote: the checks compiled into it still to be read
+// (`flag`), or an error that every read of those storages raises. A null
+// Outcome: nothing to know.
+struct Outcome {
+  DeviceBuffer flag;  // i32[]: 0 when every check passed, else the id of a failed one
+  std::string error;  // non-empty: the value is lost or invalid
+  ErrorKind kind = ErrorKind::kFailure;
+  bool reported = false;  // raised once already: sync(wait=True) does not raise it again
+};
 
 // `nbytes` bytes held flat (rank 1) as elements of one dtype, fixed by the
 // first typed use. The contents are, in order of precedence: a pending value
@@ -51,6 +80,7 @@ class Storage {
   ir::Value value_;     // the pending value, valid while pending_
   int64_t epoch_ = -1;  // the trace epoch value_ belongs to
   bool pending_ = false;
+  std::shared_ptr<Outcome> outcome_;  // of the program that computed buffer_
 };
 
 }  // namespace tpj::runtime

@@ -29,8 +29,35 @@ void Runtime::SyncAll(const SyncOptions& options) {
 }
 
 void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) {
-  TraceScope scope;  // reports deferred recompile reasons once the lock is released
-  for (int d : devices) SyncDevice(d, options);
+  std::vector<std::unique_ptr<pjrt::Event>> events;
+  std::vector<std::shared_ptr<Outcome>> outcomes;
+  {
+    TraceScope scope;  // reports deferred recompile reasons once the lock is released
+    for (int d : devices) SyncDevice(d);
+    if (!options.wait) return;
+    for (int d : devices) {
+      Trace& t = traces_.at(d);
+      for (auto& e : t.inflight) events.push_back(std::move(e));
+      for (auto& o : t.unverified) outcomes.push_back(std::move(o));
+      t.inflight.clear();
+      t.unverified.clear();
+    }
+  }
+  // Outside the lock: the wait check may take the GIL.
+  auto t0 = std::chrono::steady_clock::now();
+  const pjrt::WaitCheck check = WaitCheckFn();
+  for (size_t i = 0; i < events.size(); ++i) {
+    try {
+      pjrt::Event::AwaitInterruptible(std::move(events[i]), check);
+    } catch (...) {
+      // Interrupted or failed: the programs not awaited yet stay launched;
+      // their outcomes are verified when their tensors are read.
+      Metrics::Get().AddTime("execute_wait", Seconds(t0));
+      throw;
+    }
+  }
+  Metrics::Get().AddTime("execute_wait", Seconds(t0));
+  for (const auto& o : outcomes) Verify(o, /*again=*/false);
 }
 
 std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key,
@@ -68,20 +95,9 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   return exe;
 }
 
-void Runtime::WaitDevice(int device) {
+void Runtime::SyncDevice(int device) {
   Trace& t = traces_.at(device);
-  auto t0 = std::chrono::steady_clock::now();
-  for (auto& b : t.inflight) b->AwaitReady();
-  t.inflight.clear();
-  Metrics::Get().AddTime("execute_wait", Seconds(t0));
-}
-
-void Runtime::SyncDevice(int device, const SyncOptions& options) {
-  Trace& t = traces_.at(device);
-  if (t.pending.empty() && !t.rng_pending) {
-    if (options.wait) WaitDevice(device);
-    return;
-  }
+  if (t.pending.empty() && !t.rng_pending) return;
   auto t0 = std::chrono::steady_clock::now();
   Metrics& m = Metrics::Get();
 
@@ -101,6 +117,11 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
   if (t.rng_pending) {
     rng_output = outputs.size();
     outputs.push_back(t.rng_value);
+  }
+  size_t check_output = SIZE_MAX;
+  if (t.check_code.valid() && !storages.empty()) {
+    check_output = outputs.size();
+    outputs.push_back(t.check_code);
   }
   // Donation: a parameter buffer held only by this trace and by the one
   // storage that gets a new value in this program is reused for that value.
@@ -128,11 +149,24 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     if (p >= 0) aliases.push_back({p, static_cast<int64_t>(rng_output)});
   }
   // On a compile or launch failure, leave the device usable: drop this
-  // trace's pending work, keep the last materialized contents of every storage.
-  auto abandon = [&] {
+  // trace's pending work; every storage it would have written (donated
+  // buffers included) raises the failure when read, until overwritten.
+  // Storages it only read keep their values.
+  auto abandon = [&](const char* stage) {
+    std::string what = "unknown error";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    auto lost = std::make_shared<Outcome>();
+    lost->error = std::string("the value of this pjrt tensor was lost: the program computing it failed to ") + stage +
+                  " (" + what + "). Compute it again (after freeing memory, if it was an out-of-memory error).";
     for (Storage* s : storages) {
       s->pending_ = false;
       s->epoch_ = -1;
+      s->outcome_ = lost;
     }
     ResetTrace(t);
   };
@@ -167,7 +201,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
       for (int64_t p : used) desc.push_back(t.params[p].description);
       exe = GetExecutable(device, g, key.str(), desc);
     } catch (...) {
-      abandon();
+      abandon("compile");
       throw;
     }
     if (plans_.size() > 1024) plans_.clear();  // bounded; the compile cache keeps the executables
@@ -198,7 +232,7 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     outs = exe->ExecuteReplicated(args);
     m.AddTime("execute_launch", Seconds(t1));
   } catch (...) {
-    abandon();
+    abandon("run");
     throw;
   }
   m.Add("executions");
@@ -209,6 +243,12 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     for (size_t i = 0; i < outputs.size(); ++i) per[r][i] = DeviceBuffer(std::move(outs[r][i]));
   }
   const std::vector<DeviceBuffer>& shared = per[0];
+  std::shared_ptr<Outcome> outcome;
+  if (check_output != SIZE_MAX) {
+    outcome = std::make_shared<Outcome>();
+    outcome->flag = shared[check_output];
+    t.unverified.push_back(outcome);
+  }
   for (size_t i = 0; i < storages.size(); ++i) {
     Storage* s = storages[i];
     s->buffer_ = shared[output_of[i]];
@@ -218,21 +258,23 @@ void Runtime::SyncDevice(int device, const SyncOptions& options) {
     }
     s->pending_ = false;
     s->epoch_ = -1;
+    s->outcome_ = outcome;
   }
   if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
   ResetTrace(t);
   for (int r = 0; r < n; ++r) {
-    if (!per[r].empty()) t.inflight.push_back(per[r].front());
+    if (!per[r].empty()) t.inflight.push_back(per[r].front()->ReadyEvent());
   }
   if (t.inflight.size() > 256) {
-    // bound the list: drop the ones already finished
-    std::vector<DeviceBuffer> still;
-    for (auto& b : t.inflight) {
-      if (!b->IsReady()) still.push_back(b);
+    // bound the lists: drop the programs already finished, and outcomes
+    // nobody can observe any more (their storages were overwritten or freed)
+    std::vector<std::unique_ptr<pjrt::Event>> still;
+    for (auto& e : t.inflight) {
+      if (!e->IsReady()) still.push_back(std::move(e));
     }
     t.inflight.swap(still);
+    std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o.use_count() == 1; });
   }
-  if (options.wait) WaitDevice(device);
   m.AddTime("sync", Seconds(t0));
 }
 

@@ -16,6 +16,7 @@ void Runtime::ResetTrace(Trace& t) {
   t.pending.clear();
   t.rng_pending = false;
   t.rng_value = ir::Value{};
+  t.check_code = ir::Value{};
 }
 
 ir::Builder& Runtime::builder(int device) {
@@ -43,6 +44,15 @@ ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType
   return v;
 }
 
+ir::Value Runtime::FreshParam(int device, const DeviceBuffer& buffer, ir::DType dtype) {
+  Trace& t = traces_[device];
+  Param p;
+  p.buffer = buffer;
+  p.dtype = dtype;
+  t.params.push_back(std::move(p));
+  return t.builder->Parameter({dtype, buffer->dims()});
+}
+
 void Runtime::DescribeRead(Storage& s, ir::Value flat, const std::function<std::string()>& description) {
   if (s.pending_ || !s.buffer_) return;  // only parameters are described
   Trace& t = traces_[s.device_];
@@ -52,8 +62,22 @@ void Runtime::DescribeRead(Storage& s, ir::Value flat, const std::function<std::
   if (d.empty()) d = description();
 }
 
+void Runtime::RaiseIfLost(const Storage& s) const {
+  if (s.outcome_ && !s.outcome_->error.empty()) {
+    s.outcome_->reported = true;
+    throw TensorError(s.outcome_->kind, s.outcome_->error);
+  }
+}
+
 ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
   Trace& t = traces_[s.device_];
+  RaiseIfLost(s);
+  if (s.outcome_ && s.outcome_->flag && !s.pending_) {
+    // Checks of the program that wrote s, not read yet: this program's
+    // results are as invalid as s if they failed.
+    ir::Value prior = BufferParam(s.device_, s.outcome_->flag, ir::DType::I32);
+    t.check_code = t.check_code.valid() ? t.builder->Binary(ir::Op::Max, t.check_code, prior) : prior;
+  }
   if (!s.dtype_) s.dtype_ = dtype;
   const ir::DType have = *s.dtype_;
   const int64_t numel = static_cast<int64_t>(s.nbytes_ / ir::ByteSize(have));
@@ -80,6 +104,7 @@ void Runtime::AssignFlat(Storage& s, ir::Value flat) {
   if (shape.dtype != *s.dtype_) flat = t.builder->Bitcast(flat, *s.dtype_);
   s.value_ = flat;
   s.epoch_ = t.epoch;
+  s.outcome_.reset();  // a value read from an unchecked storage carries its checks in check_code
   if (!s.pending_) {
     s.pending_ = true;
     t.pending.insert(&s);
@@ -124,6 +149,30 @@ ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
   t.rng_value = out[0];
   t.rng_pending = true;
   return out[1];
+}
+
+int32_t Runtime::CheckId(ErrorKind kind, const std::string& what) {
+  auto it = check_ids_.find(what);
+  if (it != check_ids_.end()) return it->second;
+  checks_.emplace_back(kind, what);
+  const auto id = static_cast<int32_t>(checks_.size());
+  check_ids_.emplace(what, id);
+  unlocated_checks_.push_back(id);
+  return id;
+}
+
+void Runtime::SetChecks(bool enabled) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  options_.checks = enabled;
+}
+
+void Runtime::AddCheck(int device, ir::Value violated, ErrorKind kind, const std::string& what) {
+  if (!options_.checks) return;
+  Trace& t = traces_[device];
+  ir::Builder& b = *t.builder;
+  const int32_t id = CheckId(kind, what);
+  ir::Value code = b.Select(violated, b.ScalarConstant(ir::DType::I32, id), b.ScalarConstant(ir::DType::I32, 0));
+  t.check_code = t.check_code.valid() ? b.Binary(ir::Op::Max, t.check_code, code) : code;
 }
 
 std::string Runtime::ProgramText(int device, const std::vector<ir::Value>& values) {

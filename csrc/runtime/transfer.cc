@@ -18,6 +18,7 @@ DeviceBuffer Runtime::Upload(const void* data, ir::DType dtype, const std::vecto
 }
 
 void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes) {
+  buffer->AwaitReady(WaitCheckFn());  // interruptible; throws the producer's error
   if (nbytes > 0) buffer->ToHost(dst, nbytes);
   Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(nbytes));
 }
@@ -32,6 +33,7 @@ void Runtime::SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype) {
   s.replicas_.clear();
   s.dtype_ = dtype;
   s.epoch_ = -1;
+  s.outcome_.reset();
 }
 
 void Runtime::UploadTo(Storage& s, const void* data, ir::DType dtype) {
@@ -51,7 +53,7 @@ ir::Value Runtime::ScalarValue(int device, ir::DType dtype, const void* bytes) {
       scalar_order_.pop_front();
     }
   }
-  return BufferParam(device, it->second, dtype);
+  return FreshParam(device, it->second, dtype);
 }
 
 ir::Value Runtime::UploadValue(int device, const void* data, ir::DType dtype, int64_t numel) {
@@ -75,6 +77,11 @@ void Runtime::UploadReplicas(Storage& s, const std::vector<const void*>& parts, 
   s.replicas_ = std::move(buffers);
 }
 
+void Runtime::CheckReadable(Storage& s) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  RaiseIfLost(s);
+}
+
 ir::DType Runtime::TypeOf(Storage& s, ir::DType if_untyped) {
   std::lock_guard<std::recursive_mutex> l(mu_);
   if (!s.dtype_) s.dtype_ = if_untyped;
@@ -82,7 +89,7 @@ ir::DType Runtime::TypeOf(Storage& s, ir::DType if_untyped) {
 }
 
 DeviceBuffer Runtime::Materialize(Storage& s) {
-  if (s.pending_) SyncDevice(s.device_, {});
+  if (s.pending_) SyncDevice(s.device_);
   if (!s.buffer_) {
     const ir::DType t = s.dtype_.value_or(ir::DType::U8);
     std::vector<uint8_t> zeros(s.nbytes_, 0);
@@ -100,12 +107,43 @@ size_t Runtime::ReplicaCount(Storage& s) {
   return s.replicas_.empty() ? 1 : s.replicas_.size();
 }
 
+void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
+  if (!outcome) return;
+  DeviceBuffer flag;
+  {
+    std::lock_guard<std::recursive_mutex> l(mu_);
+    if (!outcome->error.empty()) {
+      if (outcome->reported && !again) return;
+      outcome->reported = true;
+      throw TensorError(outcome->kind, outcome->error);
+    }
+    flag = outcome->flag;
+  }
+  if (!flag) return;
+  int32_t code = 0;
+  CopyToHost(flag, &code, sizeof(code));
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (code == 0) {
+    outcome->flag.reset();  // every check passed: nothing left to know
+    return;
+  }
+  const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
+  outcome->kind = kind;
+  outcome->error = what + "; every tensor the program computing this one wrote raises this error";
+  outcome->flag.reset();
+  outcome->reported = true;
+  throw TensorError(outcome->kind, outcome->error);
+}
+
 void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
   std::vector<DeviceBuffer> buffers;
+  std::shared_ptr<Outcome> outcome;
   size_t nbytes = 0;
   {
     TraceScope scope;  // reports recompile reasons once the lock is released
+    RaiseIfLost(s);
     DeviceBuffer first = Materialize(s);
+    outcome = s.outcome_;
     buffers = s.replicas_.empty() ? std::vector<DeviceBuffer>{first} : s.replicas_;
     nbytes = static_cast<size_t>(first->element_count()) * ir::ByteSize(*s.dtype_);
   }
@@ -114,6 +152,7 @@ void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
                                                         " replicas of a storage that has " +
                                                         std::to_string(buffers.size()));
   }
+  Verify(outcome, /*again=*/true);
   for (size_t r = 0; r < dsts.size(); ++r) CopyToHost(buffers[r], dsts[r], nbytes);
 }
 

@@ -150,6 +150,6 @@ def _make_device_module() -> types.ModuleType:
     m.get_rng_state = get_rng_state
     m.set_rng_state = set_rng_state
     m.is_initialized = _C._initialized
-    m._is_in_bad_fork = lambda: False
+    m._is_in_bad_fork = _C._in_bad_fork
     m._lazy_init = _configure_once
     return m

@@ -23,6 +23,7 @@ TEST(AbiLayout, ApiTableSlots) {
   SLOT(PJRT_Event_Destroy);
   SLOT(PJRT_Event_IsReady);
   SLOT(PJRT_Event_Await);
+  SLOT(PJRT_Event_OnReady);
   SLOT(PJRT_Client_Create);
   SLOT(PJRT_Client_Destroy);
   SLOT(PJRT_Client_PlatformName);
@@ -64,6 +65,7 @@ TEST(AbiLayout, ArgsStructSizesAndKeyOffsets) {
   SAME_SIZE(ErrorMessageArgs, PJRT_Error_Message_Args);
   SAME_SIZE(PluginAttributesArgs, PJRT_Plugin_Attributes_Args);
   SAME_SIZE(EventAwaitArgs, PJRT_Event_Await_Args);
+  SAME_SIZE(EventOnReadyArgs, PJRT_Event_OnReady_Args);
   SAME_SIZE(ClientCreateArgs, PJRT_Client_Create_Args);
   SAME_SIZE(ClientStringArgs, PJRT_Client_PlatformName_Args);
   SAME_SIZE(ClientDevicesArgs, PJRT_Client_Devices_Args);

@@ -1,0 +1,274 @@
+"""Faults a user meets: out-of-range indices and zero divisors (checks
+compiled into programs), failed programs, Ctrl-C during a wait, fork, and
+recompiles that must not happen. Each raises a clear error or keeps the
+right value; nothing is lost silently, nothing hangs."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_pjrt
+from conftest import run_python
+
+DEV = torch_pjrt.device()
+
+
+def _raises_on_read(t, exc, match):
+    with pytest.raises(exc, match=match):
+        t.cpu()
+
+
+# ------------------------------------------------------------ index checks
+
+def _setitem(x, i):
+    x[i] = 1.0
+    return x
+
+
+INDEX_CASES = {
+    "index_select": lambda x, i: x.index_select(0, i),
+    "getitem": lambda x, i: x[i],
+    "gather": lambda x, i: x.gather(0, i),
+    "embedding": lambda x, i: F.embedding(i, x.reshape(5, 1)),
+    "scatter_": lambda x, i: x.clone().scatter_(0, i, torch.ones(2, device=x.device)),
+    "scatter_add": lambda x, i: x.scatter_add(0, i, torch.ones(2, device=x.device)),
+    "index_add_": lambda x, i: x.clone().index_add_(0, i, torch.ones(2, device=x.device)),
+    "index_put_": lambda x, i: x.clone().index_put_((i,), torch.ones(2, device=x.device)),
+    "setitem": lambda x, i: _setitem(x.clone(), i),
+    "nll_loss": lambda x, i: F.nll_loss(x.reshape(1, 5).expand(2, 5), i),
+    "cross_entropy": lambda x, i: F.cross_entropy(x.reshape(1, 5).expand(2, 5), i),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_CASES))
+def test_out_of_range_index_raises_like_the_cpu(name):
+    op = INDEX_CASES[name]
+    x = torch.arange(5.0)
+    bad = torch.tensor([1, 7])
+    with pytest.raises((IndexError, RuntimeError)):
+        r = op(x, bad)
+        if isinstance(r, torch.Tensor):
+            r.sum().item()  # CPU kernels may check lazily too; make sure they ran
+    good = op(x, torch.tensor([1, 3]))
+    xd = x.to(DEV)
+    keep = (xd * 3)  # same program as the bad op
+    out = op(xd, bad.to(DEV))
+    with pytest.raises(IndexError, match="out of"):
+        out.cpu()
+    with pytest.raises(IndexError):
+        keep.cpu()  # every tensor the failed program wrote raises the same error
+    assert torch.equal(xd.cpu(), x)  # an input it did not write keeps its value
+    ok = op(xd, torch.tensor([1, 3]).to(DEV))  # the device keeps working
+    if isinstance(good, torch.Tensor):
+        torch.testing.assert_close(ok.cpu(), good)
+
+
+def test_negative_indices_follow_the_cpu():
+    x = torch.arange(5.0)
+    xd = x.to(DEV)
+    i = torch.tensor([-1, -5])
+    assert torch.equal(xd[i.to(DEV)].cpu(), x[i])  # advanced indexing wraps
+    with pytest.raises(IndexError):
+        xd[torch.tensor([-6]).to(DEV)].cpu()
+    with pytest.raises(IndexError):
+        xd.index_select(0, i.to(DEV)).cpu()  # index_select does not wrap, on the CPU either
+
+
+def test_sync_wait_raises_a_failed_check_once():
+    xd = torch.arange(5.0).to(DEV)
+    y = xd.index_select(0, torch.tensor([9]).to(DEV))
+    with pytest.raises(IndexError, match="index_select"):
+        torch_pjrt.sync(wait=True)
+    torch_pjrt.sync(wait=True)  # reported: the next wait does not raise it again
+    with pytest.raises(IndexError):
+        y.cpu()  # but every read does
+    y.copy_(torch.zeros(1))  # overwriting the whole tensor makes it valid again
+    assert y.cpu().tolist() == [0.0]
+
+
+@pytest.mark.parametrize("op", ["floordiv", "mod", "trunc", "floor", "remainder"])
+def test_integer_division_by_zero_raises(op):
+    a, b = torch.tensor([4, 5]), torch.tensor([1, 0])
+    f = {
+        "floordiv": lambda a, b: a // b,
+        "mod": lambda a, b: a % b,
+        "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        "floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+        "remainder": lambda a, b: torch.remainder(a, b),
+    }[op]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(a, b)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(a.to(DEV), b.to(DEV)).cpu()
+    assert torch.equal(f(a.to(DEV), torch.tensor([3, 2]).to(DEV)).cpu(), f(a, torch.tensor([3, 2])))
+    # float division by zero is inf/nan on the CPU too: no check
+    assert torch.isinf((a.float().to(DEV) / 0).cpu()).all()
+
+
+def test_checks_can_be_turned_off():
+    r = run_python(textwrap.dedent("""
+        import torch, torch_pjrt
+        x = torch.arange(5.0).to(torch_pjrt.device())
+        y = x.index_select(0, torch.tensor([1, 7]).to(torch_pjrt.device()))
+        y.cpu()
+        print("no error")
+    """), TORCH_PJRT_CHECKS="0")
+    assert r.returncode == 0 and "no error" in r.stdout, r.stderr
+
+
+def test_checks_add_no_recompiles_in_a_training_loop():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Flatten(), torch.nn.Linear(24, 5)).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 10, (4, 3)).to(DEV)
+    y = torch.randint(0, 5, (4,)).to(DEV)
+    for step in range(24):
+        if step == 16:
+            before = torch_pjrt.metrics.counters().get("compiles", 0)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+        if step % 7 == 0:
+            loss.item()
+    assert torch_pjrt.metrics.counters().get("compiles", 0) == before
+
+
+# -------------------------------------------------------- failed programs
+
+
+def test_a_failed_program_loses_nothing_silently():
+    w = torch.ones(4).to(DEV)
+    torch_pjrt.sync()
+    kept = torch.full((3,), 2.0).to(DEV)
+    torch_pjrt.sync()
+    w.mul_(10)  # pending, with w's buffer donated to the failing program
+    fresh = torch.arange(4.0).to(DEV) + 1
+    big = torch.zeros(2**37, device=DEV) + 1  # 512 GiB: the plugin runs out of memory
+    with pytest.raises(torch_pjrt.PjrtError, match="RESOURCE_EXHAUSTED|memory"):
+        torch_pjrt.sync(wait=True)
+    for t in (w, fresh, big[:2]):
+        with pytest.raises(RuntimeError, match="lost"):
+            t.cpu()
+    assert kept.cpu().tolist() == [2.0, 2.0, 2.0]  # not written by the failed program
+    w.copy_(torch.ones(4))  # a full overwrite makes w usable again
+    assert (w * 2).cpu().tolist() == [2.0] * 4
+
+
+# ------------------------------------------------------- Ctrl-C and fork
+
+_LONG = textwrap.dedent("""
+    import sys, time, torch, torch_pjrt
+    dev = torch_pjrt.device()
+    x = torch.randn(1024, 1024).to(dev)
+    for _ in range(60):
+        x = torch.tanh(x @ x)
+    torch_pjrt.sync()            # compiled and launched: the wait below is pure execution
+    print("launched", flush=True)
+    t0 = time.monotonic()
+    try:
+        {wait}
+        print("finished", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted %.2f" % (time.monotonic() - t0), flush=True)
+    print("after", (torch.ones(2).to(dev) * 3).cpu().tolist(), flush=True)
+""")
+
+
+@pytest.mark.parametrize("wait", ["torch_pjrt.sync(wait=True)", "x.cpu()", "print(x.sum().item())"])
+def test_ctrl_c_interrupts_a_wait_within_a_second(wait):
+    p = subprocess.Popen([sys.executable, "-c", _LONG.format(wait=wait)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("launched"), line + p.stderr.read()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        line = p.stdout.readline()
+        took = time.monotonic() - t0
+        assert line.startswith("interrupted"), line + p.stderr.read()
+        assert took < 1.0, took
+        assert "after [3.0, 3.0]" in p.stdout.readline()  # the runtime stays usable
+        assert p.wait(timeout=120) == 0
+    finally:
+        p.kill()
+
+
+def test_fork_child_gets_a_clear_error_and_no_hang():
+    r = run_python(textwrap.dedent("""
+        import os, torch, torch_pjrt
+        dev = torch_pjrt.device()
+        kept = torch.ones(3).to(dev) * 2
+        kept.cpu()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                torch.ones(2, device=dev).cpu()
+                code = 3
+            except RuntimeError as e:
+                code = 0 if "forked subprocess" in str(e) and "spawn" in str(e) else 4
+            try:
+                kept.cpu()
+                code = 5
+            except RuntimeError:
+                pass
+            assert torch.pjrt._is_in_bad_fork()
+            del kept  # inherited tensors are dropped without calling the plugin
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        print("parent", kept.cpu().tolist(), torch.pjrt._is_in_bad_fork())
+    """), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "child 0" in r.stdout and "parent [2.0, 2.0, 2.0] False" in r.stdout, r.stdout + r.stderr
+
+
+def test_dataloader_fork_workers_and_spawn_children_work(tmp_path):
+    script = tmp_path / "workers.py"
+    script.write_text(textwrap.dedent("""
+        import torch, torch_pjrt
+        import torch.multiprocessing as mp
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def child(q):
+            import torch, torch_pjrt
+            q.put((torch.arange(3.0).to(torch_pjrt.device()) + 1).cpu().tolist())
+
+        if __name__ == "__main__":
+            dev = torch_pjrt.device()
+            w = torch.ones(4).to(dev)
+            data = TensorDataset(torch.arange(8.0))
+            total = sum(float((b[0].to(dev) * w[0]).sum().cpu()) for b in
+                        DataLoader(data, batch_size=2, num_workers=2, multiprocessing_context="fork"))
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            p = ctx.Process(target=child, args=(q,))
+            p.start()
+            print("total", total, "spawn", q.get(timeout=120))
+            p.join()
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "total 28.0 spawn [1.0, 2.0, 3.0]" in r.stdout, r.stdout + r.stderr
+
+
+# ------------------------------------------------------- needless recompiles
+
+
+def test_equal_python_numbers_do_not_change_the_program():
+    a = torch.ones(4).to(DEV)
+    (a * 0.3 + a * 0.7).cpu()
+    before = torch_pjrt.metrics.counters().get("compiles", 0)
+    (a * 0.3 + a * 0.3).cpu()
+    (a * 0.5 + a * 0.1).cpu()
+    assert torch_pjrt.metrics.counters().get("compiles", 0) == before
