@@ -28,7 +28,7 @@ from torch_pjrt._plugins import (
     register_plugin,
 )
 from torch_pjrt import _device
-from torch_pjrt._device import device, device_count, manual_seed, sync
+from torch_pjrt._device import PjrtWarning, device, device_count, manual_seed, sync
 from torch_pjrt import metrics, runtime, distributed
 from torch_pjrt.distributed import launch, replicate, replicated
 
@@ -36,6 +36,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "PjrtError",
+    "PjrtWarning",
     "PluginChoice",
     "create_client",
     "device",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+import warnings
 from typing import List, Optional, Union
 
 import numpy
@@ -13,6 +14,29 @@ import torch
 from torch_pjrt import _C, _plugins
 
 _registered = False
+
+
+class PjrtWarning(UserWarning):
+    """A problem torch-pjrt worked around (an unusable cache or dump
+    directory): the run goes on. Filter it like any warning."""
+
+
+def _warn(message: str) -> None:
+    """The runtime's warning sink: C++ warnings reach Python's ``warnings``,
+    attributed to the innermost caller outside torch and torch_pjrt."""
+    frame, depth = _user_frame(sys._getframe(1))
+    warnings.warn(message, PjrtWarning, stacklevel=depth + 2 if frame is not None else 1)
+
+
+def _user_frame(frame):
+    """The innermost frame from ``frame`` outwards that is neither torch's nor
+    ours, and how many frames out it is (None when there is none)."""
+    here = os.path.dirname(__file__)
+    torch_dir = os.path.dirname(torch.__file__)
+    depth = 0
+    while frame is not None and frame.f_code.co_filename.startswith((here, torch_dir)):
+        frame, depth = frame.f_back, depth + 1
+    return frame, depth
 
 
 def _configure_once() -> None:
@@ -29,15 +53,8 @@ def _configure_once() -> None:
 
 def _location() -> str:
     """file:line of the innermost caller outside torch and torch_pjrt."""
-    here = os.path.dirname(__file__)
-    torch_dir = os.path.dirname(torch.__file__)
-    frame = sys._getframe(1)
-    while frame is not None:
-        f = frame.f_code.co_filename
-        if not f.startswith(here) and not f.startswith(torch_dir):
-            return f"{f}:{frame.f_lineno}"
-        frame = frame.f_back
-    return ""
+    frame, _ = _user_frame(sys._getframe(1))
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
 
 
 def register() -> None:
@@ -50,6 +67,7 @@ def register() -> None:
     torch._register_device_module("pjrt", _make_device_module())
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _ensure_location_provider()
+    _C._set_warning_sink(_warn)
     _registered = True
 
 
