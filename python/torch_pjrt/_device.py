@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import types
 import warnings
 from typing import List, Optional, Union
 
-import numpy
 import torch
 
-from torch_pjrt import _C, _plugins
+from torch_pjrt import _C, _extension, _plugins
 
 _registered = False
 
@@ -58,23 +58,32 @@ def _location() -> str:
 
 
 def register() -> None:
+    """Registers the ``pjrt`` device with PyTorch. Pure Python, reads no
+    environment, loads no plugin: nothing here can fail because of the
+    machine (torch's autoload runs it inside ``import torch``). The kernels,
+    allocator and hooks were registered when ``_C`` loaded; when it could not
+    be loaded, the device module's hooks raise why at first use."""
     global _registered
     if _registered:
         return
-    _configure_once()
     if torch._C._get_privateuse1_backend_name() != "pjrt":
         torch.utils.rename_privateuse1_backend("pjrt")
     torch._register_device_module("pjrt", _make_device_module())
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
-    _ensure_location_provider()
-    _C._set_warning_sink(_warn)
+    if _extension.is_loaded(_C):
+        _configure_once()  # stores the search directories only; the runtime starts at first use
+        _ensure_location_provider()
+        _C._set_warning_sink(_warn)
     _registered = True
 
 
 def device_count() -> int:
-    """Number of pjrt devices this process can use (loads the plugin)."""
+    """Number of pjrt devices this process can use (starts the runtime:
+    loads the plugin and creates the client)."""
     _configure_once()
-    return _C._device_count()
+    n = _C._device_count()
+    _apply_pending_seed()
+    return n
 
 
 def device(index: Optional[int] = None) -> torch.device:
@@ -107,10 +116,31 @@ def _ensure_location_provider() -> None:
         _location_set = True
 
 
+# A seed given before the runtime started (``torch.manual_seed`` seeds every
+# registered device): applied when it starts, as CUDA queues its seed until
+# its lazy init. Seeding must neither load a plugin nor fail for want of one.
+_pending_seed: Optional[int] = None
+
+
+def _apply_pending_seed() -> None:
+    global _pending_seed
+    seed, _pending_seed = _pending_seed, None
+    if seed is not None:
+        for d in range(_C._device_count()):
+            _C._manual_seed(d, seed)
+
+
 def manual_seed(seed: int) -> None:
-    """Seeds the on-device random generator of every pjrt device."""
-    for d in range(device_count()):
-        _C._manual_seed(d, int(seed) & 0xFFFFFFFFFFFFFFFF)
+    """Seeds the on-device random generator of every pjrt device (when the
+    runtime has not started yet: as soon as it starts)."""
+    global _pending_seed
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    if not _C._initialized():
+        _pending_seed = seed
+        return
+    _pending_seed = None
+    for d in range(_C._device_count()):
+        _C._manual_seed(d, seed)
 
 
 def _make_device_module() -> types.ModuleType:
@@ -132,9 +162,11 @@ def _make_device_module() -> types.ModuleType:
         sync(wait=True, devices=None if d is None else [d])
 
     def manual_seed_one(seed: int) -> None:
+        device_count()
         _C._manual_seed(current_device(), int(seed) & 0xFFFFFFFFFFFFFFFF)
 
     def initial_seed() -> int:
+        device_count()
         return _C._initial_seed(current_device())
 
     def _index(device) -> int:
@@ -146,16 +178,23 @@ def _make_device_module() -> types.ModuleType:
 
     def get_rng_state(device=None) -> torch.Tensor:
         """The device's random stream position: its Threefry key and counter
-        as 16 bytes (a uint8 CPU tensor, as CUDA's is)."""
-        words = numpy.array(_C._rng_state(_index(device)), dtype=numpy.uint64)
-        return torch.from_numpy(words.view(numpy.uint8).copy())
+        as 16 bytes, little-endian (a uint8 CPU tensor, as CUDA's is)."""
+        device_count()
+        key, counter = _C._rng_state(_index(device))
+        return torch.frombuffer(bytearray(struct.pack("<QQ", key, counter)), dtype=torch.uint8)
 
     def set_rng_state(state: torch.Tensor, device=None) -> None:
         """Restores a state returned by ``get_rng_state``."""
         if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != 16:
             raise ValueError("a pjrt RNG state is the 16-byte uint8 tensor that get_rng_state returns")
-        words = state.detach().cpu().contiguous().numpy().view(numpy.uint64)
-        _C._set_rng_state(_index(device), [int(w) for w in words])
+        key, counter = struct.unpack("<QQ", bytes(state.detach().cpu().reshape(-1).tolist()))
+        device_count()
+        _C._set_rng_state(_index(device), [key, counter])
+
+    def lazy_init() -> None:
+        """Called by torch before it creates a tensor on pjrt: starts the
+        runtime, so that a missing plugin or a stale extension is reported here."""
+        device_count()
 
     m.is_available = is_available
     m.device_count = device_count
@@ -167,7 +206,7 @@ def _make_device_module() -> types.ModuleType:
     m.initial_seed = initial_seed
     m.get_rng_state = get_rng_state
     m.set_rng_state = set_rng_state
-    m.is_initialized = _C._initialized
+    m.is_initialized = lambda: _C._initialized()
     m._is_in_bad_fork = lambda: False
-    m._lazy_init = _configure_once
+    m._lazy_init = lazy_init
     return m
