@@ -143,8 +143,57 @@ def manual_seed(seed: int) -> None:
         _C._manual_seed(d, seed)
 
 
+class _DeviceModule(types.ModuleType):
+    """``torch.pjrt``. ``_initialized`` is a live attribute: torch's
+    activation checkpointing reads it to decide whether to stash RNG state."""
+
+    @property
+    def _initialized(self) -> bool:
+        return _C._initialized()
+
+
+class _DeviceContext:
+    """``with torch.pjrt.device(i):`` makes ``i`` the current pjrt device
+    inside the block (torch's storage copies and checkpointing use it). A
+    device without an index, None or -1 leaves the current device alone."""
+
+    def __init__(self, device):
+        self.index = _index_or_none(device)
+        self.previous = -1
+
+    def __enter__(self):
+        if self.index is not None:
+            device_count()  # starts the runtime, with a seed given before
+            self.previous = _C._current_device()
+            if self.previous != self.index:
+                _C._set_device(self.index)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.index is not None and self.previous != self.index:
+            _C._set_device(self.previous)
+        return False
+
+
+def _index_or_none(device) -> Optional[int]:
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return device if device >= 0 else None
+    d = torch.device(device)
+    if d.type != "pjrt":
+        raise ValueError(f"expected a pjrt device, got {d}")
+    return d.index
+
+
+def _index(device) -> int:
+    """A device argument as an index; None or an unindexed device: the current one."""
+    i = _index_or_none(device)
+    return _C._current_device() if i is None else i
+
+
 def _make_device_module() -> types.ModuleType:
-    m = types.ModuleType("torch_pjrt.pjrt_device_module")
+    m = _DeviceModule("torch_pjrt.pjrt_device_module")
 
     def is_available() -> bool:
         try:
@@ -156,10 +205,10 @@ def _make_device_module() -> types.ModuleType:
         return _C._current_device()
 
     def set_device(d) -> None:
-        _C._set_device(d.index if isinstance(d, torch.device) else int(d))
+        _C._set_device(_index(d))
 
     def synchronize(d=None) -> None:
-        sync(wait=True, devices=None if d is None else [d])
+        sync(wait=True, devices=None if d is None else [_index(d)])
 
     def manual_seed_one(seed: int) -> None:
         device_count()
@@ -168,13 +217,6 @@ def _make_device_module() -> types.ModuleType:
     def initial_seed() -> int:
         device_count()
         return _C._initial_seed(current_device())
-
-    def _index(device) -> int:
-        if device is None:
-            return current_device()
-        if isinstance(device, int):
-            return device
-        return torch.device(device).index or 0
 
     def get_rng_state(device=None) -> torch.Tensor:
         """The device's random stream position: its Threefry key and counter
@@ -191,21 +233,40 @@ def _make_device_module() -> types.ModuleType:
         device_count()
         _C._set_rng_state(_index(device), [key, counter])
 
+    def get_rng_state_all() -> List[torch.Tensor]:
+        return [get_rng_state(i) for i in range(device_count())]
+
+    def set_rng_state_all(states) -> None:
+        for i, state in enumerate(states):
+            set_rng_state(state, i)
+
     def lazy_init() -> None:
         """Called by torch before it creates a tensor on pjrt: starts the
         runtime, so that a missing plugin or a stale extension is reported here."""
         device_count()
 
+    def get_amp_supported_dtype() -> List[torch.dtype]:
+        """None: autocast has no pjrt kernels (torch registers its casts for
+        CUDA, CPU and a few others only), so ``torch.autocast("pjrt")`` warns
+        and runs in full precision instead of failing in the first op. torch
+        asks for this list whenever it enters autocast on pjrt, as activation
+        checkpointing does (disabled) around its recomputation."""
+        return []
+
     m.is_available = is_available
+    m.get_amp_supported_dtype = get_amp_supported_dtype
     m.device_count = device_count
     m.current_device = current_device
     m.set_device = set_device
+    m.device = _DeviceContext
     m.synchronize = synchronize
     m.manual_seed = manual_seed_one
     m.manual_seed_all = manual_seed
     m.initial_seed = initial_seed
     m.get_rng_state = get_rng_state
     m.set_rng_state = set_rng_state
+    m.get_rng_state_all = get_rng_state_all
+    m.set_rng_state_all = set_rng_state_all
     m.is_initialized = lambda: _C._initialized()
     m._is_in_bad_fork = lambda: False
     m._lazy_init = lazy_init
