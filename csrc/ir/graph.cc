@@ -224,14 +224,43 @@ Value Builder::Convert(Value x, DType to) {
 }
 
 Value Builder::Bitcast(Value x, DType to) {
-  const DType from = shape(x).dtype;
+  const Shape in = shape(x);
+  const DType from = in.dtype;
   if (from == to) return x;
-  if (ByteSize(from) != ByteSize(to)) {
-    throw Error(std::string("Bitcast from ") + Name(from) + " to " + Name(to) +
-                ": element sizes differ");
+  const size_t have = ByteSize(from), want = ByteSize(to);
+  auto fail = [&](const std::string& why) {
+    return Error(std::string("Bitcast from ") + Name(from) + " to " + Name(to) + ": " + why);
+  };
+  if (have != want && (IsComplex(from) || IsComplex(to))) throw fail("element sizes differ and one is complex");
+  // XLA's pred has no bits to reinterpret; torch's bool is one byte, 0 or 1,
+  // so a conversion through uint8 reads and writes the same bytes.
+  if (from == DType::Bool) return Bitcast(Convert(x, DType::U8), to);
+  if (to == DType::Bool) return Convert(Bitcast(x, DType::U8), DType::Bool);
+  // As torch's view(dtype): the last dimension scales by the size ratio.
+  // StableHLO's bitcast_convert adds (wide to narrow) or removes (narrow to
+  // wide) a minor dimension of the ratio; reshapes fold it into the last one.
+  std::vector<int64_t> dims = in.dims;
+  if (have < want) {
+    const int64_t k = static_cast<int64_t>(want / have);
+    if (dims.empty() || dims.back() % k != 0) {
+      throw fail("the last dimension must be a multiple of " + std::to_string(k));
+    }
+    dims.back() /= k;
+    std::vector<int64_t> split = dims;
+    split.push_back(k);
+    x = Reshape(x, split);
   }
   Value v = Add(Op::BitcastConvert, {x});
-  g_.nodes[v.node].results[0].dtype = to;
+  Shape& out = g_.nodes[v.node].results[0];
+  out.dtype = to;
+  out.dims = dims;
+  if (have > want) {
+    const int64_t k = static_cast<int64_t>(have / want);
+    out.dims.push_back(k);
+    if (dims.empty()) return v;
+    dims.back() *= k;
+    return Reshape(v, dims);
+  }
   return v;
 }
 

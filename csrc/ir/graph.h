@@ -425,7 +425,8 @@ class Builder {
   Value Unary(Op op, Value x);
   Value Binary(Op op, Value x, Value y);
   Value Convert(Value x, DType to);  // no node when x already has dtype `to`
-  // Reinterprets the bits of x as `to`, of the same element size.
+  // Reinterprets the bits of x as `to`. Of another element size (not
+  // complex), as torch's view(dtype): the last dimension scales by the ratio.
   Value Bitcast(Value x, DType to);
   Value IsFinite(Value x);
   Value Compare(CompareDir dir, Value x, Value y);

@@ -14,6 +14,7 @@
 #include "pjrt/plugin.h"
 #include "runtime/options.h"
 #include "runtime/runtime.h"
+#include "runtime/warnings.h"
 
 namespace py = pybind11;
 
@@ -138,6 +139,24 @@ void BindTorch(py::module_& m) {
         return py::cast<std::string>(py::handle(fn)());
       } catch (...) {
         return "";
+      }
+    });
+  });
+
+  m.def("_set_warning_sink", [](py::function f) {
+    // Kept for the life of the process, as the location provider.
+    PyObject* fn = f.release().ptr();
+    runtime::SetWarningSink([fn](const std::string& message) {
+      // Called holding no runtime lock (FlushWarnings' promise).
+      if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+      py::gil_scoped_acquire gil;
+      try {
+        py::handle sink(fn);
+        sink(message);
+      } catch (py::error_already_set& e) {  // `-W error`: the warning became an exception
+        const std::string what = py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+                                 py::str(e.value()).cast<std::string>();
+        throw pjrt::Error(pjrt::Code::kFailedPrecondition, what);
       }
     });
   });

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/warnings.h"
+
 namespace tpj::runtime {
 namespace {
 
@@ -87,8 +89,15 @@ void CompileCache::SetDiskDir(const std::string& dir, bool readonly, const std::
   }
   const std::string full = dir + "/" + fingerprint;
   if (!readonly && !MakeDirs(full)) {
-    throw pjrt::Error(pjrt::Code::kPermissionDenied,
-                      "cannot create the compile cache directory '" + full + "'");
+    throw pjrt::Error(pjrt::Code::kPermissionDenied, "cannot create the compile cache directory '" + full + "'");
+  }
+  struct stat st;
+  if (::stat(full.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw pjrt::Error(pjrt::Code::kNotFound, "the compile cache directory '" + full + "' does not exist");
+  }
+  if (!readonly && ::access(full.c_str(), W_OK) != 0) {
+    Warn("the compile cache directory '" + full + "' is read-only: programs are read from it, new ones are not written");
+    readonly = true;
   }
   dir_ = full;
   readonly_ = readonly;

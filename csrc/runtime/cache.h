@@ -31,7 +31,9 @@ class CompileCache {
   size_t size() const;
   void Clear();
 
-  // Enables the disk cache in `dir` (created if missing). readonly: never write.
+  // Enables the disk cache in `dir` (created if missing). readonly: never
+  // write. Throws when the directory cannot be created (or, readonly, does
+  // not exist); one we cannot write is used read-only, with a Warn().
   void SetDiskDir(const std::string& dir, bool readonly, const std::string& fingerprint);
   std::string disk_dir() const;
 

@@ -2,12 +2,16 @@
 // and the trace scope every lowering holds.
 #include "runtime/runtime.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 
 #include "pjrt/discovery.h"
 #include "pjrt/error.h"
 #include "pjrt/plugin.h"
+#include "runtime/warnings.h"
 
 namespace tpj::runtime {
 namespace {
@@ -21,6 +25,13 @@ struct Configuration {
 Configuration& Config() {
   static Configuration* c = new Configuration();  // never destroyed: read from exit paths
   return *c;
+}
+
+// Creates `dir` and its parents; whether it is now a directory we can write.
+bool MakeDirectories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  return std::filesystem::is_directory(dir, ec) && ::access(dir.c_str(), W_OK) == 0;
 }
 
 std::atomic<Runtime*>& Instance() {
@@ -75,12 +86,15 @@ Runtime& Runtime::Get() {
   pjrt::Plugin::RefuseInForkedChild();
   Runtime* r = Instance().load(std::memory_order_acquire);
   if (r) return *r;
-  std::lock_guard<std::mutex> l(Config().mu);
-  if (Instance().load(std::memory_order_relaxed) == nullptr) {
-    auto fresh = std::unique_ptr<Runtime>(new Runtime());
-    fresh->Init();  // a failure leaves no instance: the next use tries again
-    Instance().store(fresh.release(), std::memory_order_release);  // lives for the process
+  {
+    std::lock_guard<std::mutex> l(Config().mu);
+    if (Instance().load(std::memory_order_relaxed) == nullptr) {
+      auto fresh = std::unique_ptr<Runtime>(new Runtime());
+      fresh->Init();  // a failure leaves no instance: the next use tries again
+      Instance().store(fresh.release(), std::memory_order_release);  // lives for the process
+    }
   }
+  FlushWarnings();  // Init's, outside the lock: the sink may take the GIL
   return *Instance().load(std::memory_order_acquire);
 }
 
@@ -102,11 +116,24 @@ void Runtime::Init() {
   traces_.resize(client_->addressable_device_ids().size());
   for (Trace& t : traces_) ResetTrace(t);
   fingerprint_ = CompileCache::Fingerprint(*plugin, client_->platform_version());
-  if (!options_.cache_dir.empty()) cache_.SetDiskDir(options_.cache_dir, false, fingerprint_);
+  // An unusable directory costs a warning, never the run.
+  if (!options_.cache_dir.empty()) {
+    try {
+      cache_.SetDiskDir(options_.cache_dir, false, fingerprint_);
+    } catch (const pjrt::Error& e) {
+      Warn("TORCH_PJRT_CACHE_DIR='" + options_.cache_dir + "' cannot be used (" + e.what() +
+           "): compiled programs are cached in memory only");
+    }
+  }
+  if (!options_.dump_dir.empty() && !MakeDirectories(options_.dump_dir)) {
+    Warn("TORCH_PJRT_DUMP_DIR='" + options_.dump_dir + "' cannot be created or written: programs are not dumped");
+    options_.dump_dir.clear();
+  }
 }
 
 void Runtime::InitializeDiskCache(const std::string& dir, bool readonly) {
   cache_.SetDiskDir(dir, readonly, fingerprint_);
+  FlushWarnings();
 }
 
 int Runtime::global_id(int device) const {

@@ -17,8 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from torch_pjrt import _C
-from torch_pjrt._C import PjrtError
+from torch_pjrt import _extension
+
+# The native extension, or (built for another torch, or failing to load) a
+# stand-in that raises why at first use: `import torch` imports us and must
+# never fail because of us. Set before the submodules import it by name.
+_C = _extension.load()
+PjrtError = _C.PjrtError
+
 from torch_pjrt._plugins import (
     PluginChoice,
     create_client,
@@ -28,7 +34,7 @@ from torch_pjrt._plugins import (
     register_plugin,
 )
 from torch_pjrt import _device
-from torch_pjrt._device import device, device_count, manual_seed, sync
+from torch_pjrt._device import PjrtWarning, device, device_count, manual_seed, sync
 from torch_pjrt import metrics, runtime, distributed
 from torch_pjrt.distributed import launch, replicate, replicated
 
@@ -36,6 +42,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "PjrtError",
+    "PjrtWarning",
     "PluginChoice",
     "create_client",
     "device",
@@ -59,6 +66,16 @@ _device.register()
 
 
 def _register_dynamo() -> None:
+    """Makes ``torch.compile(backend="pjrt")`` work. An installed package
+    needs nothing here: Dynamo finds the ``torch_dynamo_backends`` entry point
+    when asked for the name, and importing ``torch._dynamo`` now would add
+    more than a second to every ``import torch``. Only a package run from a
+    source tree without being installed registers eagerly."""
+    import sys
+    from importlib.metadata import entry_points
+
+    if "torch._dynamo" not in sys.modules and "pjrt" in entry_points(group="torch_dynamo_backends").names:
+        return
     try:
         from torch_pjrt import dynamo
 

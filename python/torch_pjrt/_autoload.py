@@ -1,8 +1,7 @@
-"""Target of the ``torch.backends`` entry point: torch calls ``load()`` at
-the end of ``import torch``. It must import nothing at module level, so that
-``import torch_pjrt`` before ``import torch`` (which imports torch, which
-autoloads us) does not recurse into a half-initialized package."""
+"""The ``torch.backends`` entry point of installs made before it moved to
+the top-level module ``_torch_pjrt_autoload`` (whose guard also covers the
+package's own import). Kept so that their metadata keeps loading."""
 
 
 def load() -> None:
-    import torch_pjrt  # noqa: F401  (registration happens on import)
+    import torch_pjrt  # noqa: F401  (already imported: loading this module imported the package)

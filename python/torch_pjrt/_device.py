@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import types
+import warnings
 from typing import List, Optional, Union
 
-import numpy
 import torch
 
-from torch_pjrt import _C, _plugins
+from torch_pjrt import _C, _extension, _plugins
 
 _registered = False
+
+
+class PjrtWarning(UserWarning):
+    """A problem torch-pjrt worked around (an unusable cache or dump
+    directory): the run goes on. Filter it like any warning."""
+
+
+def _warn(message: str) -> None:
+    """The runtime's warning sink: C++ warnings reach Python's ``warnings``,
+    attributed to the innermost caller outside torch and torch_pjrt."""
+    frame, depth = _user_frame(sys._getframe(1))
+    warnings.warn(message, PjrtWarning, stacklevel=depth + 2 if frame is not None else 1)
+
+
+def _user_frame(frame):
+    """The innermost frame from ``frame`` outwards that is neither torch's nor
+    ours, and how many frames out it is (None when there is none)."""
+    here = os.path.dirname(__file__)
+    torch_dir = os.path.dirname(torch.__file__)
+    depth = 0
+    while frame is not None and frame.f_code.co_filename.startswith((here, torch_dir)):
+        frame, depth = frame.f_back, depth + 1
+    return frame, depth
 
 
 def _configure_once() -> None:
@@ -27,36 +51,47 @@ def _configure_once() -> None:
         pass  # initialized meanwhile by another thread
 
 
+def _in_bad_fork() -> bool:
+    """True in a child forked after the PJRT plugin was loaded (pjrt is unusable there)."""
+    try:
+        return bool(_C._in_bad_fork())
+    except Exception:  # an extension that did not load: nothing was forked from it
+        return False
+
+
 def _location() -> str:
     """file:line of the innermost caller outside torch and torch_pjrt."""
-    here = os.path.dirname(__file__)
-    torch_dir = os.path.dirname(torch.__file__)
-    frame = sys._getframe(1)
-    while frame is not None:
-        f = frame.f_code.co_filename
-        if not f.startswith(here) and not f.startswith(torch_dir):
-            return f"{f}:{frame.f_lineno}"
-        frame = frame.f_back
-    return ""
+    frame, _ = _user_frame(sys._getframe(1))
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
 
 
 def register() -> None:
+    """Registers the ``pjrt`` device with PyTorch. Pure Python, reads no
+    environment, loads no plugin: nothing here can fail because of the
+    machine (torch's autoload runs it inside ``import torch``). The kernels,
+    allocator and hooks were registered when ``_C`` loaded; when it could not
+    be loaded, the device module's hooks raise why at first use."""
     global _registered
     if _registered:
         return
-    _configure_once()
     if torch._C._get_privateuse1_backend_name() != "pjrt":
         torch.utils.rename_privateuse1_backend("pjrt")
     torch._register_device_module("pjrt", _make_device_module())
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
-    _ensure_location_provider()
+    if _extension.is_loaded(_C):
+        _configure_once()  # stores the search directories only; the runtime starts at first use
+        _ensure_location_provider()
+        _C._set_warning_sink(_warn)
     _registered = True
 
 
 def device_count() -> int:
-    """Number of pjrt devices this process can use (loads the plugin)."""
+    """Number of pjrt devices this process can use (starts the runtime:
+    loads the plugin and creates the client)."""
     _configure_once()
-    return _C._device_count()
+    n = _C._device_count()
+    _apply_pending_seed()
+    return n
 
 
 def device(index: Optional[int] = None) -> torch.device:
@@ -89,14 +124,84 @@ def _ensure_location_provider() -> None:
         _location_set = True
 
 
+# A seed given before the runtime started (``torch.manual_seed`` seeds every
+# registered device): applied when it starts, as CUDA queues its seed until
+# its lazy init. Seeding must neither load a plugin nor fail for want of one.
+_pending_seed: Optional[int] = None
+
+
+def _apply_pending_seed() -> None:
+    global _pending_seed
+    seed, _pending_seed = _pending_seed, None
+    if seed is not None:
+        for d in range(_C._device_count()):
+            _C._manual_seed(d, seed)
+
+
 def manual_seed(seed: int) -> None:
-    """Seeds the on-device random generator of every pjrt device."""
-    for d in range(device_count()):
-        _C._manual_seed(d, int(seed) & 0xFFFFFFFFFFFFFFFF)
+    """Seeds the on-device random generator of every pjrt device (when the
+    runtime has not started yet: as soon as it starts)."""
+    global _pending_seed
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    if not _C._initialized():
+        _pending_seed = seed
+        return
+    _pending_seed = None
+    for d in range(_C._device_count()):
+        _C._manual_seed(d, seed)
+
+
+class _DeviceModule(types.ModuleType):
+    """``torch.pjrt``. ``_initialized`` is a live attribute: torch's
+    activation checkpointing reads it to decide whether to stash RNG state."""
+
+    @property
+    def _initialized(self) -> bool:
+        return _C._initialized()
+
+
+class _DeviceContext:
+    """``with torch.pjrt.device(i):`` makes ``i`` the current pjrt device
+    inside the block (torch's storage copies and checkpointing use it). A
+    device without an index, None or -1 leaves the current device alone."""
+
+    def __init__(self, device):
+        self.index = _index_or_none(device)
+        self.previous = -1
+
+    def __enter__(self):
+        if self.index is not None:
+            device_count()  # starts the runtime, with a seed given before
+            self.previous = _C._current_device()
+            if self.previous != self.index:
+                _C._set_device(self.index)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.index is not None and self.previous != self.index:
+            _C._set_device(self.previous)
+        return False
+
+
+def _index_or_none(device) -> Optional[int]:
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return device if device >= 0 else None
+    d = torch.device(device)
+    if d.type != "pjrt":
+        raise ValueError(f"expected a pjrt device, got {d}")
+    return d.index
+
+
+def _index(device) -> int:
+    """A device argument as an index; None or an unindexed device: the current one."""
+    i = _index_or_none(device)
+    return _C._current_device() if i is None else i
 
 
 def _make_device_module() -> types.ModuleType:
-    m = types.ModuleType("torch_pjrt.pjrt_device_module")
+    m = _DeviceModule("torch_pjrt.pjrt_device_module")
 
     def is_available() -> bool:
         try:
@@ -108,48 +213,69 @@ def _make_device_module() -> types.ModuleType:
         return _C._current_device()
 
     def set_device(d) -> None:
-        _C._set_device(d.index if isinstance(d, torch.device) else int(d))
+        _C._set_device(_index(d))
 
     def synchronize(d=None) -> None:
-        sync(wait=True, devices=None if d is None else [d])
+        sync(wait=True, devices=None if d is None else [_index(d)])
 
     def manual_seed_one(seed: int) -> None:
+        device_count()
         _C._manual_seed(current_device(), int(seed) & 0xFFFFFFFFFFFFFFFF)
 
     def initial_seed() -> int:
+        device_count()
         return _C._initial_seed(current_device())
-
-    def _index(device) -> int:
-        if device is None:
-            return current_device()
-        if isinstance(device, int):
-            return device
-        return torch.device(device).index or 0
 
     def get_rng_state(device=None) -> torch.Tensor:
         """The device's random stream position: its Threefry key and counter
-        as 16 bytes (a uint8 CPU tensor, as CUDA's is)."""
-        words = numpy.array(_C._rng_state(_index(device)), dtype=numpy.uint64)
-        return torch.from_numpy(words.view(numpy.uint8).copy())
+        as 16 bytes, little-endian (a uint8 CPU tensor, as CUDA's is)."""
+        device_count()
+        key, counter = _C._rng_state(_index(device))
+        return torch.frombuffer(bytearray(struct.pack("<QQ", key, counter)), dtype=torch.uint8)
 
     def set_rng_state(state: torch.Tensor, device=None) -> None:
         """Restores a state returned by ``get_rng_state``."""
         if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != 16:
             raise ValueError("a pjrt RNG state is the 16-byte uint8 tensor that get_rng_state returns")
-        words = state.detach().cpu().contiguous().numpy().view(numpy.uint64)
-        _C._set_rng_state(_index(device), [int(w) for w in words])
+        key, counter = struct.unpack("<QQ", bytes(state.detach().cpu().reshape(-1).tolist()))
+        device_count()
+        _C._set_rng_state(_index(device), [key, counter])
+
+    def get_rng_state_all() -> List[torch.Tensor]:
+        return [get_rng_state(i) for i in range(device_count())]
+
+    def set_rng_state_all(states) -> None:
+        for i, state in enumerate(states):
+            set_rng_state(state, i)
+
+    def lazy_init() -> None:
+        """Called by torch before it creates a tensor on pjrt: starts the
+        runtime, so that a missing plugin or a stale extension is reported here."""
+        device_count()
+
+    def get_amp_supported_dtype() -> List[torch.dtype]:
+        """None: autocast has no pjrt kernels (torch registers its casts for
+        CUDA, CPU and a few others only), so ``torch.autocast("pjrt")`` warns
+        and runs in full precision instead of failing in the first op. torch
+        asks for this list whenever it enters autocast on pjrt, as activation
+        checkpointing does (disabled) around its recomputation."""
+        return []
 
     m.is_available = is_available
+    m.get_amp_supported_dtype = get_amp_supported_dtype
     m.device_count = device_count
     m.current_device = current_device
     m.set_device = set_device
+    m.device = _DeviceContext
     m.synchronize = synchronize
     m.manual_seed = manual_seed_one
     m.manual_seed_all = manual_seed
     m.initial_seed = initial_seed
     m.get_rng_state = get_rng_state
     m.set_rng_state = set_rng_state
-    m.is_initialized = _C._initialized
-    m._is_in_bad_fork = _C._in_bad_fork
-    m._lazy_init = _configure_once
+    m.get_rng_state_all = get_rng_state_all
+    m.set_rng_state_all = set_rng_state_all
+    m.is_initialized = lambda: _C._initialized()
+    m._is_in_bad_fork = _in_bad_fork
+    m._lazy_init = lazy_init
     return m

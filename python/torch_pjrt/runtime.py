@@ -134,8 +134,7 @@ def initialize_cache(path: str, readonly: bool = False) -> None:
     ``TORCH_PJRT_CACHE_DIR``). Entries are keyed on the plugin's XLA version
     and program hash, written atomically; corrupt entries are dropped and
     recompiled. ``readonly``: use entries, never write."""
-    _device._configure_once()
-    _C._device_count()  # initializes the runtime
+    _device.device_count()  # starts the runtime
     _C._initialize_cache(str(path), bool(readonly))
 
 

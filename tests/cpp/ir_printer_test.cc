@@ -31,6 +31,25 @@ TEST(Printer, AddModuleWithDonation) {
   EXPECT_EQ(PrintStableHlo(b.Build({b.Binary(Op::Add, x, y)}, {{1, 0}})), want);
 }
 
+TEST(Printer, BitcastOfAnotherElementSizeScalesTheLastDimension) {
+  Builder b;
+  auto bytes = b.Parameter({DType::U8, {8}});
+  auto words = b.Parameter({DType::F32, {2}});
+  const std::string want = R"(module @torch_pjrt attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<8xui8>, %arg1: tensor<2xf32>) -> (tensor<2xf32>, tensor<4xui16>) {
+    %2 = "stablehlo.reshape"(%arg0) : (tensor<8xui8>) -> tensor<2x4xui8>
+    %3 = "stablehlo.bitcast_convert"(%2) : (tensor<2x4xui8>) -> tensor<2xf32>
+    %4 = "stablehlo.bitcast_convert"(%arg1) : (tensor<2xf32>) -> tensor<2x2xui16>
+    %5 = "stablehlo.reshape"(%4) : (tensor<2x2xui16>) -> tensor<4xui16>
+    "func.return"(%3, %5) : (tensor<2xf32>, tensor<4xui16>) -> ()
+  }
+}
+)";
+  EXPECT_EQ(PrintStableHlo(b.Build({b.Bitcast(bytes, DType::F32), b.Bitcast(words, DType::U16)})), want);
+  EXPECT_THROW(b.Bitcast(b.Parameter({DType::U8, {6}}), DType::F32), Error);  // 6 bytes are not float32s
+  EXPECT_THROW(b.Bitcast(bytes, DType::C64), Error);
+}
+
 TEST(Printer, ReduceRegionAndSortComparator) {
   Builder b;
   auto x = b.Parameter({DType::I32, {2, 3}});

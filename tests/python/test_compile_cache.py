@@ -71,3 +71,52 @@ def test_flipped_byte_is_detected(tmp_path):
     open(path, "wb").write(bytes(data))
     _, compiles, _, corrupt = run(tmp_path)
     assert compiles == 1 and corrupt == 1
+
+
+# An unusable directory costs one warning (torch_pjrt.PjrtWarning, from the
+# runtime through Python's warnings), never the run.
+WARNINGS_PROGRAM = (
+    "import warnings\n"
+    "warnings.simplefilter('always')\n"
+    "with warnings.catch_warnings(record=True) as caught:\n"
+    "    import torch, torch_pjrt\n"
+    "    for n in (3, 4):\n"
+    "        assert (torch.ones(n, device='pjrt') * 2).sum().item() == 2 * n\n"
+    "for w in caught:\n"
+    "    print('warning', w.category.__name__, w.message)\n"
+    "print('compiles', torch_pjrt.metrics.counters().get('compiles', 0))\n"
+)
+
+
+def _unwritable_dir(tmp_path):
+    if os.geteuid() == 0:  # root writes through permissions
+        return "/proc/self/tpj-cache"
+    d = tmp_path / "read-only"
+    d.mkdir()
+    d.chmod(0o555)
+    return str(d)
+
+
+def test_unusable_directories_give_one_warning_each_and_the_run_goes_on(tmp_path):
+    plain_file = tmp_path / "a-file"
+    plain_file.write_text("")
+    unwritable = _unwritable_dir(tmp_path)
+    for cache_dir, dump_dir in ((plain_file, plain_file / "dumps"), (unwritable, unwritable + "/dumps")):
+        r = run_python(WARNINGS_PROGRAM, TORCH_PJRT_CACHE_DIR=cache_dir, TORCH_PJRT_DUMP_DIR=dump_dir)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[-1] == "compiles 2"  # in memory only
+        warned = lines[:-1]
+        assert len(warned) == 2, lines
+        assert warned[0].startswith(f"warning PjrtWarning TORCH_PJRT_CACHE_DIR='{cache_dir}' cannot be used")
+        assert warned[0].endswith("compiled programs are cached in memory only")
+        assert warned[1] == f"warning PjrtWarning TORCH_PJRT_DUMP_DIR='{dump_dir}' cannot be created or written: " \
+                            "programs are not dumped"
+
+
+def test_a_missing_dump_directory_is_created(tmp_path):
+    dump_dir = tmp_path / "not" / "yet"
+    r = run_python(WARNINGS_PROGRAM, TORCH_PJRT_DUMP_DIR=dump_dir, TORCH_PJRT_CACHE_DIR=None)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["compiles 2"]
+    assert len([f for f in os.listdir(dump_dir) if f.endswith(".mlir")]) == 2

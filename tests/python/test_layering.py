@@ -38,7 +38,8 @@ TORCH_HEADER = re.compile(r"^(torch|ATen|c10|pybind11)/|^Python\.h$")
 # The runtime headers the bindings may include; the rest is the runtime's own business.
 # runtime/program.h is the stateless "compile an IR graph through a client"
 # API that _C.Client.compile binds; it holds no runtime state.
-RUNTIME_PUBLIC = frozenset({"runtime/runtime.h", "runtime/metrics.h", "runtime/options.h", "runtime/program.h"})
+RUNTIME_PUBLIC = frozenset({
+    "runtime/runtime.h", "runtime/metrics.h", "runtime/options.h", "runtime/program.h", "runtime/warnings.h"})
 # The header that declares the runtime's Storage, and the class's name.
 STORAGE_HEADER = "csrc/runtime/storage.h"
 STORAGE_CLASS = "Storage"

@@ -166,3 +166,17 @@ def test_resize_via_out_argument():
         torch.add(x, 1, out=out)
         return out
     check(f, X)
+
+
+@pytest.mark.parametrize("to", [torch.uint8, torch.int16, torch.float64, torch.bool], ids=str)
+def test_dtype_views_of_another_element_size_share_the_bytes(to):
+    # As torch.load rebuilds tensors: their bytes were uploaded untyped.
+    x = torch.tensor([0.0, 1.5, -2.0, 3.25], dtype=torch.float32)
+    if to == torch.bool:
+        x = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1], dtype=torch.uint8)
+    d = x.to(DEV)
+    v = d.view(to)
+    assert torch.equal(v.cpu(), x.view(to))
+    v.add_(1) if to != torch.bool else v.logical_not_()
+    (x.view(to).add_(1) if to != torch.bool else x.view(to).logical_not_())
+    assert torch.equal(d.cpu(), x)  # written through the view, to the same bytes

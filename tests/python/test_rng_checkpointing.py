@@ -1,0 +1,69 @@
+"""torch's own RNG-state machinery works on pjrt through the device module:
+`torch.random.fork_rng(device_type="pjrt")`, and activation checkpointing,
+which stashes each device's RNG state before the forward and restores it for
+the recomputation, so dropout draws the same masks and gradients match a run
+without checkpointing exactly."""
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import torch_pjrt
+
+DEV = torch.device("pjrt", 0)
+
+
+def test_fork_rng_restores_the_device_stream():
+    torch_pjrt.manual_seed(3)
+    torch.rand(2, device="pjrt:1").cpu()  # a position past the seed
+    with torch.random.fork_rng(devices=[0, 1], device_type="pjrt"):
+        inside = [torch.rand(4, device=DEV).cpu(), torch.rand(4, device="pjrt:1").cpu()]
+    after = [torch.rand(4, device=DEV).cpu(), torch.rand(4, device="pjrt:1").cpu()]
+    assert all(torch.equal(a, b) for a, b in zip(inside, after))
+
+
+def test_device_context_and_state_per_device():
+    assert torch.pjrt.current_device() == 0
+    with torch.pjrt.device(2):
+        assert torch.pjrt.current_device() == 2
+        state = torch.pjrt.get_rng_state()  # the current device's
+    assert torch.pjrt.current_device() == 0
+    assert torch.equal(state, torch.pjrt.get_rng_state("pjrt:2"))
+    a = torch.rand(3, device="pjrt:2").cpu()
+    torch.pjrt.set_rng_state(state, torch.device("pjrt", 2))
+    assert torch.equal(torch.rand(3, device="pjrt:2").cpu(), a)
+    assert len(torch.pjrt.get_rng_state_all()) == torch.pjrt.device_count()
+
+
+def _block(x, w):
+    h = torch.nn.functional.dropout(torch.tanh(x @ w), 0.5, training=True)
+    return torch.nn.functional.dropout(h @ w, 0.3, training=True)
+
+
+def _grads(use_checkpoint, reentrant, preserve_rng_state=True):
+    torch.manual_seed(11)  # the CPU inputs, and (through the device module) pjrt's stream
+    w = torch.randn(8, 8).to(DEV).requires_grad_()
+    x = torch.randn(4, 8).to(DEV).requires_grad_()
+    if use_checkpoint:
+        y = checkpoint(_block, x, w, use_reentrant=reentrant, preserve_rng_state=preserve_rng_state)
+    else:
+        y = _block(x, w)
+    (y * y).sum().backward()
+    return [y.detach().cpu(), w.grad.cpu(), x.grad.cpu()]
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_activation_checkpointing_recomputes_the_same_dropout_masks(reentrant):
+    plain = _grads(False, reentrant)
+    assert all(torch.equal(a, b) for a, b in zip(plain, _grads(True, reentrant)))
+    # The check has teeth: recomputing without the stashed state draws new masks.
+    stale = _grads(True, reentrant, preserve_rng_state=False)
+    assert not torch.equal(stale[1], plain[1])
+
+
+def test_autocast_on_pjrt_is_refused_with_a_warning_not_an_error():
+    x = torch.randn(4, 4).to(DEV)
+    with pytest.warns(UserWarning, match="dtype is not supported. Disabling autocast"):
+        with torch.autocast("pjrt", dtype=torch.bfloat16):
+            y = x @ x
+    assert y.dtype == torch.float32
