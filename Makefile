@@ -10,13 +10,14 @@ VPY           := $(VENV)/bin/python
 ROOT          := $(abspath .)
 export PATH   := $(ROOT)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench conformance clean
+.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak conformance clean
 
 help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
 	@echo "make test       set up, build, run the C++ (CTest) and Python (pytest) tests"
 	@echo "make test-asan  C++ tests under AddressSanitizer (separate build in $(BUILD)-asan)"
 	@echo "make bench      step time vs eager PyTorch and torch.compile; writes bench/results.json"
+	@echo "make soak       20000 AdamW steps: no compiles after warm-up, host RSS growth < 2% (not in CI)"
 	@echo "make conformance  PyTorch's OpInfo samples on pjrt vs CPU; writes conformance.json"
 	@echo "make clean      remove build directories (keeps .venv)"
 
@@ -76,6 +77,9 @@ demo: build
 
 bench: build
 	$(VPY) bench/bench.py
+
+soak: build
+	$(VPY) bench/soak.py
 
 conformance: build
 	$(VPY) -m torch_pjrt.conformance --max-samples 3 --expected tests/python/opinfo_expected_failures.txt

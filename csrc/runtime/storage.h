@@ -37,12 +37,16 @@ class TensorError : public std::runtime_error {
 };
 
 // What is known of the program that last wrote a storage, shared by every
-// storage that program wrote: the checks compiled into it still to be read
-// (`flag`), or an error that every read of those storages raises. A null
-// Outcome: nothing to know.
+// storage that program wrote: the checks compiled into it (`flag`, read
+// once), or an error that every read of those storages raises. A null
+// Outcome: the program had no checks.
 struct Outcome {
-  DeviceBuffer flag;  // i32[]: 0 when every check passed, else the id of a failed one
-  std::string error;  // non-empty: the value is lost or invalid
+  // i32[]: 0 when every check passed, else the id of a failed one. Kept after
+  // it read 0: programs that read these storages take it as an input whether
+  // or not it was read, so reading a loss does not change the next program.
+  DeviceBuffer flag;
+  bool verified = false;  // flag read, and 0
+  std::string error;      // non-empty: the value is lost or invalid
   ErrorKind kind = ErrorKind::kFailure;
   bool reported = false;  // raised once already: sync(wait=True) does not raise it again
 };

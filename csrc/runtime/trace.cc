@@ -73,8 +73,8 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
   Trace& t = traces_[s.device_];
   RaiseIfLost(s);
   if (s.outcome_ && s.outcome_->flag && !s.pending_) {
-    // Checks of the program that wrote s, not read yet: this program's
-    // results are as invalid as s if they failed.
+    // Checks of the program that wrote s: this program's results are as
+    // invalid as s if they failed (a flag already read is 0 and costs nothing).
     ir::Value prior = BufferParam(s.device_, s.outcome_->flag, ir::DType::I32);
     t.check_code = t.check_code.valid() ? t.builder->Binary(ir::Op::Max, t.check_code, prior) : prior;
   }
