@@ -121,7 +121,8 @@ void Runtime::SyncDevice(int device) {
   size_t check_output = SIZE_MAX;
   if (t.check_code.valid() && !storages.empty()) {
     check_output = outputs.size();
-    outputs.push_back(t.check_code);
+    // Replicated: a check that failed on any replica fails the program (replica 0's flag is read).
+    outputs.push_back(t.replicas > 1 ? t.builder->AllReduce(t.check_code, ir::ReduceKind::Max) : t.check_code);
   }
   // Donation: a parameter buffer held only by this trace and by the one
   // storage that gets a new value in this program is reused for that value.

@@ -272,3 +272,15 @@ def test_equal_python_numbers_do_not_change_the_program():
     (a * 0.3 + a * 0.3).cpu()
     (a * 0.5 + a * 0.1).cpu()
     assert torch_pjrt.metrics.counters().get("compiles", 0) == before
+
+
+def test_a_check_failing_on_one_replica_fails_the_replicated_program():
+    with torch_pjrt.replicated() as r:
+        n = r.replicas if hasattr(r, "replicas") else torch_pjrt.device_count()
+        x = torch_pjrt._C._shard([torch.arange(5.0)] * n)
+        idx = torch_pjrt._C._shard([torch.tensor([1])] * (n - 1) + [torch.tensor([9])])
+        y = x.index_select(0, idx)
+        with pytest.raises(IndexError, match="index_select"):
+            torch_pjrt.sync(wait=True)
+    with pytest.raises(IndexError):
+        y.cpu()
