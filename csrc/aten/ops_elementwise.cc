@@ -47,10 +47,26 @@ at::Tensor Simple(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarTyp
   return Wrap(B(o.device).Binary(op, o.x, o.y), o.device);
 }
 
+// maximum/minimum as PyTorch defines them: NaN in either operand gives NaN.
+// StableHLO leaves that to the backend (the XLA CPU plugin returns the left
+// operand when only the right one is NaN), so float types say it.
+ir::Value MaxMinNan(int d, Op op, ir::Value x, ir::Value y) {
+  ir::Builder& b = B(d);
+  ir::Value r = b.Binary(op, x, y);
+  if (!ir::IsFloat(b.shape(x).dtype)) return r;
+  return b.Select(b.Binary(Op::Or, IsNan(d, x), IsNan(d, y)), b.Binary(Op::Add, x, y), r);
+}
+
+at::Tensor MaxMin(const at::Tensor& a, const at::Tensor& b, Op op) {
+  TraceScope s;
+  Operands o = Prepare(a, b, at::result_type(a, b));
+  return Wrap(MaxMinNan(o.device, op, o.x, o.y), o.device);
+}
+
 at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Mul, at::result_type(a, b)); }
 at::Tensor mul_scalar(const at::Tensor& a, const at::Scalar& b) { return mul_tensor(a, WrappedScalar(b)); }
-at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Max, at::result_type(a, b)); }
-at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Min, at::result_type(a, b)); }
+at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Max); }
+at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Min); }
 at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Atan2, FloatType(at::result_type(a, b))); }
 
 at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode) {
@@ -270,7 +286,12 @@ at::Tensor isinf(const at::Tensor& a) {
 at::Tensor relu(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
-  return Wrap(B(d).Binary(Op::Max, Val(a), Fill(d, 0, a.scalar_type(), a.sizes().vec())), d);
+  ir::Builder& b = B(d);
+  ir::Value x = Val(a);
+  ir::Value zero = Fill(d, 0, a.scalar_type(), a.sizes().vec());
+  // x < 0 ? 0 : x keeps NaN and -0.0, as the CPU does; maximum(x, 0) leaves
+  // both to the backend.
+  return Wrap(b.Select(b.Compare(ir::CompareDir::LT, x, zero), zero, x), d);
 }
 
 at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& threshold) {
@@ -402,18 +423,27 @@ at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self, c
 
 // ------------------------------------------------------ clamp, where, fill
 
+// One bound of clamp: the bound where x is beyond it, else x itself (so a
+// +0.0/-0.0 tie keeps x's zero, as the CPU's clamp with a scalar bound
+// does). A NaN x or a NaN bound gives NaN, as on the CPU.
+ir::Value ClampTo(int d, ir::Value x, ir::Value bound, bool lower) {
+  ir::Builder& b = B(d);
+  ir::Value beyond = b.Compare(lower ? ir::CompareDir::LT : ir::CompareDir::GT, x, bound);
+  if (ir::IsFloat(b.shape(x).dtype)) beyond = b.Binary(Op::Or, beyond, IsNan(d, bound));
+  return b.Select(beyond, bound, x);
+}
+
 at::Tensor clamp(const at::Tensor& a, const std::optional<at::Scalar>& lo, const std::optional<at::Scalar>& hi) {
   TORCH_CHECK(lo || hi, "torch.clamp: At least one of 'min' or 'max' must not be None");
   TraceScope s;
   const int d = DeviceIndex(a);
-  ir::Builder& b = B(d);
   at::ScalarType t = a.scalar_type();
   if (lo) t = at::promoteTypes(t, at::result_type(a, *lo));
   if (hi) t = at::promoteTypes(t, at::result_type(a, *hi));
   const auto shape = a.sizes().vec();
   ir::Value x = ValAs(a, t);
-  if (lo) x = b.Binary(Op::Max, x, Number(d, *lo, t, shape));
-  if (hi) x = b.Binary(Op::Min, x, Number(d, *hi, t, shape));
+  if (lo) x = ClampTo(d, x, Number(d, *lo, t, shape), true);
+  if (hi) x = ClampTo(d, x, Number(d, *hi, t, shape), false);
   return Wrap(x, d);
 }
 
@@ -427,10 +457,9 @@ at::Tensor clamp_tensor(const at::Tensor& a, const std::optional<at::Tensor>& lo
   if (lo && lo->defined()) shape = at::infer_size(shape, lo->sizes());
   if (hi && hi->defined()) shape = at::infer_size(shape, hi->sizes());
   const int d = CommonDevice({&a, lo ? &*lo : nullptr, hi ? &*hi : nullptr});
-  ir::Builder& b = B(d);
   ir::Value x = BroadcastTo(d, Operand(a, d, t), shape);
-  if (lo && lo->defined()) x = b.Binary(Op::Max, x, BroadcastTo(d, Operand(*lo, d, t), shape));
-  if (hi && hi->defined()) x = b.Binary(Op::Min, x, BroadcastTo(d, Operand(*hi, d, t), shape));
+  if (lo && lo->defined()) x = ClampTo(d, x, BroadcastTo(d, Operand(*lo, d, t), shape), true);
+  if (hi && hi->defined()) x = ClampTo(d, x, BroadcastTo(d, Operand(*hi, d, t), shape), false);
   return Wrap(x, d);
 }
 
