@@ -337,7 +337,8 @@ at::Tensor softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64
   ir::Value g = ValAs(grad, t);
   ir::Value gy = b.Binary(Op::Mul, g, y);
   ir::Value sum = BroadcastTo(d, ReduceValue(d, gy, shape, {w}, ReduceKind::Sum, t, true), shape);
-  return Wrap(b.Convert(b.Binary(Op::Sub, gy, b.Binary(Op::Mul, y, sum)), ToIr(input_dtype)), d);
+  // y * (g - sum(g * y)): the CPU kernel's form (zero signs, inf and NaN as there)
+  return Wrap(b.Convert(b.Binary(Op::Mul, y, b.Binary(Op::Sub, g, sum)), ToIr(input_dtype)), d);
 }
 
 at::Tensor log_softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {

@@ -10,6 +10,7 @@ lowered must stay lowered (no fallback)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torch_pjrt
 
@@ -325,3 +326,79 @@ def test_empty_inputs():
     check(lambda t: t.sort(0), e)
     check(lambda t: t.clamp(0, 1), e)
     check(lambda t: torch.maximum(t, t), e)
+
+
+# ------------------------ other lowerings found by `make conformance-special`
+
+
+def test_sign_of_nan_and_negative_zero():
+    check(torch.sign, X)
+    check(torch.sgn, X)
+    check(torch.sign, XI)
+    check_grad(torch.abs, X)  # grad * sign(x): 0 at NaN on the CPU
+    check_grad(lambda t: F.l1_loss(t, XC[0].to(t.device).expand_as(t), reduction="none"), X)
+
+
+def test_floor_division_by_inf_and_zero():
+    a = torch.tensor([-7.5, 7.5, -0.0, 0.0, 3.0, -3.0, nan, inf, -inf, 1.0, -1.0, 5.0, 0.5, -0.5])
+    b = torch.tensor([inf, inf, inf, -inf, 0.0, 0.0, 2.0, 2.0, 2.0, -0.0, -inf, -2.0, 3.0, 3.0])
+    check(lambda a, b: torch.div(a, b, rounding_mode="floor"), a, b)
+    check(torch.floor_divide, a, b)
+    check(torch.remainder, a, b)
+    check_grad(lambda t: torch.remainder(a.to(t.device), t), b)  # -grad * floor(a / b)
+
+
+def test_threshold_and_relu_backward_keep_nan():
+    check(lambda t: F.threshold(t, 0.5, -2.0), X)
+    check_grad(torch.relu, X)
+    check_grad(lambda t: F.threshold(t, 0.5, -2.0), X)
+
+
+def test_softmax_backward_as_the_cpu_computes_it():
+    t = torch.tensor([[-inf, 1.0, 2.0], [0.0, -inf, -inf], [1.0, 2.0, 3.0]])
+    check_grad(lambda t: torch.softmax(t, 1), t)
+    y = torch.tensor([[inf, 0.25, 0.0], [0.5, 0.5, 0.0]])
+    g = torch.tensor([[nan, 1.0, -2.0], [1.0, -1.0, 3.0]])
+    check(lambda g, y: torch.ops.aten._softmax_backward_data(g, y, 1, torch.float32), g, y)
+
+
+def test_masked_multiply_keeps_inf_times_zero_nan():
+    v, m = torch.tensor([inf, 2.0, nan, -3.0]), torch.tensor([False, True, False, False])
+    check(lambda v, m: v * m, v, m)
+    check(lambda v, m: v * m.float(), v, m)
+    check(lambda v, m: torch.ops.aten.native_dropout_backward(v, m, 2.0), v, m)
+
+
+def test_adaptive_avg_pool_keeps_nan_in_its_window():
+    t = torch.arange(2 * 12 * 12, dtype=torch.float32).reshape(2, 12, 12) / 7
+    t[0, 1, 2], t[1, 5, 5], t[1, 0, 11] = nan, inf, -inf
+    for size in ((4, 4), (5, 7), (1, 1), (12, 12), (3, 5)):
+        check(lambda t: F.adaptive_avg_pool2d(t, size), t, rtol=R)
+    check(lambda t: F.adaptive_avg_pool1d(t, 5), t, rtol=R)
+    go = torch.ones(2, 4, 6)
+    go[0, 1, 1] = nan
+    check(lambda go, t: torch.ops.aten._adaptive_avg_pool2d_backward(go, t), go, t, rtol=R)
+
+
+def test_batch_norm_with_inf_weight_and_statistics():
+    x = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) / 5 - 2
+    w, bias = torch.tensor([inf, 1.0, -inf]), torch.tensor([-inf, 0.0, 1.0])
+    check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, bias, rtol=R)
+    rm, rv = torch.tensor([0.0, nan, 1.0]), torch.tensor([1.0, 1.0, inf])
+    check(lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b, training=False), x, rm, rv, w, bias, rtol=R)
+    e = torch.empty(0)
+    check(lambda x, e: torch.native_batch_norm(x, e, e, e, e, False, 0.1, 1e-5), torch.empty(3, 2, 0), e)
+
+
+def test_erf_and_gelu_at_the_tails():
+    check(torch.erf, torch.tensor([inf, -inf, nan, 3.95, -4.5, 10.0, -10.0, 1e30, -1e30, 0.5, -0.0]), rtol=1e-5)
+    # gelu(+inf) is NaN on the CPU (docs/semantics.md)
+    check(F.gelu, torch.tensor([-inf, nan, -6.0, -10.0, -1e30, 0.5, -0.0, 1e30, 2.0]), rtol=1e-5)
+
+
+def test_index_select_with_no_indices():
+    none = torch.empty(0, dtype=torch.long)
+    check(lambda t, i: t.index_select(0, i), torch.empty(0), none)
+    check(lambda t, i: t.index_select(1, i), torch.empty(5, 0), none)
+    check(lambda t, i: t.index_select(1, i), X, none)
+
