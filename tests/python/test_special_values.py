@@ -8,11 +8,14 @@ sort(stable=False). Ops that run on the CPU through the fallback today are
 checked too, so that a future lowering keeps their answers; ops that are
 lowered must stay lowered (no fallback)."""
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_pjrt
+from torch_pjrt import conformance
 
 DEV = torch_pjrt.device()
 nan, inf = float("nan"), float("inf")
@@ -402,3 +405,23 @@ def test_index_select_with_no_indices():
     check(lambda t, i: t.index_select(1, i), torch.empty(5, 0), none)
     check(lambda t, i: t.index_select(1, i), X, none)
 
+
+# ------------------------------------------ the conformance pass's own list
+
+HERE = os.path.dirname(__file__)
+EXPECTED = os.path.join(HERE, "special_values_expected_failures.txt")
+SEMANTICS = os.path.join(HERE, "..", "..", "docs", "semantics.md")
+
+
+def test_special_values_expected_failures_are_explained():
+    """Each entry of the special-values pass's expected failures is a pass-list
+    entry (the pass runs those), has a reason, and is named in docs/semantics.md."""
+    known = conformance.load_expected(EXPECTED)
+    passing = conformance.load_entries(os.path.join(HERE, "opinfo_pass_list.txt"))
+    doc = open(SEMANTICS).read()
+    assert known
+    for key, reason in known.items():
+        op, dtype = key.split(" ")
+        assert len(reason) > 40, key
+        assert (op, dtype) in passing or (dtype == "*" and any(o == op for o, _ in passing)), key
+        assert f"`{op}`" in doc, f"{op}: listed in {EXPECTED} but not explained in docs/semantics.md"
