@@ -10,7 +10,7 @@ VPY           := $(VENV)/bin/python
 ROOT          := $(abspath .)
 export PATH   := $(ROOT)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak conformance clean
+.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak conformance conformance-special clean
 
 help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench      step time vs eager PyTorch and torch.compile; writes bench/results.json"
 	@echo "make soak       20000 AdamW steps: no compiles after warm-up, host RSS growth < 2% (not in CI)"
 	@echo "make conformance  PyTorch's OpInfo samples on pjrt vs CPU; writes conformance.json"
+	@echo "make conformance-special  the same with NaN, +-inf, -0.0 and empty inputs; writes conformance-special.json"
 	@echo "make clean      remove build directories (keeps .venv)"
 
 $(VPY):
@@ -83,6 +84,13 @@ soak: build
 
 conformance: build
 	$(VPY) -m torch_pjrt.conformance --max-samples 3 --expected tests/python/opinfo_expected_failures.txt
+
+# The pass list's float32 and bfloat16 entries with special values written
+# into their samples (about 2 minutes on 2 cores); docs/semantics.md.
+conformance-special: build
+	$(VPY) -m torch_pjrt.conformance --special-values --dtypes float32,bfloat16 --max-samples 3 \
+	  --entries tests/python/opinfo_pass_list.txt --json conformance-special.json \
+	  --expected tests/python/special_values_expected_failures.txt --fail-on-stale
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

@@ -64,6 +64,11 @@ inline ir::Value Fill(int device, double v, at::ScalarType t, const std::vector<
   return B(device).Full(ToIr(t), shape, v);
 }
 
+// True where x is NaN (x != x); all false for non-float dtypes. PyTorch's
+// NaN rules are spelled with it: StableHLO's maximum/minimum leave NaN
+// operands to the backend, and every comparison with NaN is false.
+inline ir::Value IsNan(int device, ir::Value x) { return B(device).Compare(ir::CompareDir::NE, x, x); }
+
 // A Python number as a CPU 0-d tensor marked "wrapped number", so that type
 // promotion treats it as PyTorch does (float32 tensor * 0.5 stays float32).
 inline at::Tensor WrappedScalar(const at::Scalar& s) {

@@ -47,10 +47,26 @@ at::Tensor Simple(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarTyp
   return Wrap(B(o.device).Binary(op, o.x, o.y), o.device);
 }
 
+// maximum/minimum as PyTorch defines them: NaN in either operand gives NaN.
+// StableHLO leaves that to the backend (the XLA CPU plugin returns the left
+// operand when only the right one is NaN), so float types say it.
+ir::Value MaxMinNan(int d, Op op, ir::Value x, ir::Value y) {
+  ir::Builder& b = B(d);
+  ir::Value r = b.Binary(op, x, y);
+  if (!ir::IsFloat(b.shape(x).dtype)) return r;
+  return b.Select(b.Binary(Op::Or, IsNan(d, x), IsNan(d, y)), b.Binary(Op::Add, x, y), r);
+}
+
+at::Tensor MaxMin(const at::Tensor& a, const at::Tensor& b, Op op) {
+  TraceScope s;
+  Operands o = Prepare(a, b, at::result_type(a, b));
+  return Wrap(MaxMinNan(o.device, op, o.x, o.y), o.device);
+}
+
 at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Mul, at::result_type(a, b)); }
 at::Tensor mul_scalar(const at::Tensor& a, const at::Scalar& b) { return mul_tensor(a, WrappedScalar(b)); }
-at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Max, at::result_type(a, b)); }
-at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Min, at::result_type(a, b)); }
+at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Max); }
+at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Min); }
 at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Atan2, FloatType(at::result_type(a, b))); }
 
 // Integer division by zero raises on the CPU (RuntimeError: ZeroDivisionError);
@@ -60,6 +76,28 @@ void CheckIntegerDivisor(const Operands& o, at::ScalarType t) {
   ir::Builder& b = B(o.device);
   CheckNone(o.device, b.Compare(ir::CompareDir::EQ, o.y, Fill(o.device, 0, t, o.shape)), runtime::ErrorKind::kValue,
             "ZeroDivisionError: integer division or remainder by zero");
+}
+
+// Float floor division as PyTorch computes it (div_floor_floating): from
+// fmod, so -7.9 // inf is -1 (not floor(-0.0)) and a zero quotient keeps the
+// sign of a / b; a / b itself where b is 0.
+ir::Value FloorDivFloat(int d, ir::Value a, ir::Value b) {
+  ir::Builder& bb = B(d);
+  const ir::Shape s = bb.shape(a);
+  auto fill = [&](double v) { return bb.Full(s.dtype, s.dims, v); };
+  auto lt0 = [&](ir::Value v) { return bb.Compare(ir::CompareDir::LT, v, fill(0)); };
+  ir::Value quotient = bb.Binary(Op::Div, a, b);
+  ir::Value mod = bb.Binary(Op::Rem, a, b);
+  ir::Value div = bb.Binary(Op::Div, bb.Binary(Op::Sub, a, mod), b);
+  ir::Value step = bb.Binary(Op::And, bb.Compare(ir::CompareDir::NE, mod, fill(0)),
+                             bb.Compare(ir::CompareDir::NE, lt0(b), lt0(mod)));
+  div = bb.Select(step, bb.Binary(Op::Sub, div, fill(1)), div);
+  ir::Value floored = bb.Unary(Op::Floor, div);
+  ir::Value up = bb.Compare(ir::CompareDir::GT, bb.Binary(Op::Sub, div, floored), fill(0.5));
+  floored = bb.Select(up, bb.Binary(Op::Add, floored, fill(1)), floored);
+  // div == 0: a zero with the sign of a / b (finite there, so 0 * q is it)
+  ir::Value r = bb.Select(bb.Compare(ir::CompareDir::NE, div, fill(0)), floored, bb.Binary(Op::Mul, fill(0), quotient));
+  return bb.Select(bb.Compare(ir::CompareDir::EQ, b, fill(0)), quotient, r);
 }
 
 at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode) {
@@ -91,7 +129,7 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
     ir::Value adjust = bb.Binary(Op::And, inexact, signs);
     return Wrap(bb.Select(adjust, bb.Binary(Op::Sub, q, Fill(o.device, 1, rt, o.shape)), q), o.device);
   }
-  return Wrap(bb.Unary(Op::Floor, bb.Binary(Op::Div, o.x, o.y)), o.device);
+  return Wrap(FloorDivFloat(o.device, o.x, o.y), o.device);
 }
 at::Tensor div_tensor(const at::Tensor& a, const at::Tensor& b) { return Div(a, b, std::nullopt); }
 at::Tensor div_tensor_mode(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> m) { return Div(a, b, m); }
@@ -202,8 +240,27 @@ TPJ_UNARY(rsqrt, Rsqrt, true)
 TPJ_UNARY(sin, Sin, true)
 TPJ_UNARY(cos, Cos, true)
 TPJ_UNARY(tan, Tan, true)
-TPJ_UNARY(erf, Erf, true)
 #undef TPJ_UNARY
+
+// erf, exactly +-1 where float32 rounds it there (|x| > 3.9; the CPU's
+// answer, erf(inf) included): XLA's f32 approximation stops at 1 - 2e-7,
+// so gelu's 1 + erf(x) of a large negative x was 2e-7 instead of 0.
+ir::Value ErfSaturated(int d, ir::Value x) {
+  ir::Builder& b = B(d);
+  ir::Value e = b.Unary(Op::Erf, x);
+  const ir::Shape s = b.shape(x);
+  if (s.dtype == ir::DType::F64) return e;
+  ir::Value far = b.Compare(ir::CompareDir::GT, b.Unary(Op::Abs, x), b.Full(s.dtype, s.dims, 3.9));
+  ir::Value one = b.Select(b.Compare(ir::CompareDir::GT, x, b.Full(s.dtype, s.dims, 0)), b.Full(s.dtype, s.dims, 1),
+                           b.Full(s.dtype, s.dims, -1));
+  return b.Select(far, one, e);
+}
+
+at::Tensor erf(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  return Wrap(ErfSaturated(d, ValAs(a, FloatType(a.scalar_type()))), d);
+}
 
 at::Tensor IntegerSafe(const at::Tensor& a, Op op) {
   if (at::isIntegralType(a.scalar_type(), true)) {
@@ -237,7 +294,15 @@ at::Tensor sign(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
   if (a.scalar_type() == at::kBool) return Wrap(Val(a), d);
-  return Wrap(B(d).Unary(Op::Sign, Val(a)), d);
+  if (!at::isFloatingType(a.scalar_type())) return Wrap(B(d).Unary(Op::Sign, Val(a)), d);
+  // (0 < x) - (x < 0), as the CPU: NaN and -0.0 give +0.0 (stablehlo.sign
+  // keeps both)
+  ir::Builder& b = B(d);
+  ir::Value x = Val(a);
+  const auto shape = a.sizes().vec();
+  ir::Value zero = Fill(d, 0, a.scalar_type(), shape);
+  ir::Value neg = b.Select(b.Compare(ir::CompareDir::LT, x, zero), Fill(d, -1, a.scalar_type(), shape), zero);
+  return Wrap(b.Select(b.Compare(ir::CompareDir::GT, x, zero), Fill(d, 1, a.scalar_type(), shape), neg), d);
 }
 
 at::Tensor reciprocal(const at::Tensor& a) {
@@ -281,7 +346,12 @@ at::Tensor isinf(const at::Tensor& a) {
 at::Tensor relu(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
-  return Wrap(B(d).Binary(Op::Max, Val(a), Fill(d, 0, a.scalar_type(), a.sizes().vec())), d);
+  ir::Builder& b = B(d);
+  ir::Value x = Val(a);
+  ir::Value zero = Fill(d, 0, a.scalar_type(), a.sizes().vec());
+  // x < 0 ? 0 : x keeps NaN and -0.0, as the CPU does; maximum(x, 0) leaves
+  // both to the backend.
+  return Wrap(b.Select(b.Compare(ir::CompareDir::LT, x, zero), zero, x), d);
 }
 
 at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& threshold) {
@@ -289,8 +359,9 @@ at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, co
   const at::ScalarType t = grad.scalar_type();
   Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
-  ir::Value keep = b.Compare(ir::CompareDir::GT, o.y, Number(o.device, threshold, t, o.shape));
-  return Wrap(b.Select(keep, o.x, Fill(o.device, 0, t, o.shape)), o.device);
+  // x <= threshold ? 0 : grad, as the CPU: a NaN input keeps its gradient
+  ir::Value drop = b.Compare(ir::CompareDir::LE, o.y, Number(o.device, threshold, t, o.shape));
+  return Wrap(b.Select(drop, Fill(o.device, 0, t, o.shape), o.x), o.device);
 }
 
 at::Tensor threshold(const at::Tensor& a, const at::Scalar& th, const at::Scalar& value) {
@@ -299,8 +370,9 @@ at::Tensor threshold(const at::Tensor& a, const at::Scalar& th, const at::Scalar
   ir::Builder& b = B(d);
   const auto shape = a.sizes().vec();
   ir::Value x = Val(a);
-  ir::Value keep = b.Compare(ir::CompareDir::GT, x, Number(d, th, a.scalar_type(), shape));
-  return Wrap(b.Select(keep, x, Number(d, value, a.scalar_type(), shape)), d);
+  // x <= threshold ? value : x, as the CPU: NaN stays NaN
+  ir::Value drop = b.Compare(ir::CompareDir::LE, x, Number(d, th, a.scalar_type(), shape));
+  return Wrap(b.Select(drop, Number(d, value, a.scalar_type(), shape), x), d);
 }
 
 constexpr double kSqrt1_2 = 0.70710678118654752440;
@@ -320,7 +392,7 @@ at::Tensor gelu(const at::Tensor& a, c10::string_view approximate) {
     ir::Value x3 = b.Binary(Op::Mul, b.Binary(Op::Mul, x, x), x);
     inner = b.Unary(Op::Tanh, b.Binary(Op::Mul, c(kSqrt2OverPi), b.Binary(Op::Add, x, b.Binary(Op::Mul, c(kGeluC), x3))));
   } else {
-    inner = b.Unary(Op::Erf, b.Binary(Op::Mul, x, c(kSqrt1_2)));
+    inner = ErfSaturated(d, b.Binary(Op::Mul, x, c(kSqrt1_2)));
   }
   return Wrap(b.Binary(Op::Mul, b.Binary(Op::Mul, c(0.5), x), b.Binary(Op::Add, c(1), inner)), d);
 }
@@ -345,7 +417,7 @@ at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::st
                                b.Binary(Op::Mul, b.Binary(Op::Sub, c(1), b.Binary(Op::Mul, th, th)), dinner));
     dx = b.Binary(Op::Add, left, right);
   } else {
-    ir::Value cdf = b.Binary(Op::Mul, c(0.5), b.Binary(Op::Add, c(1), b.Unary(Op::Erf, b.Binary(Op::Mul, x, c(kSqrt1_2)))));
+    ir::Value cdf = b.Binary(Op::Mul, c(0.5), b.Binary(Op::Add, c(1), ErfSaturated(d, b.Binary(Op::Mul, x, c(kSqrt1_2)))));
     ir::Value pdf = b.Binary(Op::Mul, c(0.39894228040143267794),
                              b.Unary(Op::Exp, b.Binary(Op::Mul, c(-0.5), b.Binary(Op::Mul, x, x))));
     dx = b.Binary(Op::Add, cdf, b.Binary(Op::Mul, x, pdf));
@@ -413,18 +485,27 @@ at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self, c
 
 // ------------------------------------------------------ clamp, where, fill
 
+// One bound of clamp: the bound where x is beyond it, else x itself (so a
+// +0.0/-0.0 tie keeps x's zero, as the CPU's clamp with a scalar bound
+// does). A NaN x or a NaN bound gives NaN, as on the CPU.
+ir::Value ClampTo(int d, ir::Value x, ir::Value bound, bool lower) {
+  ir::Builder& b = B(d);
+  ir::Value beyond = b.Compare(lower ? ir::CompareDir::LT : ir::CompareDir::GT, x, bound);
+  if (ir::IsFloat(b.shape(x).dtype)) beyond = b.Binary(Op::Or, beyond, IsNan(d, bound));
+  return b.Select(beyond, bound, x);
+}
+
 at::Tensor clamp(const at::Tensor& a, const std::optional<at::Scalar>& lo, const std::optional<at::Scalar>& hi) {
   TORCH_CHECK(lo || hi, "torch.clamp: At least one of 'min' or 'max' must not be None");
   TraceScope s;
   const int d = DeviceIndex(a);
-  ir::Builder& b = B(d);
   at::ScalarType t = a.scalar_type();
   if (lo) t = at::promoteTypes(t, at::result_type(a, *lo));
   if (hi) t = at::promoteTypes(t, at::result_type(a, *hi));
   const auto shape = a.sizes().vec();
   ir::Value x = ValAs(a, t);
-  if (lo) x = b.Binary(Op::Max, x, Number(d, *lo, t, shape));
-  if (hi) x = b.Binary(Op::Min, x, Number(d, *hi, t, shape));
+  if (lo) x = ClampTo(d, x, Number(d, *lo, t, shape), true);
+  if (hi) x = ClampTo(d, x, Number(d, *hi, t, shape), false);
   return Wrap(x, d);
 }
 
@@ -438,10 +519,9 @@ at::Tensor clamp_tensor(const at::Tensor& a, const std::optional<at::Tensor>& lo
   if (lo && lo->defined()) shape = at::infer_size(shape, lo->sizes());
   if (hi && hi->defined()) shape = at::infer_size(shape, hi->sizes());
   const int d = CommonDevice({&a, lo ? &*lo : nullptr, hi ? &*hi : nullptr});
-  ir::Builder& b = B(d);
   ir::Value x = BroadcastTo(d, Operand(a, d, t), shape);
-  if (lo && lo->defined()) x = b.Binary(Op::Max, x, BroadcastTo(d, Operand(*lo, d, t), shape));
-  if (hi && hi->defined()) x = b.Binary(Op::Min, x, BroadcastTo(d, Operand(*hi, d, t), shape));
+  if (lo && lo->defined()) x = ClampTo(d, x, BroadcastTo(d, Operand(*lo, d, t), shape), true);
+  if (hi && hi->defined()) x = ClampTo(d, x, BroadcastTo(d, Operand(*hi, d, t), shape), false);
   return Wrap(x, d);
 }
 

@@ -1,6 +1,8 @@
 // Neural-network lowerings: layer and batch normalization, convolution,
 // pooling, losses, each with its backward.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "aten/lowering.h"
@@ -127,6 +129,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   const at::ScalarType t = input.scalar_type();
   const auto shape = input.sizes().vec();
   const int64_t c = shape[1];
+  // Nothing to normalize: the CPU returns empty results before it looks at
+  // the other arguments.
+  if (!training && input.numel() == 0) return {Wrap(Fill(d, 0, t, shape), d), EmptyOut(d, t), EmptyOut(d, t)};
   double n = 1;
   const std::vector<int64_t> red = ChannelReduction(shape, &n);
   ir::Value x = Val(input);
@@ -151,9 +156,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
     var = ValAs(*running_var, t);
   }
   invstd = b.Unary(Op::Rsqrt, Add(d, var, Fill(d, eps, t, {c})));
-  ir::Value y = Mul(d, Sub(d, x, PerChannel(d, mean, shape)), PerChannel(d, invstd, shape));
-  if (weight && weight->defined()) y = Mul(d, y, PerChannel(d, ValAs(*weight, t), shape));
-  if (bias && bias->defined()) y = Add(d, y, PerChannel(d, ValAs(*bias, t), shape));
+  // y = x * alpha + beta per channel, alpha = invstd * weight and beta =
+  // bias - mean * alpha: the CPU kernel's form, so rounding and inf/NaN
+  // (an inf weight or running statistic) come out as there.
+  ir::Value alpha = invstd;
+  if (weight && weight->defined()) alpha = Mul(d, alpha, ValAs(*weight, t));
+  ir::Value beta = b.Unary(Op::Neg, Mul(d, mean, alpha));
+  if (bias && bias->defined()) beta = Sub(d, ValAs(*bias, t), Mul(d, mean, alpha));
+  ir::Value y = Add(d, Mul(d, x, PerChannel(d, alpha, shape)), PerChannel(d, beta, shape));
   if (!training) return {Wrap(y, d), EmptyOut(d, t), EmptyOut(d, t)};
   return {Wrap(y, d), Wrap(mean, d), Wrap(invstd, d)};
 }
@@ -567,6 +577,65 @@ ir::Value AdaptiveMatrix(int d, int64_t in, int64_t out, at::ScalarType t) {
   return b.Convert(b.Constant({ir::DType::F32, {out, in}}, std::move(bytes)), ToIr(t));
 }
 
+template <class T>
+ir::Value HostConstant(int d, ir::DType t, std::vector<int64_t> dims, const std::vector<T>& v) {
+  std::vector<uint8_t> bytes(v.size() * sizeof(T));
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  return B(d).Constant({t, std::move(dims)}, std::move(bytes));
+}
+
+// Adaptive average pooling of x along `dim`, from `in` to `out` elements:
+// output o is the mean of x[floor(o*in/out) .. ceil((o+1)*in/out)). Like the
+// CPU it reads only each window's own elements (a matrix product would
+// multiply every NaN or inf of the row by zero weights and spread it).
+ir::Value AdaptiveAlong(int d, ir::Value x, int64_t dim, int64_t in, int64_t out, at::ScalarType t) {
+  ir::Builder& b = B(d);
+  const std::vector<int64_t> shape = b.shape(x).dims;
+  const size_t rank = shape.size();
+  ir::Value zero = b.ScalarConstant(ToIr(t), 0);
+  if (in % out == 0) {
+    std::vector<int64_t> window(rank, 1), none(rank, 0);
+    window[dim] = in / out;
+    ir::Value sum = b.ReduceWindow(x, zero, ReduceKind::Sum, window, window, {}, {}, none, none);
+    return b.Binary(Op::Div, sum, Fill(d, static_cast<double>(in / out), t, b.shape(sum).dims));
+  }
+  // Windows of up to kmax elements, gathered; places past a window's end
+  // repeat its last element and are masked out of the sum.
+  int64_t kmax = 0;
+  for (int64_t o = 0; o < out; ++o) kmax = std::max(kmax, ((o + 1) * in + out - 1) / out - (o * in) / out);
+  std::vector<int64_t> idx;
+  std::vector<uint8_t> valid;
+  std::vector<float> count;
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t start = (o * in) / out, end = ((o + 1) * in + out - 1) / out;
+    for (int64_t j = 0; j < kmax; ++j) {
+      idx.push_back(std::min(start + j, end - 1));
+      valid.push_back(start + j < end);
+    }
+    count.push_back(static_cast<float>(end - start));
+  }
+  ir::GatherDims g;
+  for (size_t i = 0; i < rank; ++i) {
+    if (static_cast<int64_t>(i) != dim) g.offset_dims.push_back(static_cast<int64_t>(i));
+  }
+  g.collapsed_slice_dims = {dim};
+  g.start_index_map = {dim};
+  g.index_vector_dim = 1;
+  std::vector<int64_t> slice = shape;
+  slice[dim] = 1;
+  ir::Value taken = b.Gather(x, HostConstant(d, ir::DType::I64, {out * kmax, 1}, idx), g, slice);
+  std::vector<int64_t> split(shape.begin(), shape.begin() + dim);
+  split.push_back(out);
+  split.push_back(kmax);
+  split.insert(split.end(), shape.begin() + dim + 1, shape.end());
+  taken = b.Reshape(taken, split);
+  ir::Value mask = b.BroadcastInDim(HostConstant(d, ir::DType::Bool, {out, kmax}, valid), split, {dim, dim + 1});
+  ir::Value sum = b.Reduce(b.Select(mask, taken, Fill(d, 0, t, split)), zero, {dim + 1}, ReduceKind::Sum);
+  const std::vector<int64_t> rshape = b.shape(sum).dims;
+  ir::Value n = b.Convert(HostConstant(d, ir::DType::F32, {out}, count), ToIr(t));
+  return b.Binary(Op::Div, sum, b.BroadcastInDim(n, rshape, {dim}));
+}
+
 ir::Value AdaptiveApply(int d, ir::Value x3, ir::Value ph, ir::Value pw) {
   ir::Builder& b = B(d);
   // x3 [B, H, W]; y = ph @ x @ pw^T per batch
@@ -589,8 +658,9 @@ at::Tensor adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output_si
   const at::ScalarType t = self.scalar_type();
   const auto shape = self.sizes().vec();
   const int64_t h = shape[shape.size() - 2], w = shape.back();
-  ir::Value y = AdaptiveApply(d, As3d(d, Val(self), shape), AdaptiveMatrix(d, h, output_size[0], t),
-                              AdaptiveMatrix(d, w, output_size[1], t));
+  TORCH_CHECK(output_size[0] > 0 && output_size[1] > 0, "adaptive_avg_pool2d: output_size must be positive");
+  ir::Value y = AdaptiveAlong(d, As3d(d, Val(self), shape), 1, h, output_size[0], t);
+  y = AdaptiveAlong(d, y, 2, w, output_size[1], t);
   std::vector<int64_t> out = shape;
   out[out.size() - 2] = output_size[0];
   out[out.size() - 1] = output_size[1];
@@ -605,6 +675,17 @@ at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& grad, const at::Tensor
   const auto shape = self.sizes().vec(), gshape = grad.sizes().vec();
   const int64_t h = shape[shape.size() - 2], w = shape.back();
   const int64_t oh = gshape[gshape.size() - 2], ow = gshape.back();
+  if (oh > 0 && ow > 0 && h % oh == 0 && w % ow == 0) {
+    // windows tile the input: each input takes its window's gradient / kh / kw
+    // (the CPU's order of operations), so NaN stays in its window
+    const int64_t kh = h / oh, kw = w / ow;
+    ir::Value g = As3d(d, ValAs(grad, t), gshape);
+    const int64_t bsz = b.shape(g).dims[0];
+    g = b.Binary(Op::Div, g, Fill(d, static_cast<double>(kh), t, {bsz, oh, ow}));
+    g = b.Binary(Op::Div, g, Fill(d, static_cast<double>(kw), t, {bsz, oh, ow}));
+    g = b.BroadcastInDim(g, {bsz, oh, kh, ow, kw}, {0, 1, 3});
+    return Wrap(b.Reshape(g, shape), d);
+  }
   // the transposed matrices spread each output gradient over its window
   ir::Value ph = b.Transpose(AdaptiveMatrix(d, h, oh, t), {1, 0});
   ir::Value pw = b.Transpose(AdaptiveMatrix(d, w, ow, t), {1, 0});

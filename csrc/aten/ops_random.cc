@@ -158,8 +158,9 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   ir::Builder& b = B(d);
   const auto shape = grad.sizes().vec();
   const at::ScalarType t = at::result_type(grad, scale);  // grad * mask * scale promotes like eager
-  ir::Value keep = ValAs(mask, at::kBool);
-  return Wrap(b.Select(keep, b.Binary(Op::Mul, ValAs(grad, t), Number(d, scale, t, shape)), Fill(d, 0, t, shape)), d);
+  // a multiply, not a select: NaN * 0 is NaN and -g * 0 is -0.0, as on the CPU
+  ir::Value masked = b.Binary(Op::Mul, ValAs(grad, t), ValAs(mask, t));
+  return Wrap(b.Binary(Op::Mul, masked, Number(d, scale, t, shape)), d);
 }
 
 }  // namespace

@@ -71,6 +71,20 @@ ir::Value ReduceValue(int d, ir::Value x, const std::vector<int64_t>& shape, con
   return r;
 }
 
+// max/min over `dims` as PyTorch defines them: a NaN anywhere gives NaN.
+// StableHLO's reduce(maximum) leaves NaN to the backend (the XLA CPU plugin
+// drops it), so float types reduce an any-NaN flag alongside. The sign of a
+// +0.0/-0.0 tie is the backend's: the CPU's own answer changes with its
+// vector width (docs/semantics.md).
+ir::Value ReduceExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, const std::vector<int64_t>& dims,
+                        ReduceKind kind, at::ScalarType t, bool keepdim) {
+  ir::Value m = ReduceValue(d, x, shape, dims, kind, t, keepdim);
+  if (!at::isFloatingType(t)) return m;
+  ir::Builder& b = B(d);
+  ir::Value any_nan = ReduceValue(d, IsNan(d, x), shape, dims, ReduceKind::Or, at::kBool, keepdim);
+  return b.Select(any_nan, Fill(d, NAN, t, b.shape(m).dims), m);
+}
+
 at::ScalarType SumType(const at::Tensor& a, std::optional<at::ScalarType> dtype) {
   if (dtype) return *dtype;
   return at::isIntegralType(a.scalar_type(), true) ? at::kLong : a.scalar_type();
@@ -111,7 +125,7 @@ at::Tensor Extreme(const at::Tensor& a, at::IntArrayRef dim, bool keepdim, Reduc
   const int d = DeviceIndex(a);
   const auto dims = ReduceDims(dim, a.dim());
   for (int64_t x : dims) TORCH_CHECK(a.dim() == 0 || a.size(x) > 0, "reduction over a zero-size dimension has no identity");
-  return Wrap(ReduceValue(d, Val(a), a.sizes().vec(), dims, k, a.scalar_type(), keepdim), d);
+  return Wrap(ReduceExtreme(d, Val(a), a.sizes().vec(), dims, k, a.scalar_type(), keepdim), d);
 }
 at::Tensor amax(const at::Tensor& a, at::IntArrayRef dim, bool keepdim) { return Extreme(a, dim, keepdim, ReduceKind::Max); }
 at::Tensor amin(const at::Tensor& a, at::IntArrayRef dim, bool keepdim) { return Extreme(a, dim, keepdim, ReduceKind::Min); }
@@ -124,26 +138,34 @@ at::Tensor min_all(const at::Tensor& a) {
   return Extreme(a, {}, false, ReduceKind::Min);
 }
 
-// Index (i64) of the first extreme along `dim` (NaN counts as the extreme).
+// Index (i64) of the first extreme along `dim`; the first NaN when there is
+// one (as PyTorch). `values`, when given, receives the element at that
+// index, so its sign of zero is the CPU's too.
 ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, bool is_max, at::ScalarType t,
                      ir::Value* values) {
   ir::Builder& b = B(d);
   ir::Value m = ReduceValue(d, x, shape, {dim}, is_max ? ReduceKind::Max : ReduceKind::Min, t, true);
-  ir::Value mb = BroadcastTo(d, m, shape);
-  ir::Value hit = b.Compare(ir::CompareDir::EQ, x, mb);
+  ir::Value hit = b.Compare(ir::CompareDir::EQ, x, BroadcastTo(d, m, shape));
+  ir::Value any_nan;
   if (at::isFloatingType(t)) {
-    ir::Value nan = b.Compare(ir::CompareDir::NE, x, x);
-    hit = b.Binary(Op::Or, hit, nan);
-    // a NaN anywhere makes the extreme NaN (as PyTorch)
-    ir::Value any_nan = ReduceValue(d, nan, shape, {dim}, ReduceKind::Or, at::kBool, true);
-    if (values) *values = b.Select(any_nan, Fill(d, NAN, t, b.shape(m).dims), m);
-  } else if (values) {
-    *values = m;
+    // the backend's reduce may or may not have kept the NaN: decide here
+    ir::Value nan = IsNan(d, x);
+    any_nan = ReduceValue(d, nan, shape, {dim}, ReduceKind::Or, at::kBool, true);
+    hit = b.Select(BroadcastTo(d, any_nan, shape), nan, hit);
   }
   ir::Value iota = b.Iota({ir::DType::I64, shape}, dim);
   ir::Value big = Fill(d, static_cast<double>(shape[dim]), at::kLong, shape);
-  ir::Value idx = b.Select(hit, iota, big);
-  return ReduceValue(d, idx, shape, {dim}, ReduceKind::Min, at::kLong, true);
+  ir::Value idx = ReduceValue(d, b.Select(hit, iota, big), shape, {dim}, ReduceKind::Min, at::kLong, true);
+  if (values && any_nan.valid()) {
+    // the one element at idx, over -inf elsewhere; NaN decided by the flag
+    ir::Value at_idx = b.Compare(ir::CompareDir::EQ, iota, BroadcastTo(d, idx, shape));
+    ir::Value picked = b.Select(at_idx, x, Fill(d, -INFINITY, t, shape));
+    picked = ReduceValue(d, picked, shape, {dim}, ReduceKind::Max, t, true);
+    *values = b.Select(any_nan, Fill(d, NAN, t, b.shape(m).dims), picked);
+  } else if (values) {
+    *values = m;
+  }
+  return idx;
 }
 
 std::tuple<at::Tensor, at::Tensor> MaxMinDim(const at::Tensor& a, int64_t dim, bool keepdim, bool is_max) {
@@ -212,7 +234,7 @@ at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::Op
   ir::Value x = b.Unary(Op::Abs, ValAs(a, t));
   const double p = ord.toDouble();
   if (std::isinf(p)) {
-    return Wrap(ReduceValue(d, x, shape, dims, p > 0 ? ReduceKind::Max : ReduceKind::Min, t, keepdim), d);
+    return Wrap(ReduceExtreme(d, x, shape, dims, p > 0 ? ReduceKind::Max : ReduceKind::Min, t, keepdim), d);
   }
   if (p == 0) {
     ir::Value nz = b.Convert(b.Compare(ir::CompareDir::NE, x, Fill(d, 0, t, shape)), ToIr(t));
@@ -315,7 +337,8 @@ at::Tensor softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64
   ir::Value g = ValAs(grad, t);
   ir::Value gy = b.Binary(Op::Mul, g, y);
   ir::Value sum = BroadcastTo(d, ReduceValue(d, gy, shape, {w}, ReduceKind::Sum, t, true), shape);
-  return Wrap(b.Convert(b.Binary(Op::Sub, gy, b.Binary(Op::Mul, y, sum)), ToIr(input_dtype)), d);
+  // y * (g - sum(g * y)): the CPU kernel's form (zero signs, inf and NaN as there)
+  return Wrap(b.Convert(b.Binary(Op::Mul, y, b.Binary(Op::Sub, g, sum)), ToIr(input_dtype)), d);
 }
 
 at::Tensor log_softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {

@@ -54,6 +54,11 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
   if (self.dim() == 0) return Wrap(Val(self), d);
   const int64_t w = WrapDim(dim, self.dim());
   const int64_t n = index.numel();
+  if (n == 0) {
+    std::vector<int64_t> out = self.sizes().vec();
+    out[w] = 0;
+    return Wrap(Fill(d, 0, self.scalar_type(), out), d);
+  }
   ir::Value idx = b.Reshape(CheckedIndex(d, Operand(index, d, index.scalar_type()), self.size(w), false, "index_select()"), {n, 1});
   ir::GatherDims g;
   for (int64_t i = 0; i < self.dim(); ++i) {

@@ -218,6 +218,13 @@ Value Builder::Convert(Value x, DType to) {
     throw Error(std::string("Convert from ") + Name(from) + " to " + Name(to) +
                 ": take the real part first (complex to real is not defined)");
   }
+  if (from == DType::Bool && IsFloat(to)) {
+    // select(x, 1, 0), not convert: XLA rewrites multiply(a, convert(pred))
+    // into select(pred, a, 0), which turns inf * 0 and NaN * 0 into 0
+    // (PyTorch, and IEEE, give NaN: masked gradients depend on it).
+    const std::vector<int64_t>& dims = shape(x).dims;
+    return Select(x, Full(to, dims, 1), Full(to, dims, 0));
+  }
   Value v = Add(Op::Convert, {x});
   g_.nodes[v.node].results[0].dtype = to;
   return v;

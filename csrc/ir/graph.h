@@ -291,7 +291,9 @@ struct ScatterAttrs {
   }
 };
 
-// A stable sort of all operands by the first one.
+// A stable sort of all operands by the first one, in PyTorch's order: for
+// float keys NaN sorts above +inf (last ascending, first descending) and
+// +0.0 equals -0.0; equal keys keep their order.
 struct SortAttrs {
   static constexpr Op kOp = Op::Sort;
   int64_t dimension = 0;
@@ -424,7 +426,9 @@ class Builder {
 
   Value Unary(Op op, Value x);
   Value Binary(Op op, Value x, Value y);
-  Value Convert(Value x, DType to);  // no node when x already has dtype `to`
+  // No node when x already has dtype `to`; bool to float is built as
+  // select(x, 1, 0) (see graph.cc: XLA folds a multiply by convert(bool)).
+  Value Convert(Value x, DType to);
   // Reinterprets the bits of x as `to`. Of another element size (not
   // complex), as torch's view(dtype): the last dimension scales by the ratio.
   Value Bitcast(Value x, DType to);
@@ -471,7 +475,8 @@ class Builder {
                const std::vector<int64_t>& slice_sizes);
   // replace=false: updates are added (scatter_add); true: they overwrite.
   Value Scatter(Value operand, Value indices, Value updates, const ScatterDims& dims, bool replace);
-  // Sorts all `xs` along `dim` by the first one; returns one value per input.
+  // Stable-sorts all `xs` along `dim` by the first one (NaN above +inf, see
+  // SortAttrs); returns one value per input.
   std::vector<Value> Sort(const std::vector<Value>& xs, int64_t dim, bool descending);
   // Returns {new_state, bits}: `state` is a ui64[2] Threefry key/counter.
   std::vector<Value> RngBitGenerator(Value state, const Shape& bits);

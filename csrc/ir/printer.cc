@@ -281,11 +281,34 @@ class Printer {
     for (size_t i = 0; i < in.size() * 2; ++i) {
       rs << (i ? ", " : "") << r << i << ": " << Shape{in[i / 2].dtype, {}}.ToString();
     }
-    const std::string st = Shape{in[0].dtype, {}}.ToString();
-    rs << "):\n      " << r << "c = \"stablehlo.compare\"(" << r << "0, " << r << "1) {"
-       << CompareText(descending ? CompareDir::GT : CompareDir::LT, in[0].dtype) << "} : (" << st
-       << ", " << st << ") -> tensor<i1>\n      \"stablehlo.return\"(" << r
-       << "c) : (tensor<i1>) -> ()\n    }";
+    const DType t = in[0].dtype;
+    const std::string st = Shape{t, {}}.ToString();
+    const std::string pred = "tensor<i1>";
+    auto compare = [&](const std::string& out, CompareDir dir, const std::string& a, const std::string& b) {
+      rs << "      " << out << " = \"stablehlo.compare\"(" << a << ", " << b << ") {" << CompareText(dir, t)
+         << "} : (" << st << ", " << st << ") -> " << pred << "\n";
+    };
+    auto logic = [&](const std::string& out, const char* op, const std::string& a, const std::string& b) {
+      rs << "      " << out << " = \"" << op << "\"(" << a << ", " << b << ") : (" << pred << ", " << pred
+         << ") -> " << pred << "\n";
+    };
+    rs << "):\n";
+    const std::string lhs = r + "0", rhs = r + "1";
+    compare(r + "c", descending ? CompareDir::GT : CompareDir::LT, lhs, rhs);
+    std::string result = r + "c";
+    if (IsFloat(t)) {
+      // NaN orders above +inf (PyTorch's order): ascending, lhs comes first
+      // when only rhs is NaN; descending, when only lhs is. Equal keys,
+      // +0.0/-0.0 and NaN/NaN among them, keep their order (stable).
+      const std::string& nan_side = descending ? lhs : rhs;
+      const std::string& num_side = descending ? rhs : lhs;
+      compare(r + "n", CompareDir::NE, nan_side, nan_side);
+      compare(r + "o", CompareDir::EQ, num_side, num_side);
+      logic(r + "a", "stablehlo.and", r + "n", r + "o");
+      logic(r + "r", "stablehlo.or", r + "c", r + "a");
+      result = r + "r";
+    }
+    rs << "      \"stablehlo.return\"(" << result << ") : (" << pred << ") -> ()\n    }";
     return rs.str();
   }
 

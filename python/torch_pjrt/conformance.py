@@ -11,11 +11,20 @@ Per (op, dtype) entry the verdict is one of:
 - ``skip``: no sample could run on the CPU either.
 
     python -m torch_pjrt.conformance [--dtypes float32,int64,bool,bfloat16]
-        [--ops NAME,...] [--max-samples N] [--no-grad] [--json conformance.json]
+        [--ops NAME,...] [--entries FILE] [--max-samples N] [--no-grad]
+        [--special-values] [--json conformance.json]
 
 prints one line per entry and a summary ``N passed, N failed`` (passed counts
 ``pass`` and ``fallback``; failed counts ``fail`` and ``error``), and writes
 the JSON report.
+
+``--special-values`` runs each sample in two other forms instead: with NaN,
++inf, -inf and -0.0 written into every floating-point input (at fixed,
+evenly spread positions, so each run is the same), and with every input
+emptied along its last dimension. NaN equals NaN, and a zero of the CPU's
+result must have its sign. ``make conformance-special`` runs it over the
+float32 and bfloat16 entries of the native pass list (``--entries``);
+docs/semantics.md explains the differences it expects.
 """
 
 from __future__ import annotations
@@ -72,8 +81,57 @@ def _flatten(x) -> List[torch.Tensor]:
     return []
 
 
-def _inputs(sample) -> List[torch.Tensor]:
-    return _flatten([sample.input, list(sample.args), list(sample.kwargs.values())])
+# Written into floating-point inputs by the special-values pass.
+SPECIAL_VALUES = (float("nan"), float("inf"), float("-inf"), -0.0)
+
+
+def _map(x, fn):
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map(v, fn) for v in x)
+    if isinstance(x, dict):
+        return {k: _map(v, fn) for k, v in x.items()}
+    return x
+
+
+def _with_special_values(t: torch.Tensor, k: int) -> torch.Tensor:
+    """A copy of `t` with NaN, +inf, -inf, -0.0 (rotated by k, the tensor's
+    place among the sample's float inputs) at evenly spread positions."""
+    out = t.detach().clone()
+    values = SPECIAL_VALUES[k % 4:] + SPECIAL_VALUES[:k % 4]
+    if out.dim() == 0:
+        out.fill_(values[0])
+    else:
+        m = min(out.numel(), 4)
+        for j in range(m):
+            pos = torch.tensor((j * out.numel()) // m)
+            out[tuple(int(i) for i in torch.unravel_index(pos, out.shape))] = values[j]
+    return out.requires_grad_(t.requires_grad)
+
+
+def _emptied(t: torch.Tensor) -> torch.Tensor:
+    """`t` cut to size 0 along its last dimension, without gradient: the
+    gradients of empty tensors are empty, and the CPU's own backward of some
+    ops crashes on them (native_batch_norm)."""
+    return t.detach() if t.dim() == 0 else t.detach()[..., :0].clone()
+
+
+def _cases(sample, special: bool):
+    """(label, [input, args, kwargs]) forms of one sample to run; gradients
+    are checked for inputs that require them."""
+    base = [sample.input, list(sample.args), dict(sample.kwargs)]
+    if not special:
+        return [("sample", base)]
+    counter = [0]
+
+    def inject(t):
+        if not t.is_floating_point():
+            return t
+        counter[0] += 1
+        return _with_special_values(t, counter[0] - 1)
+
+    return [("special values", _map(base, inject)), ("empty", _map(base, _emptied))]
 
 
 def _tolerance(dtype):
@@ -84,7 +142,7 @@ def _tolerance(dtype):
     return dict(rtol=0, atol=0)
 
 
-def _compare(got, want, dtype) -> Optional[str]:
+def _compare(got, want, dtype, signed_zeros: bool = False) -> Optional[str]:
     g, w = _flatten(got), _flatten(want)
     if len(g) != len(w):
         return f"{len(g)} outputs, expected {len(w)}"
@@ -105,6 +163,11 @@ def _compare(got, want, dtype) -> Optional[str]:
             torch.testing.assert_close(a, b.detach(), equal_nan=True, **tol)
         except AssertionError as e:
             return f"output {i}: " + str(e).strip().splitlines()[0]
+        if signed_zeros and b.dtype.is_floating_point:
+            zeros = (a == 0) & (b.detach() == 0)
+            wrong = torch.signbit(a[zeros]) != torch.signbit(b.detach()[zeros])
+            if wrong.any():
+                return f"output {i}: {int(wrong.sum())} zero(s) of the wrong sign"
     return None
 
 
@@ -122,7 +185,7 @@ def _grads(out, inputs: List[torch.Tensor]):
     return torch.autograd.grad(loss, wanted, allow_unused=True)
 
 
-def run_entry(op, dtype, max_samples: int, grads: bool, device) -> dict:
+def run_entry(op, dtype, max_samples: int, grads: bool, device, special: bool = False) -> dict:
     verdict = {"op": _entry_name(op), "dtype": str(dtype).replace("torch.", ""), "samples": 0, "passed": 0,
                "fallback": 0, "failed": 0, "errored": 0, "detail": ""}
     want_grad = grads and dtype == torch.float32 and op.supports_autograd
@@ -132,43 +195,49 @@ def run_entry(op, dtype, max_samples: int, grads: bool, device) -> dict:
         verdict["detail"] = f"no samples: {type(e).__name__}"
         return verdict
     for sample in samples:
-        try:
-            want = op(sample.input, *sample.args, **sample.kwargs)
-            want_g = _grads(want, _inputs(sample)) if want_grad else None
-        except Exception:
-            continue  # not runnable on the CPU either
-        verdict["samples"] += 1
-        dev_sample = _to([sample.input, list(sample.args), dict(sample.kwargs)], device)
-        before = _fallbacks()
-        try:
-            got = op(dev_sample[0], *dev_sample[1], **dev_sample[2])
-            problem = _compare(got, want, dtype)
-            if problem is None and want_g is not None:
-                got_g = _grads(got, _inputs_of(dev_sample))
-                if got_g is None:
-                    problem = "no gradient on pjrt"
-                else:
-                    for i, (a, b) in enumerate(zip(got_g, want_g)):
-                        if (a is None) != (b is None):
-                            problem = f"gradient {i}: defined on one side only"
-                            break
-                        if a is not None:
-                            p = _compare(a, b, dtype)
-                            if p:
-                                problem = "gradient " + p
-                                break
-        except Exception as e:
-            verdict["errored"] += 1
-            verdict["detail"] = verdict["detail"] or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
-            continue
-        if problem:
-            verdict["failed"] += 1
-            verdict["detail"] = verdict["detail"] or problem[:200]
-        elif _fallbacks() > before:
-            verdict["fallback"] += 1
-        else:
-            verdict["passed"] += 1
+        for label, case in _cases(sample, special):
+            _run_case(op, dtype, case, want_grad, device, special, label, verdict)
     return verdict
+
+
+def _run_case(op, dtype, case, want_grad: bool, device, special: bool, label: str, verdict: dict) -> None:
+    prefix = f"{label}: " if special else ""
+    try:
+        want = op(case[0], *case[1], **case[2])
+        want_g = _grads(want, _flatten(case)) if want_grad else None
+    except Exception:
+        return  # not runnable on the CPU either
+    verdict["samples"] += 1
+    dev_sample = _to(case, device)
+    before = _fallbacks()
+    try:
+        got = op(dev_sample[0], *dev_sample[1], **dev_sample[2])
+        problem = _compare(got, want, dtype, signed_zeros=special)
+        if problem is None and want_g is not None:
+            got_g = _grads(got, _inputs_of(dev_sample))
+            if got_g is None:
+                problem = "no gradient on pjrt"
+            else:
+                for i, (a, b) in enumerate(zip(got_g, want_g)):
+                    if (a is None) != (b is None):
+                        problem = f"gradient {i}: defined on one side only"
+                        break
+                    if a is not None:
+                        p = _compare(a, b, dtype, signed_zeros=special)
+                        if p:
+                            problem = "gradient " + p
+                            break
+    except Exception as e:
+        verdict["errored"] += 1
+        verdict["detail"] = verdict["detail"] or prefix + f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+        return
+    if problem:
+        verdict["failed"] += 1
+        verdict["detail"] = verdict["detail"] or (prefix + problem)[:200]
+    elif _fallbacks() > before:
+        verdict["fallback"] += 1
+    else:
+        verdict["passed"] += 1
 
 
 def _inputs_of(dev_sample) -> List[torch.Tensor]:
@@ -200,18 +269,20 @@ def op_db(names: Optional[Iterable[str]] = None):
         yield op
 
 
-def run(names=None, dtypes=("float32",), max_samples=4, grads=True, out=sys.stdout, per_entry=True) -> List[dict]:
+def run(names=None, dtypes=("float32",), max_samples=4, grads=True, out=sys.stdout, per_entry=True,
+        special=False, entries=None) -> List[dict]:
+    """`entries`: a set of (name, dtype) pairs to run, None for all."""
     device = torch_pjrt.device()
     results = []
     for op in op_db(names):
         supported = op.supported_dtypes("cpu")
         for dname in dtypes:
             dtype = DTYPES[dname]
-            if dtype not in supported:
+            if dtype not in supported or (entries is not None and (_entry_name(op), dname) not in entries):
                 continue
             torch_pjrt.sync()
             try:
-                v = run_entry(op, dtype, max_samples, grads, device)
+                v = run_entry(op, dtype, max_samples, grads, device, special=special)
             except Exception:  # a harness problem must not stop the run
                 v = {"op": _entry_name(op), "dtype": dname, "samples": 1, "passed": 0, "fallback": 0, "failed": 0,
                      "errored": 1, "detail": traceback.format_exc().strip().splitlines()[-1][:200]}
@@ -230,12 +301,19 @@ def main(argv=None) -> int:
     p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     p.add_argument("--max-samples", type=int, default=3)
     p.add_argument("--no-grad", action="store_true", help="skip gradient checks")
+    p.add_argument("--entries", default="", help="run only the (op dtype) entries this file lists, e.g. the pass list")
+    p.add_argument("--special-values", action="store_true",
+                   help="inputs with NaN, +-inf and -0.0 written in, and emptied inputs (see above)")
     p.add_argument("--json", default="conformance.json")
     p.add_argument("--expected", default="", help="expected-failure file: fail only on failures it does not list")
+    p.add_argument("--fail-on-stale", action="store_true",
+                   help="with --expected: also fail when an entry it lists ran and passed (remove it from the file)")
     args = p.parse_args(argv)
     names = [n for n in args.ops.split(",") if n] or None
+    entries = load_entries(args.entries) if args.entries else None
     t0 = time.time()
-    results = run(names, [d for d in args.dtypes.split(",") if d], args.max_samples, not args.no_grad)
+    results = run(names, [d for d in args.dtypes.split(",") if d], args.max_samples, not args.no_grad,
+                  special=args.special_values, entries=entries)
     counts: Dict[str, int] = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -253,8 +331,29 @@ def main(argv=None) -> int:
         for r in unknown:
             print(f"UNEXPECTED {r['status']}: {r['op']} {r['dtype']}: {r['detail']}")
         print(f"{len(unknown)} unexpected failure(s) (not in {args.expected})")
+        stale = []
+        for key in known:
+            op, dtype = key.split(" ")
+            ran = [r for r in results if r["op"] == op and dtype in (r["dtype"], "*")]
+            if ran and all(r["status"] in ("pass", "fallback") for r in ran):
+                stale.append(key)
+                print(f"STALE: {key} is listed in {args.expected} but passes")
+        if args.fail_on_stale and stale:
+            print(f"{len(stale)} listed entries now pass: remove them from {args.expected}")
+            return 1
         return 0 if not unknown else 1
     return 0 if failed == 0 else 1
+
+
+def load_entries(path: str) -> set:
+    """{(op, dtype)} from a file of `op dtype` lines (the pass list's format)."""
+    out = set()
+    for line in open(path):
+        line = line.strip()
+        if line and not line.startswith("#"):
+            op, dtype = line.split()[:2]
+            out.add((op, dtype))
+    return out
 
 
 def load_expected(path: str) -> Dict[str, str]:

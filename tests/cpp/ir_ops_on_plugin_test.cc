@@ -211,6 +211,20 @@ TEST(OpsOnPlugin, ConvertCompareSelectClampIsFinite) {
   EXPECT_EQ(out[4].As<uint8_t>(), (std::vector<uint8_t>{1, 1, 1, 1, 0}));  // 0/0 is NaN
 }
 
+TEST(OpsOnPlugin, MultiplyByConvertedBoolKeepsInfTimesZeroNan) {
+  // XLA folds multiply(a, convert(pred)) into select(pred, a, 0); the
+  // builder's bool-to-float Convert must not let it (inf * 0 is NaN).
+  ir::Builder b;
+  auto x = b.Parameter({DType::F32, {3}});
+  auto mask = b.Compare(ir::CompareDir::GT, x, b.Full(DType::F32, {3}, 0));
+  auto y = b.Parameter({DType::F32, {3}});
+  auto g = b.Build({b.Binary(Op::Mul, y, b.Convert(mask, DType::F32))});
+  auto out = RunGraph(g, {F32({3}, {-1.f, 2.f, -3.f}), F32({3}, {INFINITY, 5.f, std::nanf("")})})[0].As<float>();
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_EQ(out[1], 5.f);
+  EXPECT_TRUE(std::isnan(out[2]));
+}
+
 TEST(OpsOnPlugin, ConstantsScalarSplatDenseAndOtherDtypes) {
   ir::Builder b;
   auto dense = b.Constant({DType::F32, {2, 2}}, Host::Of<float>(DType::F32, {}, {1.f, -2.5f, 1e-8f, 3e20f}).bytes);
@@ -432,6 +446,21 @@ TEST(OpsOnPlugin, SortValuesWithIndicesBothDirections) {
   ExpectFloats(out[0].As<float>(), {1, 1, 2, 3, -1, 0, 4, 5});
   EXPECT_EQ(out[1].As<int32_t>(), (std::vector<int32_t>{1, 3, 2, 0, 0, 2, 3, 1}));  // stable
   ExpectFloats(out[2].As<float>(), {3, 2, 1, 1, 5, 4, 0, -1});
+}
+
+TEST(OpsOnPlugin, SortPutsNanAboveInfAndKeepsTiesInOrder) {
+  const float nan = std::nanf("");
+  const float inf = INFINITY;
+  ir::Builder b;
+  auto x = b.Parameter({DType::F32, {6}});
+  auto ids = b.Iota({DType::I32, {6}}, 0);
+  auto asc = b.Sort({x, ids}, 0, false);
+  auto desc = b.Sort({x, ids}, 0, true);
+  auto g = b.Build({asc[1], desc[1]});
+  auto out = RunGraph(g, {F32({6}, {1, nan, 0.0f, -inf, -0.0f, inf})});
+  // ascending: -inf, 0, -0 (a tie: input order), 1, inf, nan
+  EXPECT_EQ(out[0].As<int32_t>(), (std::vector<int32_t>{3, 2, 4, 0, 5, 1}));
+  EXPECT_EQ(out[1].As<int32_t>(), (std::vector<int32_t>{1, 5, 0, 2, 4, 3}));
 }
 
 TEST(OpsOnPlugin, RngBitGeneratorIsDeterministicAndAdvances) {

@@ -75,6 +75,28 @@ TEST(Printer, ReduceRegionAndSortComparator) {
   EXPECT_EQ(PrintStableHlo(b.Build({s[0]})), want);
 }
 
+TEST(Printer, SortComparatorOfFloatKeysOrdersNanAboveInf) {
+  Builder b;
+  auto x = b.Parameter({DType::F32, {3}});
+  auto s = b.Sort({x}, 0, true);
+  const std::string want = R"(module @torch_pjrt attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<3xf32>) -> (tensor<3xf32>) {
+    %1 = "stablehlo.sort"(%arg0) ({
+    ^bb0(%r0_0: tensor<f32>, %r0_1: tensor<f32>):
+      %r0_c = "stablehlo.compare"(%r0_0, %r0_1) {comparison_direction = #stablehlo<comparison_direction GT>, compare_type = #stablehlo<comparison_type FLOAT>} : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      %r0_n = "stablehlo.compare"(%r0_0, %r0_0) {comparison_direction = #stablehlo<comparison_direction NE>, compare_type = #stablehlo<comparison_type FLOAT>} : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      %r0_o = "stablehlo.compare"(%r0_1, %r0_1) {comparison_direction = #stablehlo<comparison_direction EQ>, compare_type = #stablehlo<comparison_type FLOAT>} : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      %r0_a = "stablehlo.and"(%r0_n, %r0_o) : (tensor<i1>, tensor<i1>) -> tensor<i1>
+      %r0_r = "stablehlo.or"(%r0_c, %r0_a) : (tensor<i1>, tensor<i1>) -> tensor<i1>
+      "stablehlo.return"(%r0_r) : (tensor<i1>) -> ()
+    }) {dimension = 0 : i64, is_stable = true} : (tensor<3xf32>) -> tensor<3xf32>
+    "func.return"(%1) : (tensor<3xf32>) -> ()
+  }
+}
+)";
+  EXPECT_EQ(PrintStableHlo(b.Build({s[0]})), want);
+}
+
 TEST(Printer, CollectivesAndMultiResultNames) {
   Builder b(4);
   auto x = b.Parameter({DType::F32, {4}});
