@@ -59,11 +59,13 @@ def test_out_of_range_index_raises_like_the_cpu(name):
     good = op(x, torch.tensor([1, 3]))
     xd = x.to(DEV)
     keep = (xd * 3)  # same program as the bad op
-    out = op(xd, bad.to(DEV))
     with pytest.raises(IndexError, match="out of"):
+        out = None
+        out = op(xd, bad.to(DEV))  # torch itself may check on the host first (then it raises here)
         out.cpu()
-    with pytest.raises(IndexError):
-        keep.cpu()  # every tensor the failed program wrote raises the same error
+    if out is not None:  # the check ran in the program
+        with pytest.raises(IndexError):
+            keep.cpu()  # every tensor the failed program wrote raises the same error
     assert torch.equal(xd.cpu(), x)  # an input it did not write keeps its value
     ok = op(xd, torch.tensor([1, 3]).to(DEV))  # the device keeps working
     if isinstance(good, torch.Tensor):
