@@ -446,8 +446,7 @@ std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& sel
   const auto shape = self.sizes().vec();
   ir::Value x = As3d(d, Val(self), shape);
   const int64_t bsz = b.shape(x).dims[0];
-  const double lowest = at::isFloatingType(t) ? -INFINITY : -9.2e18;
-  ir::Value padded = b.Pad(x, b.ScalarConstant(ToIr(t), lowest), {0, p.ph, p.pw}, {0, p.ph + p.extra_h, p.pw + p.extra_w},
+  ir::Value padded = b.Pad(x, ExtremeConst(d, t, /*lowest=*/true), {0, p.ph, p.pw}, {0, p.ph + p.extra_h, p.pw + p.extra_w},
                            {0, 0, 0});
   const std::vector<int64_t> oshape{bsz, p.oh, p.ow};
   ir::Value row = b.Iota({ir::DType::I64, oshape}, 1);

@@ -1,11 +1,7 @@
 // Reductions and matrix products: sum/mean/max/min/argmax/any/all/norm/var,
 // cumulative sums, softmax and log-softmax with their backward formulas,
 // mm/bmm/addmm/baddbmm/dot/mv.
-#include <ATen/Dispatch.h>
-
 #include <cmath>
-#include <cstring>
-#include <limits>
 
 #include "aten/lowering.h"
 
@@ -31,18 +27,12 @@ std::vector<int64_t> ReduceDims(at::OptionalIntArrayRef dims, int64_t rank) {
   return out;
 }
 
-double InitFor(ReduceKind k, at::ScalarType t) {
+// The start of a sum, product, or, and reduction.
+double InitFor(ReduceKind k) {
   switch (k) {
     case ReduceKind::Sum: case ReduceKind::Or: return 0;
     case ReduceKind::Prod: case ReduceKind::And: return 1;
-    case ReduceKind::Max:
-      if (at::isFloatingType(t)) return -INFINITY;
-      if (t == at::kBool) return 0;
-      return at::isSignedType(t) ? static_cast<double>(std::numeric_limits<int64_t>::lowest()) : 0;
-    case ReduceKind::Min:
-      if (at::isFloatingType(t)) return INFINITY;
-      if (t == at::kBool) return 1;
-      return static_cast<double>(std::numeric_limits<int64_t>::max());
+    case ReduceKind::Max: case ReduceKind::Min: break;  // ExtremeConst
   }
   return 0;
 }
@@ -51,17 +41,9 @@ double InitFor(ReduceKind k, at::ScalarType t) {
 ir::Value ReduceValue(int d, ir::Value x, const std::vector<int64_t>& shape, const std::vector<int64_t>& dims,
                       ReduceKind kind, at::ScalarType t, bool keepdim) {
   ir::Builder& b = B(d);
-  ir::Value init = b.ScalarConstant(ToIr(t), InitFor(kind, t));
-  if (at::isIntegralType(t, /*includeBool=*/false) && (kind == ReduceKind::Max || kind == ReduceKind::Min)) {
-    // Exact integer extremes of the type (a double cannot hold int64 max).
-    at::Tensor host = at::empty({}, at::TensorOptions().dtype(t));
-    AT_DISPATCH_INTEGRAL_TYPES(t, "reduce_init", [&] {
-      host.fill_(kind == ReduceKind::Max ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
-    });
-    std::vector<uint8_t> bytes(host.nbytes());
-    std::memcpy(bytes.data(), host.const_data_ptr(), bytes.size());
-    init = b.Constant({ToIr(t), {}}, std::move(bytes));
-  }
+  ir::Value init = kind == ReduceKind::Max || kind == ReduceKind::Min
+                       ? ExtremeConst(d, t, /*lowest=*/kind == ReduceKind::Max)
+                       : b.ScalarConstant(ToIr(t), InitFor(kind));
   ir::Value r = b.Reduce(x, init, dims, kind);
   if (keepdim) {
     std::vector<int64_t> kept = shape;

@@ -1,9 +1,14 @@
 #include "aten/tensor.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
 
 
 #include "aten/device.h"
@@ -197,6 +202,20 @@ ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype) {
 }
 
 ir::Value Const(int device, double v, at::ScalarType dtype) { return B(device).ScalarConstant(ToIr(dtype), v); }
+
+ir::Value ExtremeConst(int device, at::ScalarType dtype, bool lowest) {
+  at::Tensor host = at::empty({}, at::TensorOptions().dtype(dtype));
+  if (at::isFloatingType(dtype)) {
+    host.fill_(lowest ? -INFINITY : INFINITY);
+  } else {
+    AT_DISPATCH_INTEGRAL_TYPES_AND(at::kBool, dtype, "extreme_const", [&] {
+      host.fill_(lowest ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
+    });
+  }
+  std::vector<uint8_t> bytes(host.nbytes());
+  std::memcpy(bytes.data(), host.const_data_ptr(), bytes.size());
+  return B(device).Constant({ToIr(dtype), {}}, std::move(bytes));
+}
 
 ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to) {
   ir::Builder& b = B(device);

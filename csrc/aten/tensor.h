@@ -67,8 +67,14 @@ void Assign(const at::Tensor& dst, ir::Value v);
 // A 0-d value holding `s` as `dtype`, fed from the host (no recompile when
 // the number changes). Values are cached on device.
 ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype);
-// A 0-d constant (for numbers that shape the program, e.g. 0, 1, eps).
+// A 0-d constant (for numbers that shape the program, e.g. 0, 1, eps). `v`
+// must fit `dtype`: a double outside an integer type's range is undefined.
 ir::Value Const(int device, double v, at::ScalarType dtype);
+// A 0-d constant holding the least (`lowest`) or greatest value of `dtype`:
+// -inf or +inf for floating types, false or true for bool, the exact limits
+// for integers (a double holds neither int64 limit). The start of a max or
+// min reduction, the padding of a max pool.
+ir::Value ExtremeConst(int device, at::ScalarType dtype, bool lowest);
 
 // Broadcast `v` (of shape `from`) to `to`, numpy-style (trailing alignment).
 ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to);

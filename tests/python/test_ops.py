@@ -44,6 +44,13 @@ CASES = {
     "max_min_dim": (lambda a: torch.stack([a.max(1).values, a.min(1).values, a.amax(1), a.amin(1)]), [r(4, 5)], [0]),
     "argmax_argmin": (lambda a: torch.stack([a.argmax(1), a.argmin(1), a.argmax().expand(4)]),
                       [r(4, 5)], []),
+    # Integer max/min start from the type's exact limits (an out-of-range
+    # double converted to an integer is undefined behaviour).
+    "max_min_integer_dtypes": (lambda a: torch.cat([torch.stack([x.argmax(1), x.argmin(1), x.max(1).values.long(),
+                                                                 x.min(1).values.long()]).flatten()
+                                                    for x in (a.to(torch.int8), a.to(torch.uint8), a.int(), a)]
+                                                   + [torch.stack([(a > 1).amax(1), (a > 1).amin(1)]).long().flatten()]),
+                               [torch.tensor([[3, 1, 2], [2, 4, 0]])], []),
     "norm_var_std": (lambda a: torch.stack([a.norm(), a.var(), a.std(), torch.linalg.vector_norm(a, 1)]), [r(20)], [0]),
     "cumsum": (lambda a: a.cumsum(1), [r(3, 6)], [0]),
     "softmax_logsoftmax": (lambda a: F.softmax(a, -1) * 2 + F.log_softmax(a, 0), [r(4, 6)], [0]),
@@ -64,6 +71,13 @@ CASES = {
                          [r(1, 2, 4, 4), r(2, 3, 3, 3)], [0]),
     "max_pool2d": (lambda x: F.max_pool2d(x, 3, stride=2, padding=1), [r(2, 2, 7, 7)], [0]),
     "max_pool2d_ceil": (lambda x: F.max_pool2d(x, 2, ceil_mode=True), [r(1, 1, 5, 5)], [0]),
+    # Padding is the dtype's least value: a window of negatives over the edge
+    # keeps its maximum for every integer width.
+    "max_pool2d_integer_dtypes": (lambda a: torch.stack([F.max_pool2d(a.to(t), 2, stride=1, padding=1).long()
+                                                         for t in (torch.int8, torch.int16, torch.int32, torch.int64)]),
+                                  [torch.tensor([[[-5, -3], [-7, -9]]])], []),
+    "max_pool2d_int64_limits": (lambda a: F.max_pool2d(a, (1, 2), stride=1, padding=(0, 1)),
+                                [torch.tensor([[[-2**63 + 1, -2**63 + 5]]])], []),
     "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1) + F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
                    [r(1, 2, 7, 7)], [0]),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), [r(2, 2, 7, 5)], [0]),
