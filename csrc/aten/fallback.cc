@@ -12,14 +12,15 @@
 #include <set>
 
 #include "runtime/metrics.h"
-#include "runtime/options.h"
+#include "runtime/runtime.h"
 
 namespace tpj::aten {
 namespace {
 
 void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack) {
   const std::string name = op.schema().name();
-  const runtime::Options options = runtime::Options::FromEnvironment();
+  // The options the runtime read at start: no environment parsing per op.
+  const runtime::Options& options = runtime::Runtime::Get().options();
   TORCH_CHECK(options.fallback != runtime::FallbackMode::kError, "'", name,
               "' has no pjrt lowering and TORCH_PJRT_FALLBACK=error forbids running it on the CPU");
   runtime::Metrics::Get().Fallback(name);

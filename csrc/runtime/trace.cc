@@ -34,12 +34,8 @@ ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType
   Trace& t = traces_[device];
   auto it = t.buffer_params.find(buffer.get());
   if (it != t.buffer_params.end()) return it->second;
-  Param p;
-  p.buffer = buffer;
-  p.dtype = dtype;
-  if (replicas && static_cast<int>(replicas->size()) == t.replicas) p.per_replica = *replicas;
-  t.params.push_back(std::move(p));
-  ir::Value v = t.builder->Parameter({dtype, buffer->dims()});
+  ir::Value v = FreshParam(device, buffer, dtype);
+  if (replicas && static_cast<int>(replicas->size()) == t.replicas) t.params.back().per_replica = *replicas;
   t.buffer_params[buffer.get()] = v;
   return v;
 }
