@@ -341,6 +341,48 @@ at::Tensor isinf(const at::Tensor& a) {
   return Wrap(b.Compare(ir::CompareDir::EQ, x, Fill(d, INFINITY, a.scalar_type(), a.sizes().vec())), d);
 }
 
+// x == +inf (or -inf); all false for non-float dtypes.
+at::Tensor IsSignedInf(const at::Tensor& a, double inf) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  if (!at::isFloatingType(a.scalar_type())) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
+  return Wrap(B(d).Compare(ir::CompareDir::EQ, Val(a), Fill(d, inf, a.scalar_type(), a.sizes().vec())), d);
+}
+at::Tensor isposinf(const at::Tensor& a) { return IsSignedInf(a, INFINITY); }
+at::Tensor isneginf(const at::Tensor& a) { return IsSignedInf(a, -INFINITY); }
+
+// isin: each element compared with every test element (a [n, m] compare
+// reduced over m): exact, and fine for the small test sets models use.
+ir::Value IsIn(int d, ir::Value elements, ir::Value test, const std::vector<int64_t>& shape, bool invert) {
+  ir::Builder& b = B(d);
+  const int64_t n = b.shape(elements).numel(), m = b.shape(test).numel();
+  if (m == 0) return b.Full(ir::DType::Bool, shape, invert ? 1 : 0);
+  ir::Value x = b.BroadcastInDim(b.Reshape(elements, {n}), {n, m}, {0});
+  ir::Value y = b.BroadcastInDim(b.Reshape(test, {m}), {n, m}, {1});
+  ir::Value hit = b.Reduce(b.Compare(ir::CompareDir::EQ, x, y), b.ScalarConstant(ir::DType::Bool, 0), {1},
+                           ir::ReduceKind::Or);
+  if (invert) hit = b.Unary(Op::Not, hit);
+  return b.Reshape(hit, shape);
+}
+at::Tensor isin_tt(const at::Tensor& e, const at::Tensor& t, bool, bool invert) {
+  TraceScope s;
+  const int d = CommonDevice({&e, &t});
+  const at::ScalarType ty = at::promoteTypes(e.scalar_type(), t.scalar_type());
+  return Wrap(IsIn(d, Operand(e, d, ty), Operand(t, d, ty), e.sizes().vec(), invert), d);
+}
+at::Tensor isin_ts(const at::Tensor& e, const at::Scalar& t, bool, bool invert) {
+  TraceScope s;
+  const int d = DeviceIndex(e);
+  const at::ScalarType ty = at::result_type(e, t);
+  return Wrap(IsIn(d, ValAs(e, ty), Number(d, t, ty, {1}), e.sizes().vec(), invert), d);
+}
+at::Tensor isin_st(const at::Scalar& e, const at::Tensor& t, bool, bool invert) {
+  TraceScope s;
+  const int d = DeviceIndex(t);
+  const at::ScalarType ty = at::result_type(t, e);
+  return Wrap(IsIn(d, Number(d, e, ty, {1}), ValAs(t, ty), {}, invert), d);
+}
+
 // ------------------------------------------------------------ activations
 
 at::Tensor relu(const at::Tensor& a) {
@@ -481,6 +523,163 @@ at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self, c
   ir::Value g = ValAs(grad, self.scalar_type());
   ir::Value pos = b.Compare(ir::CompareDir::GT, Val(self), Fill(d, 0, self.scalar_type(), shape));
   return Wrap(b.Select(pos, g, b.Binary(Op::Mul, g, Number(d, slope, self.scalar_type(), shape))), d);
+}
+
+// hardtanh(x) = min(max(x, lo), hi) with NaN kept (as relu6 on the CPU).
+ir::Value HardClamp(int d, ir::Value x, double lo, double hi, at::ScalarType t, const std::vector<int64_t>& shape) {
+  ir::Builder& b = B(d);
+  ir::Value l = Fill(d, lo, t, shape), h = Fill(d, hi, t, shape);
+  x = b.Select(b.Compare(ir::CompareDir::LT, x, l), l, x);
+  return b.Select(b.Compare(ir::CompareDir::GT, x, h), h, x);
+}
+
+at::Tensor hardtanh(const at::Tensor& a, const at::Scalar& lo, const at::Scalar& hi) {
+  TORCH_CHECK(a.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  return Wrap(HardClamp(d, Val(a), lo.toDouble(), hi.toDouble(), a.scalar_type(), a.sizes().vec()), d);
+}
+
+at::Tensor hardtanh_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& lo, const at::Scalar& hi) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  // x <= lo or x >= hi: no gradient, as the CPU (a NaN input keeps it)
+  ir::Value out = b.Binary(Op::Or, b.Compare(ir::CompareDir::LE, o.y, Number(o.device, lo, t, o.shape)),
+                           b.Compare(ir::CompareDir::GE, o.y, Number(o.device, hi, t, o.shape)));
+  return Wrap(b.Select(out, Fill(o.device, 0, t, o.shape), o.x), o.device);
+}
+
+// hardsigmoid(x) = clamp(x + 3, 0, 6) / 6; hardswish(x) = x * hardsigmoid(x)
+ir::Value HardSigmoid(int d, ir::Value x, at::ScalarType t, const std::vector<int64_t>& shape) {
+  ir::Builder& b = B(d);
+  ir::Value r = HardClamp(d, b.Binary(Op::Add, x, Fill(d, 3, t, shape)), 0, 6, t, shape);
+  return b.Binary(Op::Div, r, Fill(d, 6, t, shape));
+}
+
+at::Tensor hardsigmoid(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  return Wrap(HardSigmoid(d, Val(a), a.scalar_type(), a.sizes().vec()), d);
+}
+
+at::Tensor hardswish(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Value x = Val(a);
+  // x * clamp(x + 3, 0, 6) / 6, in the CPU's order of operations
+  const auto shape = a.sizes().vec();
+  ir::Builder& b = B(d);
+  ir::Value r = HardClamp(d, b.Binary(Op::Add, x, Fill(d, 3, a.scalar_type(), shape)), 0, 6, a.scalar_type(), shape);
+  return Wrap(b.Binary(Op::Div, b.Binary(Op::Mul, x, r), Fill(d, 6, a.scalar_type(), shape)), d);
+}
+
+at::Tensor hardsigmoid_backward(const at::Tensor& grad, const at::Tensor& self) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  // -3 < x < 3: grad / 6, else 0
+  ir::Value in = b.Binary(Op::And, b.Compare(ir::CompareDir::GT, o.y, Fill(o.device, -3, t, o.shape)),
+                          b.Compare(ir::CompareDir::LT, o.y, Fill(o.device, 3, t, o.shape)));
+  return Wrap(b.Select(in, b.Binary(Op::Div, o.x, Fill(o.device, 6, t, o.shape)), Fill(o.device, 0, t, o.shape)),
+              o.device);
+}
+
+at::Tensor hardswish_backward(const at::Tensor& grad, const at::Tensor& self) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  auto c = [&](double v) { return Fill(o.device, v, t, o.shape); };
+  // x <= -3: 0; x < 3: grad * (x / 3 + 0.5); else grad (the CPU's branches)
+  ir::Value mid = b.Binary(Op::Mul, o.x, b.Binary(Op::Add, b.Binary(Op::Div, o.y, c(3)), c(0.5)));
+  ir::Value r = b.Select(b.Compare(ir::CompareDir::LT, o.y, c(3)), mid, o.x);
+  return Wrap(b.Select(b.Compare(ir::CompareDir::LE, o.y, c(-3)), c(0), r), o.device);
+}
+
+// softplus(x) = log1p(exp(beta x)) / beta, or x where beta x > threshold
+at::Tensor softplus(const at::Tensor& a, const at::Scalar& beta, const at::Scalar& threshold) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = a.scalar_type();
+  const auto shape = a.sizes().vec();
+  ir::Value x = Val(a);
+  ir::Value bx = b.Binary(Op::Mul, x, Number(d, beta, t, shape));
+  ir::Value sp = b.Binary(Op::Div, b.Unary(Op::Log1p, b.Unary(Op::Exp, bx)), Number(d, beta, t, shape));
+  return Wrap(b.Select(b.Compare(ir::CompareDir::GT, bx, Number(d, threshold, t, shape)), x, sp), d);
+}
+
+at::Tensor softplus_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& beta,
+                             const at::Scalar& threshold) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  ir::Value bx = b.Binary(Op::Mul, o.y, Number(o.device, beta, t, o.shape));
+  ir::Value z = b.Unary(Op::Exp, bx);
+  ir::Value g = b.Binary(Op::Div, b.Binary(Op::Mul, o.x, z), b.Binary(Op::Add, z, Fill(o.device, 1, t, o.shape)));
+  return Wrap(b.Select(b.Compare(ir::CompareDir::GT, bx, Number(o.device, threshold, t, o.shape)), o.x, g), o.device);
+}
+
+// mish(x) = x * tanh(softplus(x)), as the CPU: x * tanh(log1p(exp(x)))
+at::Tensor mish(const at::Tensor& a) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  ir::Value x = Val(a);
+  return Wrap(b.Binary(Op::Mul, x, b.Unary(Op::Tanh, b.Unary(Op::Log1p, b.Unary(Op::Exp, x)))), d);
+}
+
+at::Tensor mish_backward(const at::Tensor& grad, const at::Tensor& self) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  ir::Value one = Fill(o.device, 1, t, o.shape);
+  ir::Value sg = b.Unary(Op::Logistic, o.y);
+  ir::Value th = b.Unary(Op::Tanh, b.Unary(Op::Log1p, b.Unary(Op::Exp, o.y)));
+  // grad * (tanh(sp) + x * sigmoid(x) * (1 - tanh(sp)^2))
+  ir::Value dx = b.Binary(Op::Add, th, b.Binary(Op::Mul, b.Binary(Op::Mul, o.y, sg),
+                                                b.Binary(Op::Sub, one, b.Binary(Op::Mul, th, th))));
+  return Wrap(b.Binary(Op::Mul, o.x, dx), o.device);
+}
+
+// elu(x) = x > 0 ? scale x : scale alpha (exp(x input_scale) - 1)
+at::Tensor elu(const at::Tensor& a, const at::Scalar& alpha, const at::Scalar& scale, const at::Scalar& input_scale) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = a.scalar_type();
+  const auto shape = a.sizes().vec();
+  ir::Value x = Val(a);
+  ir::Value neg = b.Binary(Op::Mul, Number(d, alpha, t, shape),
+                           b.Unary(Op::Expm1, b.Binary(Op::Mul, x, Number(d, input_scale, t, shape))));
+  ir::Value r = b.Select(b.Compare(ir::CompareDir::GT, x, Fill(d, 0, t, shape)), x, neg);
+  return Wrap(b.Binary(Op::Mul, r, Number(d, scale, t, shape)), d);
+}
+
+at::Tensor elu_backward(const at::Tensor& grad, const at::Scalar& alpha, const at::Scalar& scale,
+                        const at::Scalar& input_scale, bool is_result, const at::Tensor& self_or_result) {
+  TraceScope s;
+  const at::ScalarType t = self_or_result.scalar_type();
+  Operands o = Prepare(grad, self_or_result, t);
+  ir::Builder& b = B(o.device);
+  auto n = [&](const at::Scalar& v) { return Number(o.device, v, t, o.shape); };
+  ir::Value neg_slope;
+  if (is_result) {
+    // y <= 0: grad * input_scale * (y + alpha scale)
+    neg_slope = b.Binary(Op::Mul, n(input_scale), b.Binary(Op::Add, o.y, b.Binary(Op::Mul, n(alpha), n(scale))));
+  } else {
+    // x <= 0: grad * input_scale * alpha scale exp(x input_scale)
+    neg_slope = b.Binary(Op::Mul, b.Binary(Op::Mul, n(input_scale), b.Binary(Op::Mul, n(alpha), n(scale))),
+                         b.Unary(Op::Exp, b.Binary(Op::Mul, o.y, n(input_scale))));
+  }
+  // x <= 0 takes the negative branch: a NaN input keeps grad * scale, as the CPU
+  ir::Value neg = b.Compare(ir::CompareDir::LE, o.y, Fill(o.device, 0, t, o.shape));
+  return Wrap(b.Select(neg, b.Binary(Op::Mul, o.x, neg_slope), b.Binary(Op::Mul, o.x, n(scale))), o.device);
 }
 
 // ------------------------------------------------------ clamp, where, fill
@@ -732,6 +931,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("reciprocal", reciprocal);
   K("isnan", isnan);
   K("isinf", isinf);
+  K("isposinf", isposinf);
+  K("isneginf", isneginf);
+  K("isin.Tensor_Tensor", isin_tt);
+  K("isin.Tensor_Scalar", isin_ts);
+  K("isin.Scalar_Tensor", isin_st);
   K("relu", relu);
   K("threshold", threshold);
   K("threshold_backward", threshold_backward);
@@ -743,6 +947,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("tanh_backward", tanh_backward);
   K("leaky_relu", leaky_relu);
   K("leaky_relu_backward", leaky_relu_backward);
+  K("hardtanh", hardtanh);
+  K("hardtanh_backward", hardtanh_backward);
+  K("hardsigmoid", hardsigmoid);
+  K("hardsigmoid_backward", hardsigmoid_backward);
+  K("hardswish", hardswish);
+  K("hardswish_backward", hardswish_backward);
+  K("softplus", softplus);
+  K("softplus_backward", softplus_backward);
+  K("mish", mish);
+  K("mish_backward", mish_backward);
+  K("elu", elu);
+  K("elu_backward", elu_backward);
   K("clamp", clamp);
   K("clamp.Tensor", clamp_tensor);
   K("clamp_min", clamp_min);

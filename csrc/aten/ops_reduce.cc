@@ -283,19 +283,38 @@ ir::Value LogSoftmax(int d, ir::Value x, const std::vector<int64_t>& shape, int6
   return b.Binary(Op::Sub, z, BroadcastTo(d, b.Unary(Op::Log, lse), shape));
 }
 
-at::Tensor softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
-  TraceScope s;
-  const int d = DeviceIndex(a);
+ir::Value Softmax(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t w, at::ScalarType t) {
   ir::Builder& b = B(d);
-  const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
-  const auto shape = a.sizes().vec();
-  if (shape.empty()) return Wrap(Fill(d, 1, t, {}), d);
-  const int64_t w = WrapDim(dim, a.dim());
-  ir::Value x = ValAs(a, t);
   ir::Value m = BroadcastTo(d, ReduceValue(d, x, shape, {w}, ReduceKind::Max, t, true), shape);
   ir::Value e = b.Unary(Op::Exp, b.Binary(Op::Sub, x, m));
   ir::Value sum = BroadcastTo(d, ReduceValue(d, e, shape, {w}, ReduceKind::Sum, t, true), shape);
-  return Wrap(b.Binary(Op::Div, e, sum), d);
+  return b.Binary(Op::Div, e, sum);
+}
+
+at::Tensor softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
+  const auto shape = a.sizes().vec();
+  if (shape.empty()) return Wrap(Fill(d, 1, t, {}), d);
+  return Wrap(Softmax(d, ValAs(a, t), shape, WrapDim(dim, a.dim()), t), d);
+}
+
+// softmax, with 0 for the rows that are all -inf (fully masked attention
+// rows), as attention's math path wants: PyTorch's composite form of it
+// would run where() on a CPU scalar.
+at::Tensor safe_softmax(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType> dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = dtype ? *dtype : a.scalar_type();
+  const auto shape = a.sizes().vec();
+  ir::Value x = ValAs(a, t);
+  ir::Value neg_inf = b.Compare(ir::CompareDir::EQ, x, Fill(d, -INFINITY, t, shape));
+  if (shape.empty()) return Wrap(b.Select(neg_inf, Fill(d, 0, t, shape), Fill(d, 1, t, shape)), d);
+  const int64_t w = WrapDim(dim, a.dim());
+  ir::Value masked = BroadcastTo(d, ReduceValue(d, neg_inf, shape, {w}, ReduceKind::And, at::kBool, true), shape);
+  return Wrap(b.Select(masked, Fill(d, 0, t, shape), Softmax(d, x, shape, w, t)), d);
 }
 
 at::Tensor log_softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
@@ -447,6 +466,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("std.correction", std_correction);
   K("cumsum", cumsum);
   K("_softmax", softmax);
+  K("_safe_softmax", safe_softmax);
   K("_log_softmax", log_softmax);
   K("_softmax_backward_data", softmax_backward);
   K("_log_softmax_backward_data", log_softmax_backward);

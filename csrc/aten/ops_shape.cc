@@ -175,34 +175,94 @@ at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& inde
   return self;
 }
 
-at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
-                     const at::Scalar& alpha);
-
-at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
-                     const at::Scalar& alpha) {
+// index_add and index_copy: source's slices along `dim` added to (or
+// written over) self's slices named by `index`.
+at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                        const at::Scalar& alpha, bool replace, const char* what) {
+  TORCH_CHECK_INDEX(index.dim() <= 1, what, "(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, what,
+              "(): Expected dtype int32/int64 for index");
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), what, "(): self (", self.scalar_type(), ") and source (",
+              source.scalar_type(), ") must have the same scalar type");
+  const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
+  TORCH_CHECK(source.dim() == 0 || source.dim() == self.dim(), what,
+              "(): When source and destination are not scalars, their dimensionality must match. Source "
+              "dimensionality (", source.dim(), "), destination dimensionality (", self.dim(), ")");
+  TORCH_CHECK_INDEX(index.numel() == (source.dim() == 0 ? 1 : source.size(w)), what,
+                    "(): Number of indices (", index.numel(), ") should be equal to source.size(dim) (",
+                    (source.dim() == 0 ? 1 : source.size(w)), ")");
   TraceScope s;
   const int d = CommonDevice({&self, &index, &source});
   ir::Builder& b = B(d);
   if (index.numel() == 0) return Wrap(Val(self), d);
   if (self.dim() == 0) {
     // a 0-d self is a 1-element vector for indexing purposes
-    at::Tensor r = tpj::aten::index_add(self.reshape({1}), 0, index.reshape({-1}), source.reshape({-1}), alpha);
+    at::Tensor r = IndexScatter(self.reshape({1}), 0, index.reshape({-1}), source.reshape({-1}), alpha, replace, what);
     return Wrap(b.Reshape(Val(r), {}), d);
   }
-  const int64_t w = WrapDim(dim, self.dim());
   // index (n) spread over source's shape along `dim`
   const auto sshape = source.dim() == 0 ? std::vector<int64_t>{1} : source.sizes().vec();
   ir::Value idx = b.BroadcastInDim(b.Reshape(Val(index), {index.numel()}), sshape, {w});
   ir::Value src = b.Reshape(ValAs(source, self.scalar_type()), sshape);
   if (!IsOne(alpha)) src = b.Binary(Op::Mul, src, Number(d, alpha, self.scalar_type(), sshape));
-  ir::Value coords = Coordinates(d, CheckedIndex(d, idx, self.size(w), false, "index_add()"), sshape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, idx, self.size(w), false, what), sshape, w);
   ir::ScatterDims sd;
   for (int64_t i = 0; i < self.dim(); ++i) {
     sd.inserted_window_dims.push_back(i);
     sd.scatter_dims_to_operand_dims.push_back(i);
   }
   sd.index_vector_dim = static_cast<int64_t>(sshape.size());
-  return Wrap(b.Scatter(Val(self), coords, src, sd, false), d);
+  return Wrap(b.Scatter(Val(self), coords, src, sd, replace), d);
+}
+
+at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                     const at::Scalar& alpha) {
+  return IndexScatter(self, dim, index, source, alpha, false, "index_add");
+}
+
+// With repeated indices the CPU keeps one of the writes, unspecified which.
+at::Tensor index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  return IndexScatter(self, dim, index, source, 1, true, "index_copy");
+}
+
+at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  at::Tensor r = tpj::aten::index_copy(self, dim, index, source);
+  TraceScope s;
+  Assign(self, Val(r));
+  return self;
+}
+
+// index_fill: the slices along `dim` named by `index` (negatives wrap, as
+// on the CPU) set to `value`, through a mask over that dim: repeated
+// indices are harmless.
+at::Tensor IndexFill(const at::Tensor& self, int64_t dim, const at::Tensor& index, ir::Value value, int d) {
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_fill_(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  if (index.numel() == 0) return Wrap(Val(self), d);
+  const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
+  const int64_t n = self.dim() == 0 ? 1 : self.size(w), k = index.numel();
+  ir::Value idx = CheckedIndex(d, b.Reshape(Val(index), {k}), n, true, "index_fill_()");
+  ir::Value pos = b.Iota({ir::DType::I64, {n, k}}, 0);
+  ir::Value hit = b.Compare(ir::CompareDir::EQ, pos, b.BroadcastInDim(idx, {n, k}, {1}));
+  ir::Value rows = b.Reduce(hit, b.ScalarConstant(ir::DType::Bool, 0), {1}, ir::ReduceKind::Or);
+  ir::Value mask = self.dim() == 0 ? b.Reshape(rows, {}) : b.BroadcastInDim(rows, shape, {w});
+  return Wrap(b.Select(mask, BroadcastTo(d, value, shape), Val(self)), d);
+}
+
+at::Tensor index_fill_scalar(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  TraceScope s;
+  const int d = CommonDevice({&self, &index});
+  return IndexFill(self, dim, index, Number(d, value, self.scalar_type(), {}), d);
+}
+
+at::Tensor index_fill_tensor(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  TraceScope s;
+  const int d = CommonDevice({&self, &index, &value});
+  return IndexFill(self, dim, index, Operand(value, d, self.scalar_type()), d);
 }
 
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
@@ -505,6 +565,37 @@ at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
   return Wrap(v, d);
 }
 
+// roll: per dimension, the last `shift` elements moved to the front (two
+// slices concatenated); no dims rolls the flattened tensor.
+at::Tensor roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef dims) {
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  TORCH_CHECK(dims.empty() ? shifts.size() == 1 : shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ",
+              shifts.size(), ", dims:", dims.size());
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  if (dims.empty()) {
+    at::Tensor flat = tpj::aten::roll(self.reshape({-1}), shifts, {0});
+    return Wrap(b.Reshape(Val(flat), self.sizes().vec()), d);
+  }
+  ir::Value v = Val(self);
+  const auto shape = self.sizes().vec();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t w = WrapDim(dims[i], self.dim());
+    const int64_t n = shape[w];
+    if (n == 0) continue;
+    const int64_t k = ((shifts[i] % n) + n) % n;
+    if (k == 0) continue;
+    std::vector<int64_t> zeros(shape.size(), 0), ones(shape.size(), 1), mid_lo(zeros), mid_hi(shape);
+    mid_hi[w] = n - k;
+    mid_lo[w] = n - k;
+    ir::Value head = b.Slice(v, zeros, mid_hi, ones);
+    ir::Value tail = b.Slice(v, mid_lo, shape, ones);
+    v = b.Concatenate({tail, head}, w);
+  }
+  return Wrap(v, d);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -515,6 +606,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("index_select", index_select);
   K("gather", gather);
   K("scatter_add", scatter_add);
+  K("index_copy", index_copy);
+  K("index_fill.int_Scalar", index_fill_scalar);
+  K("index_fill.int_Tensor", index_fill_tensor);
+  K("index_copy_", index_copy_);
+  K("roll", roll);
   K("scatter_add_", scatter_add_);
   K("scatter.src", scatter_src);
   K("scatter.value", scatter_value);

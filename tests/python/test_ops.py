@@ -31,6 +31,27 @@ CASES = {
     "log1p_expm1": (lambda a: torch.log1p(a) + torch.expm1(a), [pos(5)], [0]),
     "activations": (lambda a: F.relu(a) + F.gelu(a) + F.gelu(a, approximate="tanh") + F.silu(a) + F.leaky_relu(a, 0.1),
                     [r(3, 5)], [0]),
+    # the grid hits the branch points (-3, 0, 3, 6) of the piecewise ones
+    "hard_activations": (lambda a: torch.stack([F.hardswish(a), F.hardsigmoid(a), F.relu6(a), F.hardtanh(a, -2.0, 2.5)]),
+                         [torch.linspace(-7, 7, 29)], [0]),
+    "smooth_activations": (lambda a: torch.stack([F.mish(a), F.softplus(a), F.softplus(a, beta=2, threshold=3), F.elu(a),
+                                                  F.selu(a), F.celu(a, 0.5)]), [r(12) * 4], [0]),
+    "isposinf_isneginf_isin": (lambda a, i: torch.stack([torch.isposinf(a), torch.isneginf(a), torch.isin(i, i[:2]),
+                                                        torch.isin(i, 3, invert=True)]),
+                               [torch.tensor([1.0, float("inf"), -float("inf"), float("nan")]), torch.tensor([3, 1, 4, 1])],
+                               []),
+    # attention's softmax: rows that are all -inf give 0, not NaN
+    "safe_softmax": (lambda a: torch._safe_softmax(a.masked_fill(torch.tensor([[True] * 4, [False, True, False, True]] * 2,
+                                                                              device=a.device), -float("inf")), -1),
+                     [r(4, 4)], [0]),
+    "sdpa_padding_mask": (lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m),
+                          [r(2, 2, 5, 4), torch.tensor([True] * 3 + [False] * 2).expand(2, 1, 5, 5)], [0]),
+    "roll": (lambda a: torch.roll(a, 1, 0) + torch.roll(a, (-1, 6), (1, 2)) + torch.roll(a, 5).flip(0), [r(2, 3, 4)], [0]),
+    "index_copy": (lambda a, s: a.index_copy(1, torch.tensor([2, 0], device=a.device), s)
+                   + a.clone().index_copy_(0, torch.tensor([1], device=a.device), s[:1, :1].expand(1, 3, 4) * 2),
+                   [r(2, 3, 4), r(2, 2, 4)], [0, 1]),
+    "index_fill": (lambda a: a.index_fill(1, torch.tensor([2, -4, 2], device=a.device), -1.5)
+                   + a.index_fill(0, torch.tensor([1], device=a.device), torch.tensor(3.0, device=a.device)), [r(2, 4)], [0]),
     "clamp_where": (lambda a: torch.where(a > 0, a.clamp(max=1.0), a.clamp(min=-0.5)), [r(10)], [0]),
     "maximum_minimum": (lambda a, b: torch.maximum(a, b) - torch.minimum(a, b), [r(6), r(6, seed=1)], [0, 1]),
     "comparisons": (lambda a, b: torch.stack([a < b, a <= b, a > b, a >= b, a == b, a != b]).float(), [r(5), r(5, seed=2)], []),
