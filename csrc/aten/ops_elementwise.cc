@@ -154,6 +154,16 @@ at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
 }
 at::Tensor remainder_scalar(const at::Tensor& a, const at::Scalar& b) { return remainder_tensor(a, WrappedScalar(b)); }
 
+// fmod: the remainder with the dividend's sign, which is stablehlo.remainder.
+at::Tensor fmod_tensor(const at::Tensor& a, const at::Tensor& b) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(a, b);
+  Operands o = Prepare(a, b, t);
+  CheckIntegerDivisor(o, t);
+  return Wrap(B(o.device).Binary(Op::Rem, o.x, o.y), o.device);
+}
+at::Tensor fmod_scalar(const at::Tensor& a, const at::Scalar& b) { return fmod_tensor(a, WrappedScalar(b)); }
+
 at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
   TraceScope s;
   const at::ScalarType t = at::result_type(a, e);
@@ -880,6 +890,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("floor_divide", floor_divide);
   K("floor_divide.Scalar", floor_divide_scalar);
   K("remainder.Scalar", remainder_scalar);
+  K("fmod.Tensor", fmod_tensor);
+  K("fmod.Scalar", fmod_scalar);
   K("pow.Tensor_Scalar", pow_tensor_scalar);
   K("pow.Tensor_Tensor", pow_tensor_tensor);
   K("pow.Scalar", pow_scalar);

@@ -45,3 +45,8 @@ def run_module():
         )
 
     return run
+
+
+def pytest_addoption(parser):
+    parser.addoption("--models", default="subset", choices=("subset", "all"),
+                     help="test_models.py: the subset in make test, or every family, mode and variant (make models)")

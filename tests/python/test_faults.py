@@ -95,7 +95,7 @@ def test_sync_wait_raises_a_failed_check_once():
     assert y.cpu().tolist() == [0.0]
 
 
-@pytest.mark.parametrize("op", ["floordiv", "mod", "trunc", "floor", "remainder"])
+@pytest.mark.parametrize("op", ["floordiv", "mod", "trunc", "floor", "remainder", "fmod"])
 def test_integer_division_by_zero_raises(op):
     a, b = torch.tensor([4, 5]), torch.tensor([1, 0])
     f = {
@@ -104,6 +104,7 @@ def test_integer_division_by_zero_raises(op):
         "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
         "floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
         "remainder": lambda a, b: torch.remainder(a, b),
+        "fmod": lambda a, b: torch.fmod(a, b),
     }[op]
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         f(a, b)
