@@ -10,7 +10,7 @@ VPY           := $(VENV)/bin/python
 ROOT          := $(abspath .)
 export PATH   := $(ROOT)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak conformance conformance-special clean
+.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak models conformance conformance-special clean
 
 help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
@@ -19,6 +19,7 @@ help:
 	@echo "                (own build in $(BUILD)-asan; ~12 min on 2 cores from cold, ~6.5 with ccache; not in make test)"
 	@echo "make bench      step time vs eager PyTorch and torch.compile; writes bench/results.json"
 	@echo "make soak       20000 AdamW steps: no compiles after warm-up, host RSS growth < 2% (not in CI)"
+	@echo "make models     every model-zoo family (HF transformers, vision) in every mode vs CPU (make test runs a subset)"
 	@echo "make conformance  PyTorch's OpInfo samples on pjrt vs CPU; writes conformance.json"
 	@echo "make conformance-special  the same with NaN, +-inf, -0.0 and empty inputs; writes conformance-special.json"
 	@echo "make clean      remove build directories (keeps .venv)"
@@ -145,6 +146,11 @@ bench: build
 
 soak: build
 	$(VPY) bench/soak.py
+
+# The model zoo (tests/python/zoo.py): every family, lazy and torch.compile,
+# training, gradient checkpointing and inference_mode eval. ~15 min on 2 cores.
+models: build
+	$(VPY) -m pytest -q tests/python/test_models.py --models=all
 
 conformance: build
 	$(VPY) -m torch_pjrt.conformance --max-samples 3 --expected tests/python/opinfo_expected_failures.txt

@@ -1,18 +1,20 @@
 // Ops without a pjrt lowering run on the CPU: arguments are copied to the
 // host, the CPU kernel runs, results (and mutated arguments) are copied back.
-// Each fallback is counted per op (metrics "aten::<name>").
+// Each fallback is counted per op and per Python location that triggered it
+// (metrics "aten::<name>", torch_pjrt.metrics.fallback_sites()).
 //
-// TORCH_PJRT_FALLBACK=error turns a fallback into an error naming the op;
-// =warn, or TORCH_PJRT_DEBUG=1, logs each op's first fallback.
+// TORCH_PJRT_FALLBACK=error turns a fallback into an error naming the op and
+// the location; =warn, or TORCH_PJRT_DEBUG=1, warns once per op (a
+// torch_pjrt.PjrtWarning) with the location of its first fallback.
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
-#include <cstdio>
 #include <mutex>
 #include <set>
 
 #include "runtime/metrics.h"
 #include "runtime/runtime.h"
+#include "runtime/warnings.h"
 
 namespace tpj::aten {
 namespace {
@@ -21,14 +23,27 @@ void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack) {
   const std::string name = op.schema().name();
   // The options the runtime read at start: no environment parsing per op.
   const runtime::Options& options = runtime::Runtime::Get().options();
-  TORCH_CHECK(options.fallback != runtime::FallbackMode::kError, "'", name,
-              "' has no pjrt lowering and TORCH_PJRT_FALLBACK=error forbids running it on the CPU");
-  runtime::Metrics::Get().Fallback(name);
+  // file:line of the user's code (or the library's, e.g. a transformers
+  // model) that called the op; takes the GIL, which kernels run without.
+  const std::string where = runtime::Runtime::Location();
+  const std::string at = where.empty() ? std::string() : " (at " + where + ")";
+  TORCH_CHECK(options.fallback != runtime::FallbackMode::kError, "'", name, "'", at,
+              " has no pjrt lowering and TORCH_PJRT_FALLBACK=error forbids running it on the CPU");
+  runtime::Metrics::Get().Fallback(name, where);
   if (options.fallback == runtime::FallbackMode::kWarn || options.debug) {
     static std::mutex mu;
     static std::set<std::string> seen;
-    std::lock_guard<std::mutex> l(mu);
-    if (seen.insert(name).second) std::fprintf(stderr, "torch_pjrt: '%s' falls back to the CPU\n", name.c_str());
+    bool first;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      first = seen.insert(name).second;
+    }
+    if (first) {
+      runtime::Warn("'" + name + "'" + at +
+                    " has no pjrt lowering and runs on the CPU (copies to and from the host, and splits the "
+                    "program); torch_pjrt.metrics.report() counts every fallback and where it happened");
+      runtime::FlushWarnings();
+    }
   }
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }

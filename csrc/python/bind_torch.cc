@@ -112,6 +112,7 @@ void BindTorch(py::module_& m) {
   m.def("_metrics_counters", [] { return runtime::Metrics::Get().Counters(); });
   m.def("_metrics_timers", [] { return runtime::Metrics::Get().Timers(); });
   m.def("_metrics_fallbacks", [] { return runtime::Metrics::Get().Fallbacks(); });
+  m.def("_metrics_fallback_sites", [] { return runtime::Metrics::Get().FallbackSites(); });
   m.def("_metrics_recompiles", [] {
     py::list out;
     for (const auto& r : runtime::Metrics::Get().Recompiles()) {

@@ -17,10 +17,17 @@ void Metrics::AddTime(const std::string& timer, double seconds) {
   timers_[timer] += seconds;
 }
 
-void Metrics::Fallback(const std::string& op) {
+void Metrics::Fallback(const std::string& op, const std::string& where) {
   std::lock_guard<std::mutex> l(mu_);
   fallbacks_[op] += 1;
   counters_["cpu_fallbacks"] += 1;
+  auto& sites = fallback_sites_[op];
+  auto it = sites.find(where);
+  if (it != sites.end()) {
+    it->second += 1;
+  } else if (sites.size() < kMaxSites) {
+    sites.emplace(where, 1);
+  }
 }
 
 void Metrics::Recompiled(RecompileReason r) {
@@ -49,6 +56,11 @@ std::map<std::string, int64_t> Metrics::Fallbacks() const {
   return fallbacks_;
 }
 
+std::map<std::string, std::map<std::string, int64_t>> Metrics::FallbackSites() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return fallback_sites_;
+}
+
 std::vector<RecompileReason> Metrics::Recompiles() const {
   std::lock_guard<std::mutex> l(mu_);
   return recompiles_;
@@ -59,6 +71,7 @@ void Metrics::Reset() {
   counters_.clear();
   timers_.clear();
   fallbacks_.clear();
+  fallback_sites_.clear();
   recompiles_.clear();
   trace_ns = 0;
   traced_ops = 0;

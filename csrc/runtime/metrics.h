@@ -24,12 +24,16 @@ class Metrics {
 
   void Add(const std::string& counter, int64_t delta = 1);
   void AddTime(const std::string& timer, double seconds);
-  void Fallback(const std::string& op);
+  // One CPU fallback of `op`, triggered at Python location `where` (""
+  // when unknown). Up to kMaxSites locations are kept per op.
+  void Fallback(const std::string& op, const std::string& where);
   void Recompiled(RecompileReason r);
 
   std::map<std::string, int64_t> Counters() const;   // includes "cpu_fallbacks" and "traced_ops"
   std::map<std::string, double> Timers() const;      // seconds
   std::map<std::string, int64_t> Fallbacks() const;  // op -> count
+  std::map<std::string, std::map<std::string, int64_t>> FallbackSites() const;  // op -> where -> count
+  static constexpr size_t kMaxSites = 16;
   std::vector<RecompileReason> Recompiles() const;
   void Reset();
 
@@ -42,6 +46,7 @@ class Metrics {
   std::map<std::string, int64_t> counters_;
   std::map<std::string, double> timers_;
   std::map<std::string, int64_t> fallbacks_;
+  std::map<std::string, std::map<std::string, int64_t>> fallback_sites_;
   std::vector<RecompileReason> recompiles_;
 };
 

@@ -60,8 +60,10 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
       {"CPU_NUM_DEVICES", "devices of the CPU plugin in this process", "the plugin's (4)"},
       {"TORCH_PJRT_CACHE_DIR", "directory of the persistent compile cache", "memory cache only"},
       {"TORCH_PJRT_DUMP_DIR", "directory where every compiled program is written (one .mlir file per program)", "no dumps"},
-      {"TORCH_PJRT_DEBUG", "1: log compiles, recompile reasons and first CPU fallbacks on stderr", "0"},
-      {"TORCH_PJRT_FALLBACK", "allow, warn (log each op's first CPU fallback) or error (raise instead of falling back)",
+      {"TORCH_PJRT_DEBUG", "1: log compiles and recompile reasons on stderr, warn at first CPU fallbacks", "0"},
+      {"TORCH_PJRT_FALLBACK",
+       "allow, warn (a PjrtWarning at each op's first CPU fallback, with the Python file:line that called it) or "
+       "error (raise instead of falling back, naming the op and the line)",
        "allow"},
       {"TORCH_PJRT_CHECKS",
        "0 turns off the checks compiled into programs (indices in range, integer divisors non-zero)", "1"},

@@ -48,11 +48,19 @@ def _has_lowering(target) -> bool:
     return False
 
 
+def _on_constants_only(n: torch.fx.Node) -> bool:
+    """A node whose tensor inputs are all constants of the graph module
+    (``get_attr``: CPU tensors such as ``torch.tensor([..])`` in the model,
+    lifted by ``lift_fresh_copy``) runs on the CPU by design: not a fallback."""
+    inputs = n.all_input_nodes
+    return bool(inputs) and all(i.op == "get_attr" for i in inputs)
+
+
 def explain(gm: torch.fx.GraphModule) -> List[str]:
     """The ATen ops of ``gm`` that will run on the CPU (no pjrt lowering)."""
     out = set()
     for n in gm.graph.nodes:
-        if n.op == "call_function" and not _has_lowering(n.target):
+        if n.op == "call_function" and not _has_lowering(n.target) and not _on_constants_only(n):
             t = n.target.default if isinstance(n.target, torch._ops.OpOverloadPacket) else n.target
             out.add(str(t))
     return sorted(out)

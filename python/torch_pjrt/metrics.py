@@ -8,7 +8,8 @@ Counters (``counters()``):
   the on-disk cache; ``executions``: programs launched;
 - ``recompiles``: compiles of a graph whose structure was seen before with
   other shapes, dtypes or constants (see ``recompiles()`` for why);
-- ``cpu_fallbacks`` and ``aten::<op>``: ops that ran on the CPU;
+- ``cpu_fallbacks`` and ``aten::<op>``: ops that ran on the CPU (where
+  each was called from: ``fallback_sites()``);
 - ``bytes_to_device`` / ``bytes_to_host``: transfers;
 - ``traced_ops``: op lowerings run.
 
@@ -39,6 +40,14 @@ def fallbacks() -> Dict[str, int]:
     return dict(_C._metrics_fallbacks())
 
 
+def fallback_sites() -> Dict[str, Dict[str, int]]:
+    """Op name -> {Python file:line that called it -> times it ran on the
+    CPU there}. The location is the innermost frame outside torch and
+    torch_pjrt (so a library model's own line, e.g. in transformers); up to
+    16 locations are kept per op, "" when none was known."""
+    return {op: dict(sites) for op, sites in _C._metrics_fallback_sites().items()}
+
+
 def recompiles() -> List[dict]:
     """Each recompilation: ``why`` (which input or constant changed from what
     to what) and ``where`` (Python file:line of the sync)."""
@@ -63,9 +72,12 @@ def report() -> str:
         lines.append(f"  {'trace_per_op':<20} {t.get('trace', 0.0) / ops * 1e6:.2f} us")
     fb = fallbacks()
     if fb:
-        lines.append("  CPU fallbacks:")
+        sites = fallback_sites()
+        lines.append("  CPU fallbacks (op, count, where):")
         for op, n in sorted(fb.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {op:<40} {n}")
+            for where, k in sorted(sites.get(op, {}).items(), key=lambda kv: -kv[1])[:5]:
+                lines.append(f"      {k:>6}  {where or '(location unknown)'}")
     rc = recompiles()
     if rc:
         lines.append("  recompilations:")

@@ -84,6 +84,29 @@ def test_explain_lists_cpu_nodes():
     assert pjrt_dynamo.explain(gm) == ["aten.i0.default"]
 
 
+def test_explain_does_not_list_constants_lifted_on_the_cpu():
+    # A tensor literal in the model becomes a graph constant copied by
+    # lift_fresh_copy on the CPU: it never falls back at run time.
+    from torch._dynamo.backends.common import aot_autograd
+
+    seen = []
+
+    def record(gm, example_inputs):
+        seen.append((pjrt_dynamo.explain(gm), [str(n.target) for n in gm.graph.nodes]))
+        return pjrt_dynamo._compile_graph(gm, example_inputs)
+
+    def f(a):
+        return a * torch.tensor([1.0, 2.0, 3.0]).sum() + 1
+
+    a = torch.rand(3)
+    torch_pjrt.metrics.reset()
+    got = torch.compile(f, backend=aot_autograd(fw_compiler=record))(a.to(DEV))
+    torch.testing.assert_close(got.cpu(), f(a))
+    assert any("lift_fresh_copy" in " ".join(targets) for _, targets in seen), seen
+    assert all(fallback == [] for fallback, _ in seen), seen
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def test_identical_graph_traced_again_compiles_nothing():
     def f(a, b):
         return (a @ b).relu().sum()

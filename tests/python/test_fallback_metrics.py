@@ -18,7 +18,14 @@ def test_unlowered_op_runs_on_cpu_and_is_counted():
     fb = torch_pjrt.metrics.fallbacks()
     assert sum(fb.values()) >= 1 and any("det" in op or "lu" in op for op in fb), fb
     assert torch_pjrt.metrics.counters()["cpu_fallbacks"] == sum(fb.values())
-    assert "CPU fallbacks" in torch_pjrt.metrics.report()
+    # each fallback names the line that triggered it
+    sites = torch_pjrt.metrics.fallback_sites()
+    assert set(sites) == set(fb)
+    for op, n in fb.items():
+        assert sum(sites[op].values()) == n
+        assert all(w.startswith(__file__ + ":") for w in sites[op]), sites
+    report = torch_pjrt.metrics.report()
+    assert "CPU fallbacks" in report and "test_fallback_metrics.py:" in report
 
 
 def test_inplace_fallback_writes_back():
@@ -36,6 +43,25 @@ def test_fallback_can_be_forbidden():
                    TORCH_PJRT_FALLBACK="error")
     assert r.returncode != 0
     assert "has no pjrt lowering" in r.stderr and "TORCH_PJRT_FALLBACK=error" in r.stderr
+    assert "(at <string>:1)" in r.stderr
+
+
+def test_fallback_warns_once_per_op_with_its_location():
+    code = (
+        "import warnings, torch, torch_pjrt\n"
+        "warnings.simplefilter('always')\n"
+        "x = torch.rand(4).to('pjrt') * 0.5\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    for _ in range(3):\n"
+        "        torch.erfinv(x).cpu()\n"
+        "msgs = [str(m.message) for m in w if issubclass(m.category, torch_pjrt.PjrtWarning)]\n"
+        "print(len(msgs)); print(msgs[0])\n"
+    )
+    r = run_python(code, TORCH_PJRT_FALLBACK="warn")
+    assert r.returncode == 0, r.stderr
+    count, message = r.stdout.strip().splitlines()
+    assert count == "1", r.stdout
+    assert "'aten::erfinv'" in message and "<string>:6" in message, message
 
 
 def test_counters_and_report():

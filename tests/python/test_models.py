@@ -16,7 +16,6 @@ import torch
 import torch_pjrt
 import zoo
 
-pytest.importorskip("transformers")
 
 STEPS = 4
 RTOL = 2e-3
