@@ -96,6 +96,30 @@ def _eos_list(eos_token_id) -> list:
     return [int(x) for x in eos_token_id]
 
 
+# Generation-config settings that make model.generate() change the scores
+# with processors this module does not apply, and their neutral values.
+_UNAPPLIED = {
+    "repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,),
+    "min_length": (None, 0), "min_new_tokens": (None, 0), "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "sequence_bias": (None,), "min_p": (None,), "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0), "exponential_decay_length_penalty": (None,), "num_beams": (None, 1),
+}
+
+
+def _warn_unapplied(gen_config) -> None:
+    if gen_config is None:
+        return
+    found = [f"{k}={getattr(gen_config, k)!r}" for k, neutral in _UNAPPLIED.items()
+             if getattr(gen_config, k, None) not in neutral]
+    if found:
+        import warnings
+
+        warnings.warn(f"torch_pjrt.generation.generate applies temperature, top-k and top-p only; the model's "
+                      f"generation config also sets {', '.join(found)}, which model.generate() would apply: "
+                      f"the tokens may differ from model.generate()'s.", stacklevel=3)
+
+
 def _static_cache(model, max_len: int):
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
@@ -117,8 +141,8 @@ def generate(
     max_new_tokens: int = 20,
     do_sample: bool = False,
     temperature: float = 1.0,
-    top_k: Optional[int] = None,
-    top_p: Optional[float] = None,
+    top_k: Optional[int] = 50,
+    top_p: Optional[float] = 1.0,
     eos_token_id: Union[int, Sequence[int], None] = None,
     pad_token_id: Optional[int] = None,
     seed: Optional[int] = None,
@@ -134,7 +158,10 @@ def generate(
     ``model.generate()``'s tokens. Sampling (``do_sample=True``) draws on
     the device's random stream: reproducible under ``seed`` (which reseeds
     the device generator, as ``torch_pjrt.manual_seed`` does), but not the
-    CPU's stream.
+    CPU's stream. ``temperature``, ``top_k`` and ``top_p`` work as in
+    ``model.generate()``, with its defaults (``top_k=50``); they are not read
+    from the model's generation config, and no other logits processor is
+    applied (a generation config that asks for one gets a warning).
 
     ``input_ids`` may be left-padded, with ``attention_mask`` zero on the
     padding. ``eos_token_id`` / ``pad_token_id`` default to the model's
@@ -155,6 +182,7 @@ def generate(
     if pad_token_id is None and gen_config is not None:
         pad_token_id = gen_config.pad_token_id
     eos = _eos_list(eos_token_id)
+    _warn_unapplied(gen_config)
     if pad_token_id is None and eos:
         pad_token_id = eos[0]
 
@@ -186,7 +214,8 @@ def generate(
         forward_kwargs["logits_to_keep"] = 1
 
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device) if eos else None
-    pad = int(pad_token_id) if pad_token_id is not None else 0
+    # a tensor, not a Python number: 0 and 1 would be program constants, other ids data
+    pad = torch.tensor(int(pad_token_id) if pad_token_id is not None else 0, dtype=torch.long, device=device)
     tokens = torch.zeros(batch, max_new_tokens, dtype=torch.long, device=device)
     columns = torch.arange(max_new_tokens, dtype=torch.long, device=device)
     step = torch.zeros((), dtype=torch.long, device=device)

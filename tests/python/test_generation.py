@@ -225,3 +225,14 @@ def test_refuses_a_cpu_model_and_a_sliding_window_cache():
     model = transformers.MistralForCausalLM(cfg).eval().to(torch_pjrt.device())
     with pytest.raises(NotImplementedError, match="StaticSlidingWindowLayer"):
         generation.generate(model, ids, max_new_tokens=2)
+
+
+def test_warns_when_the_generation_config_asks_for_processors_it_does_not_apply():
+    _, dev = models("llama")
+    ids, _ = prompt(3, 6)
+    dev.generation_config.repetition_penalty = 1.3
+    try:
+        with pytest.warns(UserWarning, match="repetition_penalty=1.3"):
+            generation.generate(dev, ids, max_new_tokens=2)
+    finally:
+        dev.generation_config.repetition_penalty = None
