@@ -147,6 +147,7 @@ def generate(
     pad_token_id: Optional[int] = None,
     seed: Optional[int] = None,
     stop_check_interval: int = 8,
+    length_bucket: Optional[int] = None,
 ) -> torch.Tensor:
     """Greedy or sampled decoding of a HF causal LM on a pjrt device.
 
@@ -168,6 +169,12 @@ def generate(
     generation config. Every ``stop_check_interval`` tokens the loop reads
     one number back from the device (a wait) to stop once every row has
     finished; 0 never stops early.
+
+    The programs depend on the batch size, the prompt length and
+    ``max_new_tokens``. With ``length_bucket=b`` the prompt is left-padded
+    (masked, as a tokenizer pads) to a multiple of ``b`` and the cache holds
+    a multiple of ``b`` tokens, so that prompts and ``max_new_tokens`` within
+    the same buckets share their programs.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
@@ -189,24 +196,38 @@ def generate(
     if seed is not None:
         _seed(device, seed)
 
+    if length_bucket is not None and length_bucket < 1:
+        raise ValueError(f"generate: length_bucket must be a positive number of tokens, got {length_bucket}")
+
     batch, prompt_len = input_ids.shape
-    max_len = prompt_len + max_new_tokens
     out_device = input_ids.device
-    ids = input_ids.to(device=device, dtype=torch.long)
+    # The prompt is made on the host and uploaded once: its padding to a
+    # bucket must not be an op of the first program (whose shapes would then
+    # depend on the unpadded length).
+    ids = input_ids.to(device="cpu", dtype=torch.long)
     if attention_mask is None:
-        prompt_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
+        prompt_mask = torch.ones(batch, prompt_len, dtype=torch.long)
     else:
         if tuple(attention_mask.shape) != (batch, prompt_len):
             raise ValueError(f"generate: attention_mask has shape {tuple(attention_mask.shape)}, "
                              f"input_ids {tuple(input_ids.shape)}: they must match")
-        prompt_mask = attention_mask.to(device=device, dtype=torch.long)
+        prompt_mask = attention_mask.to(device="cpu", dtype=torch.long)
+    padded_len, max_len = prompt_len, prompt_len + max_new_tokens
+    if length_bucket:
+        padded_len = -(-prompt_len // length_bucket) * length_bucket
+        max_len = -(-(padded_len + max_new_tokens) // length_bucket) * length_bucket
+        # more left padding, which the mask hides from the model
+        ids = torch.nn.functional.pad(ids, (padded_len - prompt_len, 0))
+        prompt_mask = torch.nn.functional.pad(prompt_mask, (padded_len - prompt_len, 0))
+    slots = max_len - padded_len  # >= max_new_tokens
     # The mask of every step: the prompt's, then the tokens to come. Slots not
     # written yet are hidden by causality (the query's position), not by it.
-    mask = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=torch.long, device=device)], dim=-1)
+    mask = torch.cat([prompt_mask, torch.ones(batch, slots, dtype=torch.long)], dim=-1)
     # Positions as model.generate() makes them: counting the prompt's real tokens.
-    positions = prompt_mask.cumsum(-1) - 1
-    positions = positions.masked_fill(prompt_mask == 0, 0)
+    positions = (prompt_mask.cumsum(-1) - 1).masked_fill(prompt_mask == 0, 0)
     next_position = prompt_mask.sum(-1, keepdim=True)  # [batch, 1]
+    prompt_ids = ids
+    ids, mask, positions, next_position = (t.to(device) for t in (ids, mask, positions, next_position))
 
     cache = _static_cache(model, max_len)
     forward_kwargs = {}
@@ -216,8 +237,8 @@ def generate(
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device) if eos else None
     # a tensor, not a Python number: 0 and 1 would be program constants, other ids data
     pad = torch.tensor(int(pad_token_id) if pad_token_id is not None else 0, dtype=torch.long, device=device)
-    tokens = torch.zeros(batch, max_new_tokens, dtype=torch.long, device=device)
-    columns = torch.arange(max_new_tokens, dtype=torch.long, device=device)
+    tokens = torch.zeros(batch, slots, dtype=torch.long, device=device)
+    columns = torch.arange(slots, dtype=torch.long, device=device)
     step = torch.zeros((), dtype=torch.long, device=device)
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
     remaining = None
@@ -274,4 +295,4 @@ def generate(
         finished_at = torch.where(hit.any(-1), hit.int().argmax(-1) + 1, torch.full((batch,), produced))
         produced = int(finished_at.max())
         new = new[:, :produced]
-    return torch.cat([input_ids.to("cpu", torch.long), new], dim=-1).to(out_device)
+    return torch.cat([prompt_ids[:, padded_len - prompt_len:], new], dim=-1).to(out_device)

@@ -236,3 +236,19 @@ def test_warns_when_the_generation_config_asks_for_processors_it_does_not_apply(
             generation.generate(dev, ids, max_new_tokens=2)
     finally:
         dev.generation_config.repetition_penalty = None
+
+
+def test_length_buckets_share_programs_across_prompt_lengths_and_token_counts():
+    cpu, dev = models("gpt2")
+    first, first_mask = prompt(2, 5, left_pad=(1, 0), seed=8)
+    second, second_mask = prompt(2, 7, left_pad=(0, 2), seed=9)
+    want = hf_generate(cpu, first, first_mask, max_new_tokens=6)
+    got = generation.generate(dev, first, attention_mask=first_mask, max_new_tokens=6, length_bucket=16,
+                              pad_token_id=0)
+    assert torch.equal(got, want)
+    want = hf_generate(cpu, second, second_mask, max_new_tokens=9)
+    metrics.reset()  # prompt 7 and 9 new tokens: the same buckets (16, 32) as prompt 5 and 6 new tokens
+    got = generation.generate(dev, second, attention_mask=second_mask, max_new_tokens=9, length_bucket=16,
+                              pad_token_id=0)
+    assert metrics.counters().get("compiles", 0) == 0
+    assert torch.equal(got, want)
