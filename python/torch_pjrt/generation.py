@@ -26,9 +26,11 @@ See docs/generation.md.
 from __future__ import annotations
 
 import inspect
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
+
+from torch_pjrt import _C, _device
 
 __all__ = ["generate", "process_logits", "sample"]
 
@@ -77,13 +79,10 @@ def _seed(device: torch.device, seed: int) -> None:
     device, and hands it the state as a device buffer: a freshly seeded
     state would be a constant of the first program that draws, and a new
     seed would then recompile it."""
-    from torch_pjrt import _C, _device
-
-    index = device.index if device.index is not None else _C._current_device()
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     _device.device_count()  # starts the runtime
-    _C._manual_seed(index, seed)
-    _C._set_rng_state(index, [seed, 0])
+    _C._manual_seed(device.index, seed)
+    _C._set_rng_state(device.index, [seed, 0])
 
 
 def _eos_list(eos_token_id) -> list:
@@ -183,6 +182,8 @@ def generate(
     device = _model_device(model)
     if device.type != "pjrt":
         raise ValueError(f"generate: the model is on {device}; move it to a pjrt device first (model.to('pjrt'))")
+    if device.index is None:
+        device = torch.device("pjrt", _C._current_device())
     gen_config = getattr(model, "generation_config", None)
     if eos_token_id is None and gen_config is not None:
         eos_token_id = gen_config.eos_token_id
@@ -265,14 +266,12 @@ def generate(
         step = step + 1
         return next_tokens[:, None]
 
-    from torch_pjrt import _device as dev_mod
-
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
                     **forward_kwargs)
         next_ids = emit(choose(out.logits))
         del out
-        dev_mod.sync()
+        _device.sync(devices=[device])
         produced = 1
         while produced < max_new_tokens:
             if eos_ids is not None and stop_check_interval and produced % stop_check_interval == 0:
@@ -283,7 +282,7 @@ def generate(
                         **forward_kwargs)
             next_ids = emit(choose(out.logits))
             del out
-            dev_mod.sync()
+            _device.sync(devices=[device])
             produced += 1
 
     new = tokens.cpu()[:, :produced]
