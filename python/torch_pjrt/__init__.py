@@ -35,7 +35,7 @@ from torch_pjrt._plugins import (
 )
 from torch_pjrt import _device
 from torch_pjrt._device import PjrtWarning, device, device_count, manual_seed, sync
-from torch_pjrt import metrics, runtime, distributed
+from torch_pjrt import metrics, runtime, distributed, generation
 from torch_pjrt.distributed import launch, replicate, replicated
 
 __version__ = "0.2.0"
@@ -52,6 +52,7 @@ __all__ = [
     "replicate",
     "replicated",
     "find_plugin",
+    "generation",
     "load_plugin",
     "manual_seed",
     "metrics",

@@ -1,0 +1,297 @@
+"""Text generation for Hugging Face causal LMs in a bounded number of programs.
+
+``model.generate()`` on a lazy device compiles a new program for every new
+token: its loop concatenates onto ``input_ids``, the attention mask and the
+position ids, and its default cache grows, so every step has new shapes.
+:func:`generate` runs the same decoding with every step's shapes fixed:
+
+- the key/value cache is HF's ``StaticCache`` of ``prompt + max_new_tokens``
+  slots, written in place at the position the cache itself keeps on the
+  device;
+- the attention mask has that fixed length from the start (the prompt's
+  mask, then ones for the tokens to come): the future slots are hidden by
+  causality, the prompt's padding by the mask, exactly what the model reads
+  in ``generate()``;
+- the position ids, the step counter, the per-row "unfinished" flags and the
+  random state are device tensors: their values are data, never constants of
+  the program;
+- the new tokens are written into a preallocated ``[batch, max_new_tokens]``
+  device buffer (no growing ``torch.cat``).
+
+So a call compiles the prefill (one program per prompt shape) and one decode
+step program, and a second call with the same shapes compiles nothing.
+See docs/generation.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Optional, Sequence, Union
+
+import torch
+
+from torch_pjrt import _C, _device
+
+__all__ = ["generate", "process_logits", "sample"]
+
+
+def process_logits(scores: torch.Tensor, temperature: float = 1.0, top_k: Optional[int] = None,
+                   top_p: Optional[float] = None) -> torch.Tensor:
+    """Applies temperature, top-k and top-p to float ``[batch, vocab]`` scores
+    as HF's ``TemperatureLogitsWarper``, ``TopKLogitsWarper`` and
+    ``TopPLogitsWarper`` do, in that order (removed tokens get ``-inf``).
+    Shapes never depend on the values: every step is the same program."""
+    if temperature is not None and temperature != 1.0:
+        scores = scores / temperature
+    vocab = scores.shape[-1]
+    if top_k is not None and top_k != 0:
+        k = min(max(int(top_k), 1), vocab)
+        kth = torch.topk(scores, k)[0][..., -1:]
+        scores = scores.masked_fill(scores < kth, -float("inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_scores, sorted_indices = torch.sort(scores, descending=False)
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        sorted_remove = cumulative <= (1 - top_p)
+        sorted_remove[..., -1:] = False  # keep at least one token
+        remove = sorted_remove.scatter(1, sorted_indices, sorted_remove)
+        scores = scores.masked_fill(remove, -float("inf"))
+    return scores
+
+
+def sample(scores: torch.Tensor) -> torch.Tensor:
+    """One token per row, drawn with probability ``softmax(scores)``, with the
+    device's random stream (Gumbel-max: ``argmax(scores + Gumbel noise)``,
+    exact for any scores, ``-inf`` never drawn). ``[batch]`` int64."""
+    u = torch.rand(scores.shape, dtype=torch.float32, device=scores.device)
+    u = u.clamp(min=torch.finfo(torch.float32).tiny)  # log(0) would make a -inf tie
+    gumbel = -torch.log(-torch.log(u))
+    return torch.argmax(scores.float() + gumbel, dim=-1)
+
+
+def _model_device(model) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    raise ValueError("generate: the model has no parameters to tell its device")
+
+
+def _seed(device: torch.device, seed: int) -> None:
+    """Seeds ``device``'s generator, like ``torch_pjrt.manual_seed`` for one
+    device, and hands it the state as a device buffer: a freshly seeded
+    state would be a constant of the first program that draws, and a new
+    seed would then recompile it."""
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    _device.device_count()  # starts the runtime
+    _C._manual_seed(device.index, seed)
+    _C._set_rng_state(device.index, [seed, 0])
+
+
+def _eos_list(eos_token_id) -> list:
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, torch.Tensor):
+        return [int(x) for x in eos_token_id.reshape(-1).tolist()]
+    if isinstance(eos_token_id, int):
+        return [eos_token_id]
+    return [int(x) for x in eos_token_id]
+
+
+# Generation-config settings that make model.generate() change the scores
+# with processors this module does not apply, and their neutral values.
+_UNAPPLIED = {
+    "repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,),
+    "min_length": (None, 0), "min_new_tokens": (None, 0), "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "sequence_bias": (None,), "min_p": (None,), "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0), "exponential_decay_length_penalty": (None,), "num_beams": (None, 1),
+}
+
+
+def _warn_unapplied(gen_config) -> None:
+    if gen_config is None:
+        return
+    found = [f"{k}={getattr(gen_config, k)!r}" for k, neutral in _UNAPPLIED.items()
+             if getattr(gen_config, k, None) not in neutral]
+    if found:
+        import warnings
+
+        warnings.warn(f"torch_pjrt.generation.generate applies temperature, top-k and top-p only; the model's "
+                      f"generation config also sets {', '.join(found)}, which model.generate() would apply: "
+                      f"the tokens may differ from model.generate()'s.", stacklevel=3)
+
+
+def _static_cache(model, max_len: int):
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    for layer in cache.layers:
+        if type(layer) is not StaticLayer:
+            raise NotImplementedError(
+                f"torch_pjrt.generation.generate supports models whose layers all use full attention; this model's "
+                f"static cache has a {type(layer).__name__} (sliding-window, chunked or linear attention keeps "
+                f"data-dependent state). Use model.generate() for it.")
+    return cache
+
+
+def generate(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: Optional[torch.Tensor] = None,
+    max_new_tokens: int = 20,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: Optional[int] = 50,
+    top_p: Optional[float] = 1.0,
+    eos_token_id: Union[int, Sequence[int], None] = None,
+    pad_token_id: Optional[int] = None,
+    seed: Optional[int] = None,
+    stop_check_interval: int = 8,
+    length_bucket: Optional[int] = None,
+) -> torch.Tensor:
+    """Greedy or sampled decoding of a HF causal LM on a pjrt device.
+
+    Returns ``[batch, prompt + n]`` token ids like ``model.generate()``:
+    the prompt, then ``n <= max_new_tokens`` new tokens; ``n`` is shorter
+    only when every row produced an end-of-sequence token, and rows that
+    finished earlier are filled with ``pad_token_id`` (default: the first eos
+    id), as ``model.generate()`` does. Greedy decoding gives
+    ``model.generate()``'s tokens. Sampling (``do_sample=True``) draws on
+    the device's random stream: reproducible under ``seed`` (which reseeds
+    the device generator, as ``torch_pjrt.manual_seed`` does), but not the
+    CPU's stream. ``temperature``, ``top_k`` and ``top_p`` work as in
+    ``model.generate()``, with its defaults (``top_k=50``); they are not read
+    from the model's generation config, and no other logits processor is
+    applied (a generation config that asks for one gets a warning).
+
+    ``input_ids`` may be left-padded, with ``attention_mask`` zero on the
+    padding. ``eos_token_id`` / ``pad_token_id`` default to the model's
+    generation config. Every ``stop_check_interval`` tokens the loop reads
+    one number back from the device (a wait) to stop once every row has
+    finished; 0 never stops early.
+
+    The programs depend on the batch size, the prompt length and
+    ``max_new_tokens``. With ``length_bucket=b`` the prompt is left-padded
+    (masked, as a tokenizer pads) to a multiple of ``b`` and the cache holds
+    a multiple of ``b`` tokens, so that prompts and ``max_new_tokens`` within
+    the same buckets share their programs.
+    """
+    if input_ids.dim() != 2:
+        raise ValueError(f"generate: input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
+    if max_new_tokens < 1:
+        raise ValueError(f"generate: max_new_tokens must be at least 1, got {max_new_tokens}")
+    device = _model_device(model)
+    if device.type != "pjrt":
+        raise ValueError(f"generate: the model is on {device}; move it to a pjrt device first (model.to('pjrt'))")
+    if device.index is None:
+        device = torch.device("pjrt", _C._current_device())
+    gen_config = getattr(model, "generation_config", None)
+    if eos_token_id is None and gen_config is not None:
+        eos_token_id = gen_config.eos_token_id
+    if pad_token_id is None and gen_config is not None:
+        pad_token_id = gen_config.pad_token_id
+    eos = _eos_list(eos_token_id)
+    _warn_unapplied(gen_config)
+    if pad_token_id is None and eos:
+        pad_token_id = eos[0]
+
+    if seed is not None:
+        _seed(device, seed)
+
+    if length_bucket is not None and length_bucket < 1:
+        raise ValueError(f"generate: length_bucket must be a positive number of tokens, got {length_bucket}")
+
+    batch, prompt_len = input_ids.shape
+    out_device = input_ids.device
+    # The prompt is made on the host and uploaded once: its padding to a
+    # bucket must not be an op of the first program (whose shapes would then
+    # depend on the unpadded length).
+    ids = input_ids.to(device="cpu", dtype=torch.long)
+    if attention_mask is None:
+        prompt_mask = torch.ones(batch, prompt_len, dtype=torch.long)
+    else:
+        if tuple(attention_mask.shape) != (batch, prompt_len):
+            raise ValueError(f"generate: attention_mask has shape {tuple(attention_mask.shape)}, "
+                             f"input_ids {tuple(input_ids.shape)}: they must match")
+        prompt_mask = attention_mask.to(device="cpu", dtype=torch.long)
+    padded_len, max_len = prompt_len, prompt_len + max_new_tokens
+    if length_bucket:
+        padded_len = -(-prompt_len // length_bucket) * length_bucket
+        max_len = -(-(padded_len + max_new_tokens) // length_bucket) * length_bucket
+        # more left padding, which the mask hides from the model
+        ids = torch.nn.functional.pad(ids, (padded_len - prompt_len, 0))
+        prompt_mask = torch.nn.functional.pad(prompt_mask, (padded_len - prompt_len, 0))
+    slots = max_len - padded_len  # >= max_new_tokens
+    # The mask of every step: the prompt's, then the tokens to come. Slots not
+    # written yet are hidden by causality (the query's position), not by it.
+    mask = torch.cat([prompt_mask, torch.ones(batch, slots, dtype=torch.long)], dim=-1)
+    # Positions as model.generate() makes them: counting the prompt's real tokens.
+    positions = (prompt_mask.cumsum(-1) - 1).masked_fill(prompt_mask == 0, 0)
+    next_position = prompt_mask.sum(-1, keepdim=True)  # [batch, 1]
+    prompt_ids = ids
+    ids, mask, positions, next_position = (t.to(device) for t in (ids, mask, positions, next_position))
+
+    cache = _static_cache(model, max_len)
+    forward_kwargs = {}
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        forward_kwargs["logits_to_keep"] = 1
+
+    eos_ids = torch.tensor(eos, dtype=torch.long, device=device) if eos else None
+    # a tensor, not a Python number: 0 and 1 would be program constants, other ids data
+    pad = torch.tensor(int(pad_token_id) if pad_token_id is not None else 0, dtype=torch.long, device=device)
+    tokens = torch.zeros(batch, slots, dtype=torch.long, device=device)
+    columns = torch.arange(slots, dtype=torch.long, device=device)
+    step = torch.zeros((), dtype=torch.long, device=device)
+    unfinished = torch.ones(batch, dtype=torch.long, device=device)
+    remaining = None
+
+    def choose(logits: torch.Tensor) -> torch.Tensor:
+        scores = logits[:, -1, :].to(torch.float32)
+        if do_sample:
+            return sample(process_logits(scores, temperature, top_k, top_p))
+        return torch.argmax(scores, dim=-1)
+
+    def emit(next_tokens: torch.Tensor) -> torch.Tensor:
+        """Writes the step's tokens at column `step`, updates the stop flags;
+        returns the tokens the next step reads."""
+        nonlocal tokens, unfinished, remaining, step
+        if eos_ids is not None:
+            next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
+            hit = (next_tokens[:, None] == eos_ids[None, :]).any(dim=-1)
+            unfinished = unfinished * (~hit).long()
+            # part of every step's program, so that reading it compiles nothing
+            remaining = unfinished.sum()
+        # one-hot of the column: the step's position is data, not an index constant
+        here = (columns == step).long()[None, :]
+        tokens = tokens * (1 - here) + next_tokens[:, None] * here
+        step = step + 1
+        return next_tokens[:, None]
+
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                    **forward_kwargs)
+        next_ids = emit(choose(out.logits))
+        del out
+        _device.sync(devices=[device])
+        produced = 1
+        while produced < max_new_tokens:
+            if eos_ids is not None and stop_check_interval and produced % stop_check_interval == 0:
+                if int(remaining.item()) == 0:
+                    break
+            pos = next_position + (step - 1)
+            out = model(input_ids=next_ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                        **forward_kwargs)
+            next_ids = emit(choose(out.logits))
+            del out
+            _device.sync(devices=[device])
+            produced += 1
+
+    new = tokens.cpu()[:, :produced]
+    if eos:
+        # model.generate() stops at the step where the last row finished
+        hit = torch.zeros_like(new, dtype=torch.bool)
+        for e in eos:
+            hit |= new == e
+        finished_at = torch.where(hit.any(-1), hit.int().argmax(-1) + 1, torch.full((batch,), produced))
+        produced = int(finished_at.max())
+        new = new[:, :produced]
+    return torch.cat([prompt_ids[:, padded_len - prompt_len:], new], dim=-1).to(out_device)
