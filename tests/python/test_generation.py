@@ -16,11 +16,7 @@ import torch
 import torch_pjrt
 from torch_pjrt import generation, metrics
 
-transformers = pytest.importorskip("transformers")
-
-# Lowerings being added in parallel (issue 10): until they land, each of these
-# splits a decode step into several programs (still a fixed number per step).
-PENDING_LOWERINGS = {"aten::isneginf", "aten::where", "aten::index_copy", "aten::isin"}
+import transformers  # noqa: E402  (a test dependency: requirements.txt)
 
 VOCAB = 128
 
@@ -143,8 +139,6 @@ def test_64_tokens_compile_a_handful_of_programs_cold_and_none_warm():
     again, warm, _ = _count(run)
     assert out.shape == (2, 11 + 64) and torch.equal(out, again)
     assert warm == 0
-    if fallbacks and set(fallbacks) <= PENDING_LOWERINGS:
-        pytest.xfail(f"CPU fallbacks of ops whose lowerings are pending split each step: {fallbacks}")
     assert fallbacks == {}
     # the prefill (split twice by HF's mask code reading the cache position), one decode step
     assert cold <= 5
