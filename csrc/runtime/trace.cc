@@ -137,10 +137,11 @@ ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
   } else if (t.rng_buffer) {
     state = BufferParam(device, t.rng_buffer, ir::DType::U64);
   } else {
+    // The seeded state is uploaded, not a constant: programs that draw
+    // after manual_seed(s) are the same program for every s.
     const uint64_t key[2] = {t.seed, 0};
-    std::vector<uint8_t> bytes(16);
-    std::memcpy(bytes.data(), key, 16);
-    state = t.builder->Constant({ir::DType::U64, {2}}, std::move(bytes));
+    t.rng_buffer = Upload(key, ir::DType::U64, {2}, device);
+    state = BufferParam(device, t.rng_buffer, ir::DType::U64);
   }
   std::vector<ir::Value> out = t.builder->RngBitGenerator(state, bits);
   t.rng_value = out[0];

@@ -22,6 +22,18 @@ def test_fork_rng_restores_the_device_stream():
     assert all(torch.equal(a, b) for a, b in zip(inside, after))
 
 
+def test_a_new_seed_compiles_nothing_new():
+    # The seeded state enters the program as data, not as a constant.
+    draws = []
+    for i, seed in enumerate((11, 12, 11)):
+        torch_pjrt.manual_seed(seed)
+        if i == 1:
+            torch_pjrt.metrics.reset()
+        draws.append(torch.rand(8, device=DEV).cpu())
+    assert torch_pjrt.metrics.counters().get("compiles", 0) == 0, torch_pjrt.metrics.report()
+    assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])
+
+
 def test_device_context_and_state_per_device():
     assert torch.pjrt.current_device() == 0
     with torch.pjrt.device(2):
