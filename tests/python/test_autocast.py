@@ -204,6 +204,24 @@ def test_grad_scaler_trains(dtype):
     assert scaler._scale.device == DEV
 
 
+def test_grad_scaler_skips_overflowing_steps():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(8, 8).to(DEV)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    w0 = m.weight.detach().cpu().clone()
+    scaler = torch.amp.GradScaler("pjrt", init_scale=2.0**60)  # float16 gradients overflow
+    x = torch.randn(4, 8).to(DEV)
+    for step in range(2):
+        with torch.autocast("pjrt", dtype=F16):
+            loss = m(x).float().pow(2).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        assert scaler.get_scale() == 2.0 ** (59 - step)
+    assert torch.equal(m.weight.detach().cpu(), w0)
+
+
 def test_grad_scaler_kernels_match_cpu():
     """The two kernels against CPU's, through overflow, backoff and growth."""
     g = torch.Generator().manual_seed(1)
