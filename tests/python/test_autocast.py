@@ -113,6 +113,16 @@ def test_op_dtypes_and_values(name, op, dtype, cpu_agrees, ref):
     torch.testing.assert_close(got.cpu(), want, rtol=2e-2, atol=2e-2)
 
 
+def test_ops_outside_the_lists_accumulate_16_bit_sums_in_float32():
+    """mean, avg pooling and the like run in the activation's dtype under
+    autocast; their sums accumulate in float32 as the CPU's do."""
+    x = (torch.randn(8, 8, 16, 16, generator=torch.Generator().manual_seed(0)) ** 2).to(BF16)
+    for op in (lambda t: t.mean((0, 2, 3)), lambda t: F.adaptive_avg_pool2d(t, 1), lambda t: F.avg_pool2d(t, 4)):
+        got = op(x.to(DEV))
+        assert got.dtype == BF16
+        torch.testing.assert_close(got.cpu(), op(x), rtol=2e-2, atol=1e-2)
+
+
 def test_disabled_and_nested_regions():
     x = torch.randn(4, 4).to(DEV)
     with torch.autocast("pjrt", enabled=False):
