@@ -7,7 +7,7 @@ Tolerances: a bfloat16 result has 8 significant bits (unit roundoff 3.9e-3);
 op results are compared with rtol 2e-2 against the same op computed on the
 CPU with the same explicit casts. Loss curves of a few optimizer steps in
 bfloat16 against float32 CPU training stay within rtol 2e-2 (we measure
-5e-4..1e-3 on the XLA CPU plugin, docs/autocast.md), float16 with a
+6e-4..1e-3 on the XLA CPU plugin, docs/autocast.md), float16 with a
 GradScaler too (1e-4)."""
 
 import copy
@@ -192,6 +192,9 @@ def _adamw(p):
 @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
 def test_training_in_bfloat16_tracks_float32(name):
     model, batches, _, loss_fn, _ = make_case(name)
+    if name == "gpt":
+        torch.manual_seed(0)
+        model = GPT(layers=1)  # one block: half the compile time, the same ops
     steps = 6
     ref, _ = _train(model, batches, _adamw, loss_fn, steps, "cpu")
     got, trained = _train(model, batches, _adamw, loss_fn, steps, DEV, dtype=BF16)
@@ -201,8 +204,8 @@ def test_training_in_bfloat16_tracks_float32(name):
     assert all(p.dtype == F32 for p in trained.parameters())
 
 
-@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
-def test_grad_scaler_trains(dtype):
+def test_grad_scaler_trains_in_float16():
+    dtype = F16
     model, batches, _, loss_fn, _ = make_case("mlp")
     steps = 6
     ref, _ = _train(model, batches, _adamw, loss_fn, steps, "cpu")
