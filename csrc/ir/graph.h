@@ -454,6 +454,8 @@ class Builder {
   Value Iota(const Shape& shape, int64_t dim);
 
   Value DotGeneral(Value lhs, Value rhs, const DotDims& dims);
+  // Sum and Prod of float16/bfloat16 accumulate in float32 (converts around
+  // the reduction) and return the operand's type, as PyTorch computes them.
   Value Reduce(Value x, Value init, const std::vector<int64_t>& dims, ReduceKind kind);
   Value ReduceWindow(Value x, Value init, ReduceKind kind, const std::vector<int64_t>& window,
                      const std::vector<int64_t>& strides,

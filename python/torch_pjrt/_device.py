@@ -78,11 +78,27 @@ def register() -> None:
         torch.utils.rename_privateuse1_backend("pjrt")
     torch._register_device_module("pjrt", _make_device_module())
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    _default_autocast_dtype()
     if _extension.is_loaded(_C):
         _configure_once()  # stores the search directories only; the runtime starts at first use
         _ensure_location_provider()
         _C._set_warning_sink(_warn)
     _registered = True
+
+
+# Low precision dtypes of autocast on pjrt. bfloat16 is the default: it has
+# float32's range, so training needs no GradScaler; float16 needs one.
+AMP_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _default_autocast_dtype() -> None:
+    """Makes bfloat16 the default of ``torch.autocast("pjrt")``. torch keeps
+    the default per thread and starts PrivateUse1 at float16; this sets it
+    for the thread that registers the device (the one that imports torch).
+    A thread started later begins at torch's float16 unless it passes
+    ``dtype=`` or calls ``torch.set_autocast_dtype("pjrt", torch.bfloat16)``."""
+    if torch.get_autocast_dtype("pjrt") == torch.float16 and not torch.is_autocast_enabled("pjrt"):
+        torch.set_autocast_dtype("pjrt", torch.bfloat16)
 
 
 def device_count() -> int:
@@ -254,12 +270,12 @@ def _make_device_module() -> types.ModuleType:
         device_count()
 
     def get_amp_supported_dtype() -> List[torch.dtype]:
-        """None: autocast has no pjrt kernels (torch registers its casts for
-        CUDA, CPU and a few others only), so ``torch.autocast("pjrt")`` warns
-        and runs in full precision instead of failing in the first op. torch
-        asks for this list whenever it enters autocast on pjrt, as activation
-        checkpointing does (disabled) around its recomputation."""
-        return []
+        """The dtypes ``torch.autocast("pjrt", dtype=...)`` accepts (torch
+        asks whenever it enters autocast on pjrt). The policy, which ops run
+        in them and which in float32, is registered by ``_C``
+        (csrc/aten/autocast.cc; docs/autocast.md). Empty when ``_C`` could
+        not be loaded: torch then warns and runs without autocast."""
+        return list(AMP_DTYPES) if _extension.is_loaded(_C) else []
 
     m.is_available = is_available
     m.get_amp_supported_dtype = get_amp_supported_dtype

@@ -50,6 +50,20 @@ TEST(Printer, BitcastOfAnotherElementSizeScalesTheLastDimension) {
   EXPECT_THROW(b.Bitcast(bytes, DType::C64), Error);
 }
 
+TEST(Printer, SixteenBitSumsAccumulateInFloat32) {
+  Builder b;
+  auto x = b.Parameter({DType::BF16, {2, 3}});
+  auto sum = b.Reduce(x, b.ScalarConstant(DType::BF16, 0), {1}, ReduceKind::Sum);
+  auto max = b.Reduce(x, b.ScalarConstant(DType::BF16, 0), {1}, ReduceKind::Max);
+  EXPECT_EQ(b.shape(sum).dtype, DType::BF16);
+  const std::string text = PrintStableHlo(b.Build({sum, max}));
+  EXPECT_NE(text.find("\"stablehlo.convert\"(%arg0) : (tensor<2x3xbf16>) -> tensor<2x3xf32>"), std::string::npos) << text;
+  EXPECT_NE(text.find("(tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>"), std::string::npos) << text;
+  EXPECT_NE(text.find("(tensor<2xf32>) -> tensor<2xbf16>"), std::string::npos) << text;
+  // max is exact in any type: it stays in bfloat16
+  EXPECT_NE(text.find("(tensor<2x3xbf16>, tensor<bf16>) -> tensor<2xbf16>"), std::string::npos) << text;
+}
+
 TEST(Printer, ReduceRegionAndSortComparator) {
   Builder b;
   auto x = b.Parameter({DType::I32, {2, 3}});

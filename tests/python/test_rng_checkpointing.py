@@ -72,10 +72,3 @@ def test_activation_checkpointing_recomputes_the_same_dropout_masks(reentrant):
     stale = _grads(True, reentrant, preserve_rng_state=False)
     assert not torch.equal(stale[1], plain[1])
 
-
-def test_autocast_on_pjrt_is_refused_with_a_warning_not_an_error():
-    x = torch.randn(4, 4).to(DEV)
-    with pytest.warns(UserWarning, match="dtype is not supported. Disabling autocast"):
-        with torch.autocast("pjrt", dtype=torch.bfloat16):
-            y = x @ x
-    assert y.dtype == torch.float32
