@@ -604,6 +604,8 @@ template <class F, class... A>
 at::Tensor& Inplace(at::Tensor& self, F f, const A&... args) {
   at::Tensor r = f(self, args...);
   CheckInplace(self, r.scalar_type());
+  TORCH_CHECK(r.sizes() == self.sizes(), "output with shape ", self.sizes(), " doesn't match the broadcast shape ",
+              r.sizes());
   TraceScope s;
   Assign(self, Val(r));
   return self;
