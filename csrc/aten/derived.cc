@@ -57,6 +57,12 @@ class DerivedKernel final : public c10::OperatorKernel {
     torch::jit::Stack call;
     call.reserve(plan_.inputs.size());
     for (size_t i : plan_.inputs) call.push_back(args[i]);
+    // An out tensor that is also an input is written in place: never
+    // resized (TensorIterator's read-write operands; ldexp_ is mul(out=self)).
+    std::vector<bool> inplace(outs.size(), plan_.inplace);
+    for (size_t k = 0; k < outs.size() && !plan_.inplace; ++k) {
+      for (const c10::IValue& v : call) inplace[k] = inplace[k] || (v.isTensor() && v.toTensor().is_same(outs[k]));
+    }
     if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) call[*plan_.dtype_from_out] = outs[0].scalar_type();
     torch::jit::drop(*stack, n);
     {
@@ -76,13 +82,13 @@ class DerivedKernel final : public c10::OperatorKernel {
                     DeviceIndex(r), ", got one on pjrt:", DeviceIndex(o));
         TORCH_CHECK(at::canCast(r.scalar_type(), o.scalar_type()), "result type ", r.scalar_type(),
                     " can't be cast to the desired output type ", o.scalar_type());
-        TORCH_CHECK(!plan_.inplace || o.sizes() == r.sizes(), "output with shape ", o.sizes(),
+        TORCH_CHECK(!inplace[k] || o.sizes() == r.sizes(), "output with shape ", o.sizes(),
                     " doesn't match the broadcast shape ", r.sizes());
       }
       for (size_t k = 0; k < outs.size(); ++k) {
         const at::Tensor& r = call[k].toTensor();
         if (!r.defined()) continue;
-        if (!plan_.inplace) at::native::resize_output(outs[k], r.sizes());
+        if (!inplace[k]) at::native::resize_output(outs[k], r.sizes());
         if (r.numel() > 0) Assign(outs[k], Val(r));
       }
     }

@@ -107,6 +107,13 @@ def test_inplace_never_broadcasts_self():
             x.atan2_(A.to(device))  # a derived in-place kernel
 
 
+def test_out_that_is_an_input_is_not_resized():
+    for device in ("cpu", DEV):
+        x = torch.zeros(4, device=device)
+        with pytest.raises(RuntimeError, match=r"output with shape \[4\] doesn't match the broadcast shape \[3, 4\]"):
+            torch.mul(x, A.to(device), out=x)
+
+
 def test_inplace_int_self_float_result_raises():
     for device in ("cpu", DEV):
         x = torch.arange(4, device=device)
