@@ -163,3 +163,13 @@ def test_clamp_backward_has_no_fallback():
         return x.grad
 
     same(grad(DEV), grad("cpu"))
+
+
+@pytest.mark.parametrize("name,mode", [("add", "out"), ("mm", "out"), ("max.reduction_with_dim", "out"),
+                                       ("atan2", "inplace"), ("logical_and", "inplace")])
+def test_conformance_out_and_inplace_passes(name, mode):
+    from torch_pjrt import conformance
+
+    op = next(o for o in conformance.op_db([name]) if conformance._entry_name(o) == name)
+    v = conformance.run_entry(op, torch.float32, max_samples=2, grads=False, device=DEV, mode=mode)
+    assert v["samples"] > 0 and conformance.status(v) == "pass", v
