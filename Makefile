@@ -10,7 +10,7 @@ VPY           := $(VENV)/bin/python
 ROOT          := $(abspath .)
 export PATH   := $(ROOT)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak models conformance conformance-special clean
+.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak models conformance conformance-special conformance-out clean
 
 help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
@@ -22,6 +22,8 @@ help:
 	@echo "make models     every model-zoo family (HF transformers, vision) in every mode vs CPU (make test runs a subset)"
 	@echo "make conformance  PyTorch's OpInfo samples on pjrt vs CPU; writes conformance.json"
 	@echo "make conformance-special  the same with NaN, +-inf, -0.0 and empty inputs; writes conformance-special.json"
+	@echo "make conformance-out  the pass list's float32 entries through their out= forms and in-place variants;"
+	@echo "                writes conformance-out.json"
 	@echo "make clean      remove build directories (keeps .venv)"
 
 $(VPY):
@@ -161,6 +163,14 @@ conformance-special: build
 	$(VPY) -m torch_pjrt.conformance --special-values --dtypes float32,bfloat16 --max-samples 3 \
 	  --entries tests/python/opinfo_pass_list.txt --json conformance-special.json \
 	  --expected tests/python/special_values_expected_failures.txt --fail-on-stale
+
+# The pass list's float32 entries through their out= forms (fresh, empty,
+# non-contiguous and int64 outputs) and in-place variants, against the CPU
+# doing the same; docs/device.md ("In-place and out= forms").
+conformance-out: build
+	$(VPY) -m torch_pjrt.conformance --out --inplace --dtypes float32 --max-samples 3 \
+	  --entries tests/python/opinfo_pass_list.txt --json conformance-out.json \
+	  --expected tests/python/out_inplace_expected_failures.txt --fail-on-stale
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

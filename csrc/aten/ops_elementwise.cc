@@ -1,6 +1,7 @@
 // Elementwise lowerings: arithmetic, comparisons, logic, math functions,
 // activations and their backward formulas, with PyTorch's type promotion and
-// broadcasting. Each functional op has its in-place twin.
+// broadcasting. The hot in-place forms (optimizers, activations) are spelled
+// out below; every other in-place and out= form is derived (aten/derived.h).
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -813,6 +814,8 @@ template <class F, class... A>
 at::Tensor& Inplace(at::Tensor& self, F f, const A&... args) {
   at::Tensor r = f(self, args...);
   CheckInplace(self, r.scalar_type());
+  TORCH_CHECK(r.sizes() == self.sizes(), "output with shape ", self.sizes(), " doesn't match the broadcast shape ",
+              r.sizes());
   TraceScope s;
   Assign(self, Val(r));
   return self;
@@ -820,7 +823,8 @@ at::Tensor& Inplace(at::Tensor& self, F f, const A&... args) {
 
 }  // namespace
 
-// In-place kernels, spelled out for exact signatures.
+// In-place kernels of the hot ops, unboxed: deriving them (aten/derived.h)
+// gives the same program, with more dispatch overhead (docs/device.md).
 namespace inplace {
 at::Tensor& add_(at::Tensor& s, const at::Tensor& o, const at::Scalar& a) { return Inplace(s, add_tensor, o, a); }
 at::Tensor& add_s_(at::Tensor& s, const at::Scalar& o, const at::Scalar& a) { return Inplace(s, add_scalar, o, a); }

@@ -7,6 +7,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "aten/collectives.h"
+#include "aten/derived.h"
 #include "aten/device.h"
 #include "aten/tensor.h"
 #include "python/bind.h"
@@ -76,6 +77,8 @@ void BindTorch(py::module_& m) {
     for (const auto& v : runtime::EnvironmentVariables()) out.append(py::make_tuple(v.name, v.meaning, v.default_value));
     return out;
   });
+  m.def("_derived_kernels", &aten::DerivedKernels,
+        "(in-place or out= overload, functional overload) pairs whose kernel is derived (aten/derived.h).");
   m.def("_device_count", &aten::DeviceCount, py::call_guard<py::gil_scoped_release>());
   m.def("_current_device", &aten::CurrentDevice);
   m.def("_set_device", &aten::SetCurrentDevice);

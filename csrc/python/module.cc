@@ -2,6 +2,7 @@
 // layers; this file only registers the pieces.
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/derived.h"
 #include "python/bind.h"
 
 PYBIND11_MODULE(_C, m) {
@@ -10,4 +11,7 @@ PYBIND11_MODULE(_C, m) {
   tpj::python::BindPjrt(m);
   tpj::python::BindIr(m.def_submodule("ir", "Graph IR builder and StableHLO printer"));
   tpj::python::BindTorch(m);
+  // After every static TORCH_LIBRARY_IMPL of ours: the in-place and out=
+  // forms derived from their functional lowerings (aten/derived.h).
+  tpj::aten::RegisterDerivedKernels();
 }

@@ -12,7 +12,7 @@ Per (op, dtype) entry the verdict is one of:
 
     python -m torch_pjrt.conformance [--dtypes float32,int64,bool,bfloat16]
         [--ops NAME,...] [--entries FILE] [--max-samples N] [--no-grad]
-        [--special-values] [--json conformance.json]
+        [--special-values] [--out] [--inplace] [--json conformance.json]
 
 prints one line per entry and a summary ``N passed, N failed`` (passed counts
 ``pass`` and ``fallback``; failed counts ``fail`` and ``error``), and writes
@@ -25,6 +25,16 @@ emptied along its last dimension. NaN equals NaN, and a zero of the CPU's
 result must have its sign. ``make conformance-special`` runs it over the
 float32 and bfloat16 entries of the native pass list (``--entries``);
 docs/semantics.md explains the differences it expects.
+
+``--out`` and ``--inplace`` run each sample through the op's ``out=`` form
+(entries whose OpInfo says ``supports_out``) and its ``inplace_variant``
+instead, as entries named ``op[out]`` and ``op[inplace]``, compared with the
+CPU doing the same; where the CPU raises, pjrt must raise too. The out= pass
+tries four outputs per sample: fresh tensors of the right shape and dtype,
+empty tensors (resized), non-contiguous views into bigger tensors (the rest
+must stay untouched), and, for a floating-point result, int64 tensors (the
+CPU refuses the cast). No gradients. ``make conformance-out`` runs both over
+the float32 entries of the pass list (docs/device.md, "In-place and out= forms").
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import json
 import sys
 import time
 import traceback
+import warnings
 from typing import Dict, Iterable, List, Optional
 
 import torch
@@ -185,9 +196,33 @@ def _grads(out, inputs: List[torch.Tensor]):
     return torch.autograd.grad(loss, wanted, allow_unused=True)
 
 
-def run_entry(op, dtype, max_samples: int, grads: bool, device, special: bool = False) -> dict:
-    verdict = {"op": _entry_name(op), "dtype": str(dtype).replace("torch.", ""), "samples": 0, "passed": 0,
+MODES = ("functional", "out", "inplace")
+
+
+def has_mode(op, mode: str) -> bool:
+    return mode == "functional" or (mode == "out" and op.supports_out) or (
+        mode == "inplace" and op.inplace_variant is not None)
+
+
+def run_entry(op, dtype, max_samples: int, grads: bool, device, special: bool = False,
+              mode: str = "functional") -> dict:
+    name = _entry_name(op) + ("" if mode == "functional" else f"[{mode}]")
+    verdict = {"op": name, "dtype": str(dtype).replace("torch.", ""), "samples": 0, "passed": 0,
                "fallback": 0, "failed": 0, "errored": 0, "detail": ""}
+    if mode != "functional":
+        try:
+            samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:max_samples]
+        except Exception as e:
+            verdict["detail"] = f"no samples: {type(e).__name__}"
+            return verdict
+        for sample in samples:
+            case = [sample.input, list(sample.args), dict(sample.kwargs)]
+            if mode == "out":
+                for label, make in OUT_FORMS:
+                    _run_out_case(op, dtype, case, device, label, make, verdict)
+            else:
+                _run_inplace_case(op, dtype, case, device, verdict)
+        return verdict
     want_grad = grads and dtype == torch.float32 and op.supports_autograd
     try:
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))[:max_samples]
@@ -240,6 +275,142 @@ def _run_case(op, dtype, case, want_grad: bool, device, special: bool, label: st
         verdict["passed"] += 1
 
 
+def _out_like(want, make):
+    """Output tensors shaped like the CPU result `want` (a tensor or a tuple
+    of them), each made by make(tensor) -> (out, base): base is what the
+    out tensor is a view of, compared too."""
+    if isinstance(want, torch.Tensor):
+        return make(want)
+    pairs = [make(w) for w in want]
+    return tuple(o for o, _ in pairs), tuple(b for _, b in pairs)
+
+
+def _fresh_out(w):
+    o = torch.full(w.shape, 7, dtype=w.dtype) if w.dtype != torch.bool else torch.ones(w.shape, dtype=torch.bool)
+    return o, o
+
+
+def _empty_out(w):
+    o = torch.empty(0, dtype=w.dtype)
+    return o, o
+
+
+def _view_out(w):
+    """Every other element of the last dimension of a bigger tensor, the
+    dimensions reversed: neither contiguous nor starting at offset 0."""
+    base = torch.full(tuple(reversed(w.shape)) + (2,), 3, dtype=w.dtype) if w.dtype != torch.bool else \
+        torch.ones(tuple(reversed(w.shape)) + (2,), dtype=torch.bool)
+    view = base[..., 1].permute(*reversed(range(w.dim()))) if w.dim() else base[..., 1]
+    return view, base
+
+
+def _long_out(w):
+    o = torch.zeros(w.shape, dtype=torch.long if (w.is_floating_point() or w.is_complex()) else w.dtype)
+    return o, o
+
+
+# (label, make): the out= forms tried per sample.
+OUT_FORMS = [("out", _fresh_out), ("empty out", _empty_out), ("view out", _view_out), ("int64 out", _long_out)]
+
+
+def _detached(x):
+    return _map(x, lambda t: t.detach().clone())
+
+
+def _mirror(make_cpu, device):
+    """make, but on `device`, from the CPU-made tensors (same values and view)."""
+    def make(w):
+        o, base = make_cpu(w)
+        dev_base = base.to(device)
+        if o is base:
+            return dev_base, dev_base
+        return dev_base.as_strided(o.shape, o.stride(), o.storage_offset()), dev_base
+    return make
+
+
+def _record(verdict, problem, error, before, label):
+    if error is not None:
+        verdict["errored"] += 1
+        verdict["detail"] = verdict["detail"] or f"{label}: {type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
+    elif problem:
+        verdict["failed"] += 1
+        verdict["detail"] = verdict["detail"] or f"{label}: {problem}"[:200]
+    elif _fallbacks() > before:
+        verdict["fallback"] += 1
+    else:
+        verdict["passed"] += 1
+
+
+def _run_out_case(op, dtype, case, device, label, make, verdict) -> None:
+    case = _detached(case)
+    try:
+        want = op(case[0], *case[1], **case[2])
+    except Exception:
+        return  # not runnable on the CPU either
+    if not isinstance(want, torch.Tensor) and not (
+            isinstance(want, tuple) and want and all(isinstance(w, torch.Tensor) for w in want)):
+        return
+    if label == "int64 out" and not any(w.is_floating_point() or w.is_complex() for w in _flatten(want)):
+        return
+    out_cpu, base_cpu = _out_like(want, make)
+    cpu_error = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ret_cpu = op(case[0], *case[1], **case[2], out=out_cpu)
+    except Exception as e:
+        cpu_error = e
+    verdict["samples"] += 1
+    dev_case = _to(case, device)
+    if "device" in dev_case[2]:  # factories (zeros, arange, ...) make their result on the out's device
+        dev_case[2]["device"] = device
+    out_dev, base_dev = _out_like(want, _mirror(make, device))
+    before = _fallbacks()
+    problem, error = None, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ret_dev = op(dev_case[0], *dev_case[1], **dev_case[2], out=out_dev)
+        if cpu_error is not None:
+            problem = f"the CPU raised ({type(cpu_error).__name__}: {str(cpu_error).splitlines()[0][:80]}), pjrt did not"
+        else:
+            problem = (_compare(out_dev, out_cpu, dtype) or _compare(base_dev, base_cpu, dtype)
+                       or _compare(ret_dev, ret_cpu, dtype))
+    except Exception as e:
+        if cpu_error is None:
+            error = e
+    _record(verdict, problem, error, before, label)
+
+
+def _run_inplace_case(op, dtype, case, device, verdict) -> None:
+    case = _detached(case)
+    fn = op.inplace_variant
+    cpu = _detached(case)
+    cpu_error = None
+    try:
+        ret_cpu = fn(cpu[0], *cpu[1], **cpu[2])
+    except Exception as e:
+        cpu_error = e
+    if cpu_error is not None and not isinstance(cpu[0], torch.Tensor):
+        return
+    verdict["samples"] += 1
+    dev = _to(case, device)
+    before = _fallbacks()
+    problem, error = None, None
+    try:
+        ret_dev = fn(dev[0], *dev[1], **dev[2])
+        if cpu_error is not None:
+            problem = f"the CPU raised ({type(cpu_error).__name__}: {str(cpu_error).splitlines()[0][:80]}), pjrt did not"
+        else:
+            problem = _compare(dev, cpu, dtype) or _compare(ret_dev, ret_cpu, dtype)
+            if problem is None and isinstance(ret_cpu, torch.Tensor) and ret_cpu is cpu[0] and ret_dev is not dev[0]:
+                problem = "the result is not self"
+    except Exception as e:
+        if cpu_error is None:
+            error = e
+    _record(verdict, problem, error, before, "inplace")
+
+
 def _inputs_of(dev_sample) -> List[torch.Tensor]:
     return _flatten(dev_sample)
 
@@ -270,8 +441,9 @@ def op_db(names: Optional[Iterable[str]] = None):
 
 
 def run(names=None, dtypes=("float32",), max_samples=4, grads=True, out=sys.stdout, per_entry=True,
-        special=False, entries=None) -> List[dict]:
-    """`entries`: a set of (name, dtype) pairs to run, None for all."""
+        special=False, entries=None, modes=("functional",)) -> List[dict]:
+    """`entries`: a set of (name, dtype) pairs to run, None for all;
+    `modes`: some of MODES."""
     device = torch_pjrt.device()
     results = []
     for op in op_db(names):
@@ -280,18 +452,23 @@ def run(names=None, dtypes=("float32",), max_samples=4, grads=True, out=sys.stdo
             dtype = DTYPES[dname]
             if dtype not in supported or (entries is not None and (_entry_name(op), dname) not in entries):
                 continue
-            torch_pjrt.sync()
-            try:
-                v = run_entry(op, dtype, max_samples, grads, device, special=special)
-            except Exception:  # a harness problem must not stop the run
-                v = {"op": _entry_name(op), "dtype": dname, "samples": 1, "passed": 0, "fallback": 0, "failed": 0,
-                     "errored": 1, "detail": traceback.format_exc().strip().splitlines()[-1][:200]}
-            v["status"] = status(v)
-            results.append(v)
-            if per_entry:
-                print(f"{v['status']:<8} {v['op']:<45} {v['dtype']:<9} samples {v['samples']:>2}  "
-                      f"pass {v['passed']:>2} fallback {v['fallback']:>2} fail {v['failed']:>2} error {v['errored']:>2}"
-                      + (f"  {v['detail']}" if v["detail"] and v["status"] in ("fail", "error") else ""), file=out)
+            for mode in modes:
+                if not has_mode(op, mode):
+                    continue
+                torch_pjrt.sync()
+                try:
+                    v = run_entry(op, dtype, max_samples, grads, device, special=special, mode=mode)
+                except Exception:  # a harness problem must not stop the run
+                    v = {"op": _entry_name(op) + ("" if mode == "functional" else f"[{mode}]"), "dtype": dname,
+                         "samples": 1, "passed": 0, "fallback": 0, "failed": 0, "errored": 1,
+                         "detail": traceback.format_exc().strip().splitlines()[-1][:200]}
+                v["status"] = status(v)
+                results.append(v)
+                if per_entry:
+                    print(f"{v['status']:<8} {v['op']:<45} {v['dtype']:<9} samples {v['samples']:>2}  "
+                          f"pass {v['passed']:>2} fallback {v['fallback']:>2} fail {v['failed']:>2} "
+                          f"error {v['errored']:>2}"
+                          + (f"  {v['detail']}" if v["detail"] and v["status"] in ("fail", "error") else ""), file=out)
     return results
 
 
@@ -304,6 +481,9 @@ def main(argv=None) -> int:
     p.add_argument("--entries", default="", help="run only the (op dtype) entries this file lists, e.g. the pass list")
     p.add_argument("--special-values", action="store_true",
                    help="inputs with NaN, +-inf and -0.0 written in, and emptied inputs (see above)")
+    p.add_argument("--out", action="store_true", help="run the out= forms (entries op[out]) instead of the ops")
+    p.add_argument("--inplace", action="store_true",
+                   help="run the in-place variants (entries op[inplace]) instead of the ops; with --out, both")
     p.add_argument("--json", default="conformance.json")
     p.add_argument("--expected", default="", help="expected-failure file: fail only on failures it does not list")
     p.add_argument("--fail-on-stale", action="store_true",
@@ -312,8 +492,9 @@ def main(argv=None) -> int:
     names = [n for n in args.ops.split(",") if n] or None
     entries = load_entries(args.entries) if args.entries else None
     t0 = time.time()
+    modes = tuple(m for m, on in (("out", args.out), ("inplace", args.inplace)) if on) or ("functional",)
     results = run(names, [d for d in args.dtypes.split(",") if d], args.max_samples, not args.no_grad,
-                  special=args.special_values, entries=entries)
+                  special=args.special_values, entries=entries, modes=modes)
     counts: Dict[str, int] = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

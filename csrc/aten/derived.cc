@@ -1,0 +1,224 @@
+#include "aten/derived.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "aten/tensor.h"
+
+namespace tpj::aten {
+namespace {
+
+using runtime::TraceScope;
+
+// How one in-place/out= overload maps onto its functional overload.
+struct Plan {
+  std::optional<c10::OperatorHandle> functional;  // set once found (no default OperatorHandle)
+  bool inplace = false;
+  std::vector<size_t> inputs;  // positions of the functional's arguments in the derived op's arguments
+  std::vector<size_t> outs;    // positions of the written arguments, in the order of the results
+  // Position (in the functional's arguments) of a `ScalarType? dtype` that,
+  // when None, takes the output's dtype: the reductions whose out= form
+  // computes in the out tensor's dtype (at::native's infer_dtype_from_optional).
+  std::optional<size_t> dtype_from_out;
+};
+
+// Ops whose out= and in-place forms compute in the output's dtype when no
+// dtype is given (sum(int, out=float) sums in float, cumsum_ keeps self's type).
+const std::set<std::string>& DtypeFromOut() {
+  static const std::set<std::string> names = {"aten::sum", "aten::mean", "aten::prod", "aten::nansum",
+                                              "aten::cumsum", "aten::cumprod"};
+  return names;
+}
+
+// Overloads never derived: copy plumbing whose "out" is the destination of a
+// transfer, not a result.
+const std::set<std::string>& Excluded() {
+  static const std::set<std::string> names = {"aten::_copy_from", "aten::_copy_from_and_resize"};
+  return names;
+}
+
+// A tensor result of a boxed call; an undefined tensor (a masked-out
+// gradient of convolution_backward) may come back as None.
+at::Tensor Result(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
+
+class DerivedKernel final : public c10::OperatorKernel {
+ public:
+  explicit DerivedKernel(Plan plan) : plan_(std::move(plan)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    auto args = torch::jit::last(*stack, n);
+    std::vector<at::Tensor> outs;
+    outs.reserve(plan_.outs.size());
+    for (size_t i : plan_.outs) outs.push_back(args[i].toTensor());
+    torch::jit::Stack call;
+    call.reserve(plan_.inputs.size());
+    for (size_t i : plan_.inputs) call.push_back(args[i]);
+    // An out tensor that is also an input is written in place: never
+    // resized (TensorIterator's read-write operands; ldexp_ is mul(out=self)).
+    std::vector<bool> inplace(outs.size(), plan_.inplace);
+    for (size_t k = 0; k < outs.size() && !plan_.inplace; ++k) {
+      for (const c10::IValue& v : call) inplace[k] = inplace[k] || (v.isTensor() && v.toTensor().is_same(outs[k]));
+    }
+    if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) call[*plan_.dtype_from_out] = outs[0].scalar_type();
+    torch::jit::drop(*stack, n);
+    {
+      // One traced op: the functional's trace time and the write count once.
+      TraceScope scope;
+      plan_.functional->callBoxed(call);
+      TORCH_INTERNAL_ASSERT(call.size() == outs.size(), op.schema().name(), ": ", call.size(), " results for ",
+                            outs.size(), " outputs");
+      // Every check before any output changes, as the CPU's kernels do.
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const at::Tensor r = Result(call[k]);
+        const at::Tensor& o = outs[k];
+        if (!r.defined()) continue;
+        TORCH_CHECK(IsPjrt(o), op.schema().name(), ": expected the output on pjrt:", DeviceIndex(r), ", got one on ",
+                    o.device());
+        TORCH_CHECK(DeviceIndex(o) == DeviceIndex(r), op.schema().name(), ": expected the output on pjrt:",
+                    DeviceIndex(r), ", got one on pjrt:", DeviceIndex(o));
+        TORCH_CHECK(at::canCast(r.scalar_type(), o.scalar_type()), "result type ", r.scalar_type(),
+                    " can't be cast to the desired output type ", o.scalar_type());
+        TORCH_CHECK(!inplace[k] || o.sizes() == r.sizes(), "output with shape ", o.sizes(),
+                    " doesn't match the broadcast shape ", r.sizes());
+      }
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const at::Tensor r = Result(call[k]);
+        if (!r.defined()) continue;
+        if (!inplace[k]) at::native::resize_output(outs[k], r.sizes());
+        if (r.numel() > 0) Assign(outs[k], Val(r));
+      }
+    }
+    for (at::Tensor& o : outs) torch::jit::push(*stack, std::move(o));
+  }
+
+ private:
+  Plan plan_;
+};
+
+bool Writes(const c10::Argument& a) { return a.alias_info() != nullptr && a.alias_info()->isWrite(); }
+
+bool IsTensor(const c10::Argument& a) { return a.type()->kind() == c10::TypeKind::TensorType; }
+
+bool Same(const c10::Argument& a, const c10::Argument& b) { return a.name() == b.name() && *a.type() == *b.type(); }
+
+// The functional overload among `candidates` whose arguments are `wanted`,
+// with a PrivateUse1 kernel and fresh (non-aliasing) tensor results.
+std::optional<c10::OperatorHandle> FindFunctional(const std::vector<c10::OperatorHandle>& candidates,
+                                                  const std::vector<const c10::Argument*>& wanted, size_t results) {
+  for (const c10::OperatorHandle& f : candidates) {
+    const c10::FunctionSchema& s = f.schema();
+    const auto& args = s.arguments();
+    if (args.size() != wanted.size() || s.returns().size() != results) continue;
+    bool match = true;
+    for (size_t i = 0; i < args.size() && match; ++i) match = !Writes(args[i]) && Same(args[i], *wanted[i]);
+    for (const c10::Argument& r : s.returns()) match = match && IsTensor(r) && r.alias_info() == nullptr;
+    if (match && f.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return f;
+  }
+  return std::nullopt;
+}
+
+// The plan for `op` if it is an in-place or out= overload we can derive.
+std::optional<Plan> PlanFor(const c10::OperatorHandle& op,
+                            const std::map<std::string, std::vector<c10::OperatorHandle>>& by_name) {
+  const c10::FunctionSchema& s = op.schema();
+  const auto& args = s.arguments();
+  if (args.empty() || op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+      op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+    return std::nullopt;
+  }
+  Plan plan;
+  std::vector<const c10::Argument*> wanted;
+  std::string functional_name = s.name();
+  const bool trailing_underscore = functional_name.size() > 1 && functional_name.back() == '_' &&
+                                   functional_name[functional_name.size() - 2] != '_';
+  if (trailing_underscore && Writes(args[0]) && IsTensor(args[0]) && s.returns().size() == 1) {
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (Writes(args[i])) return std::nullopt;
+    }
+    plan.inplace = true;
+    plan.outs = {0};
+    for (size_t i = 0; i < args.size(); ++i) {
+      plan.inputs.push_back(i);
+      wanted.push_back(&args[i]);
+    }
+    functional_name.pop_back();
+  } else {
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (Writes(args[i])) {
+        if (!args[i].kwarg_only() || !IsTensor(args[i])) return std::nullopt;
+        plan.outs.push_back(i);
+      } else {
+        plan.inputs.push_back(i);
+        wanted.push_back(&args[i]);
+      }
+    }
+    if (plan.outs.empty() || s.returns().size() != plan.outs.size()) return std::nullopt;
+  }
+  if (Excluded().count(functional_name)) return std::nullopt;
+  auto it = by_name.find(functional_name);
+  if (it == by_name.end()) return std::nullopt;
+  std::optional<c10::OperatorHandle> f = FindFunctional(it->second, wanted, plan.outs.size());
+  if (!f) return std::nullopt;
+  plan.functional = *f;
+  if (DtypeFromOut().count(functional_name) && plan.outs.size() == 1) {
+    const auto& fargs = f->schema().arguments();
+    for (size_t i = 0; i < fargs.size(); ++i) {
+      if (fargs[i].name() == "dtype") plan.dtype_from_out = i;
+    }
+  }
+  return plan;
+}
+
+std::mutex registered_mu;
+std::vector<std::pair<std::string, std::string>> registered;
+
+std::string FullName(const c10::OperatorHandle& op) {
+  const auto& n = op.operator_name();
+  return n.name + (n.overload_name.empty() ? "" : "." + n.overload_name);
+}
+
+}  // namespace
+
+void RegisterDerivedKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto& d = c10::Dispatcher::singleton();
+    std::map<std::string, std::vector<c10::OperatorHandle>> by_name;
+    std::vector<c10::OperatorHandle> ops;
+    for (const c10::OperatorName& name : d.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      std::optional<c10::OperatorHandle> op = d.findSchema(name);
+      if (!op) continue;
+      by_name[name.name].push_back(*op);
+      ops.push_back(*op);
+    }
+    // Kept for the life of the process: the dispatcher holds our kernels
+    // until the library is destroyed, and ops may run during shutdown.
+    auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    std::lock_guard<std::mutex> l(registered_mu);
+    for (const c10::OperatorHandle& op : ops) {
+      std::optional<Plan> plan = PlanFor(op, by_name);
+      if (!plan) continue;
+      const std::string functional = FullName(*plan->functional);
+      const auto& n = op.operator_name();
+      const std::string name = n.name.substr(6) + (n.overload_name.empty() ? "" : "." + n.overload_name);
+      lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<DerivedKernel>(std::move(*plan))));
+      registered.emplace_back(FullName(op), functional);
+    }
+  });
+}
+
+std::vector<std::pair<std::string, std::string>> DerivedKernels() {
+  std::lock_guard<std::mutex> l(registered_mu);
+  return registered;
+}
+
+}  // namespace tpj::aten
