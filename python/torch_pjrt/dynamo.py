@@ -70,7 +70,24 @@ def _is_cpu_tensor(x) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == "cpu"
 
 
+def _views_as_reshapes(gm: torch.fx.GraphModule) -> None:
+    """AOTAutograd emits ``view`` where its fake tensors' strides allow one;
+    those strides follow the CPU's layout rules (``_to_copy`` and elementwise
+    ops keep a permuted input's layout), while pjrt results are contiguous,
+    so such a view may not be possible on the device ("view size is not
+    compatible", seen under autocast). The graphs are functional: ``reshape``
+    gives the same values, as a view where it can and a copy where not."""
+    changed = False
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+            n.target = torch.ops.aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
+    _views_as_reshapes(gm)
     fallback = explain(gm)
     nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     _C._metrics_add("dynamo_graphs", 1)

@@ -130,3 +130,16 @@ def test_graph_break_and_new_shapes():
     for n in (3, 3, 5):
         x = torch.randn(n)
         torch.testing.assert_close(cf(x.to(DEV)).cpu(), f(x))
+
+
+def test_view_of_a_layout_the_device_does_not_keep():
+    # On the CPU (and in AOTAutograd's fake tensors) a dtype conversion keeps
+    # a permuted layout, so the traced graph views the permuted-back result;
+    # pjrt results are contiguous, and the graph reshapes instead.
+    def f(x):
+        y = x.transpose(1, 2).to(torch.bfloat16)
+        return y.transpose(1, 2).reshape(2, 12, 32).float() * 2
+
+    x = torch.randn(2, 12, 4, 8)
+    got = torch.compile(f, backend="pjrt")(x.to(DEV))
+    torch.testing.assert_close(got.cpu(), f(x))
