@@ -76,13 +76,11 @@ def _model_device(model) -> torch.device:
 
 def _seed(device: torch.device, seed: int) -> None:
     """Seeds ``device``'s generator, like ``torch_pjrt.manual_seed`` for one
-    device, and hands it the state as a device buffer: a freshly seeded
-    state would be a constant of the first program that draws, and a new
-    seed would then recompile it."""
+    device (the seeded state enters programs as data: a new seed compiles
+    nothing new)."""
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     _device.device_count()  # starts the runtime
     _C._manual_seed(device.index, seed)
-    _C._set_rng_state(device.index, [seed, 0])
 
 
 def _eos_list(eos_token_id) -> list:
