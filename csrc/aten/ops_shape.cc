@@ -180,8 +180,10 @@ at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& inde
 at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                         const at::Scalar& alpha, bool replace, const char* what) {
   TORCH_CHECK_INDEX(index.dim() <= 1, what, "(): Index is supposed to be a vector");
-  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, what,
-              "(): Expected dtype int32/int64 for index");
+  // index_add takes int32 or int64 indices; index_copy only int64, as on the CPU
+  TORCH_CHECK(index.scalar_type() == at::kLong || (index.scalar_type() == at::kInt && !replace), what,
+              replace ? "_(): Expected a long tensor for index, but got " : "(): Expected dtype int32/int64 for index",
+              replace ? c10::toString(index.scalar_type()) : "");
   TORCH_CHECK(self.scalar_type() == source.scalar_type(), what, "(): self (", self.scalar_type(), ") and source (",
               source.scalar_type(), ") must have the same scalar type");
   const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));

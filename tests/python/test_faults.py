@@ -287,3 +287,13 @@ def test_a_check_failing_on_one_replica_fails_the_replicated_program():
             torch_pjrt.sync(wait=True)
     with pytest.raises(IndexError):
         y.cpu()
+
+
+def test_index_copy_wants_int64_indices_as_on_the_cpu():
+    a, i, s = torch.zeros(3, 2), torch.tensor([1], dtype=torch.int32), torch.ones(1, 2)
+    with pytest.raises(RuntimeError, match="Expected a long tensor for index"):
+        a.index_copy(0, i, s)
+    with pytest.raises(RuntimeError, match="Expected a long tensor for index"):
+        a.to(DEV).index_copy(0, i.to(DEV), s.to(DEV))
+    # index_add takes int32 on both
+    assert torch.equal(a.to(DEV).index_add(0, i.to(DEV), s.to(DEV)).cpu(), a.index_add(0, i, s))
