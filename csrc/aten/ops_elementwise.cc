@@ -610,6 +610,9 @@ at::Tensor hardswish_backward(const at::Tensor& grad, const at::Tensor& self) {
   return Wrap(b.Select(b.Compare(ir::CompareDir::LE, o.y, c(-3)), c(0), r), o.device);
 }
 
+// log(1 + e^x) as the CPU's softplus and mish write it
+ir::Value Log1pExp(ir::Builder& b, ir::Value x) { return b.Unary(Op::Log1p, b.Unary(Op::Exp, x)); }
+
 // softplus(x) = log1p(exp(beta x)) / beta, or x where beta x > threshold
 at::Tensor softplus(const at::Tensor& a, const at::Scalar& beta, const at::Scalar& threshold) {
   TraceScope s;
@@ -619,7 +622,7 @@ at::Tensor softplus(const at::Tensor& a, const at::Scalar& beta, const at::Scala
   const auto shape = a.sizes().vec();
   ir::Value x = Val(a);
   ir::Value bx = b.Binary(Op::Mul, x, Number(d, beta, t, shape));
-  ir::Value sp = b.Binary(Op::Div, b.Unary(Op::Log1p, b.Unary(Op::Exp, bx)), Number(d, beta, t, shape));
+  ir::Value sp = b.Binary(Op::Div, Log1pExp(b, bx), Number(d, beta, t, shape));
   return Wrap(b.Select(b.Compare(ir::CompareDir::GT, bx, Number(d, threshold, t, shape)), x, sp), d);
 }
 
@@ -641,7 +644,7 @@ at::Tensor mish(const at::Tensor& a) {
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   ir::Value x = Val(a);
-  return Wrap(b.Binary(Op::Mul, x, b.Unary(Op::Tanh, b.Unary(Op::Log1p, b.Unary(Op::Exp, x)))), d);
+  return Wrap(b.Binary(Op::Mul, x, b.Unary(Op::Tanh, Log1pExp(b, x))), d);
 }
 
 at::Tensor mish_backward(const at::Tensor& grad, const at::Tensor& self) {
@@ -651,7 +654,7 @@ at::Tensor mish_backward(const at::Tensor& grad, const at::Tensor& self) {
   ir::Builder& b = B(o.device);
   ir::Value one = Fill(o.device, 1, t, o.shape);
   ir::Value sg = b.Unary(Op::Logistic, o.y);
-  ir::Value th = b.Unary(Op::Tanh, b.Unary(Op::Log1p, b.Unary(Op::Exp, o.y)));
+  ir::Value th = b.Unary(Op::Tanh, Log1pExp(b, o.y));
   // grad * (tanh(sp) + x * sigmoid(x) * (1 - tanh(sp)^2))
   ir::Value dx = b.Binary(Op::Add, th, b.Binary(Op::Mul, b.Binary(Op::Mul, o.y, sg),
                                                 b.Binary(Op::Sub, one, b.Binary(Op::Mul, th, th))));
