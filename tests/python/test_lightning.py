@@ -169,6 +169,15 @@ def test_bf16_precisions_train_on_pjrt(precision):
 def test_mixed_precision_uses_pjrt_autocast():
     trainer = _trainer("pjrt", precision="bf16-mixed")
     assert trainer.strategy.precision_plugin.device == "pjrt"
+    fabric = Fabric(accelerator="pjrt", devices=1, precision="bf16-mixed")
+    assert fabric.strategy.precision.device == "pjrt"
+    linear = torch.nn.Linear(4, 2)
+    inside = []
+    linear.register_forward_hook(lambda m, i, o: inside.append((o.device.type, o.dtype)))
+    model = fabric.setup(linear)
+    out = model(torch.ones(3, 4, device="pjrt"))
+    assert inside == [("pjrt", torch.bfloat16)]  # computed under autocast; Fabric returns float32
+    assert out.dtype == torch.float32 and model.weight.dtype == torch.float32
 
 
 def test_several_devices_are_refused_with_what_to_do():
