@@ -30,8 +30,9 @@ def _data(n=BATCHES_PER_EPOCH * 8):
 
 
 class Net(pl.LightningModule):
-    def __init__(self):
+    def __init__(self, sgd=False):
         super().__init__()
+        self.sgd = sgd
         torch.manual_seed(0)
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 2))
         self.compute_dtypes = set()
@@ -59,6 +60,8 @@ class Net(pl.LightningModule):
         return self(batch[0]).float()
 
     def configure_optimizers(self):
+        if self.sgd:
+            return torch.optim.SGD(self.parameters(), lr=0.5)
         return torch.optim.AdamW(self.parameters(), lr=1e-2)
 
 
@@ -150,20 +153,25 @@ def test_validate_test_predict_match_the_cpu():
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
 def test_bf16_precisions_train_on_pjrt(precision):
+    # SGD: AdamW divides each gradient by its own scale, so a bfloat16
+    # rounding difference in a near-zero gradient becomes a whole step.
     out = {}
     for accelerator in ("cpu", "pjrt"):
-        model = Net()
-        _trainer(accelerator, max_steps=5, precision=precision).fit(model, _loader())
+        model = Net(sgd=True)
+        _trainer(accelerator, max_steps=10, precision=precision).fit(model, _loader())
         out[accelerator] = model
     pjrt, cpu = out["pjrt"], out["cpu"]
+    start = _weights(Net())
     # bf16-mixed: autocast computes the linear layers in bfloat16 (pjrt's
     # autocast, not CUDA's) and keeps the weights in float32; bf16-true: all bfloat16.
     assert pjrt.compute_dtypes == {torch.bfloat16} == cpu.compute_dtypes
     want = torch.float32 if precision == "bf16-mixed" else torch.bfloat16
     assert {p.dtype for p in pjrt.parameters()} == {want}
     # Same trajectory within bfloat16's resolution (the autocast policies of
-    # CPU and pjrt differ in which ops they cast, not in the linear layers).
-    assert _max_diff(_weights(pjrt), _weights(cpu)) < 3e-2
+    # CPU and pjrt differ in which ops they cast, not in the linear layers),
+    # small against how far training moved the weights.
+    diff, moved = _max_diff(_weights(pjrt), _weights(cpu)), _max_diff(_weights(cpu), start)
+    assert diff < 1e-2 and diff < moved / 10, (diff, moved)
 
 
 def test_mixed_precision_uses_pjrt_autocast():
