@@ -153,7 +153,8 @@ test-asan: deps system-deps
 # compiles _C against that torch (in a persistent build directory, so ccache
 # and ninja make a rerun cheap) and installs it; tests/install/smoke.py then
 # runs from a temporary directory outside the checkout. INSTALL_FROM=sdist
-# installs from an sdist made by `python -m build --sdist` instead.
+# installs from an sdist made by `python -m build --sdist` instead (pip
+# unpacks it in a new temporary directory each time: a cold build).
 INSTALL_DIR  ?= $(BUILD)-install
 INSTALL_FROM ?= dir
 IPY          := $(ROOT)/$(INSTALL_DIR)/venv/bin/python
@@ -163,9 +164,10 @@ test-install:
 	$(IPY) -m pip install -q "torch==$(TORCH_VERSION)" "scikit-build-core>=1.0" "cmake>=3.22" ninja build xla-cpu-pjrt
 	if [ "$(INSTALL_FROM)" = sdist ]; then \
 	  $(IPY) -m build --sdist --no-isolation --outdir $(INSTALL_DIR)/dist . && \
-	  src=$$(ls $(ROOT)/$(INSTALL_DIR)/dist/torch_pjrt-*.tar.gz); \
-	else src=$(ROOT); fi; \
-	$(IPY) -m pip install --no-build-isolation -C build-dir=$(ROOT)/$(INSTALL_DIR)/pip $$src
+	  $(IPY) -m pip install --no-build-isolation $$(ls $(ROOT)/$(INSTALL_DIR)/dist/torch_pjrt-*.tar.gz); \
+	else \
+	  $(IPY) -m pip install --no-build-isolation -C build-dir=$(ROOT)/$(INSTALL_DIR)/pip $(ROOT); \
+	fi
 	d=$$(mktemp -d) && cp tests/install/smoke.py $$d/ && cd $$d && $(IPY) smoke.py; status=$$?; rm -rf $$d; exit $$status
 
 demo: build

@@ -300,11 +300,13 @@ def run(smoke: bool = True, root: str = "/") -> Dict[str, object]:
     checks += recommend(hw)
 
     if _extension.is_loaded(_C):
-        report["environment"] = [{"name": n, "value": v} for n, v in _C._environment_values()]
+        values = dict(_C._environment_values())
+        report["environment"] = [{"name": n, "value": values.get(n), "default": d}
+                                 for n, _, d in _C._environment_variables()]
         try:
             options = _C._options()
-            checks.append(Check("environment", "ok", f"{len(report['environment'])} variable(s) of "
-                                "docs/environment.md set, all valid"))
+            checks.append(Check("environment", "ok", f"{len(values)} of the {len(report['environment'])} variables "
+                                "torch-pjrt reads are set, all valid"))
         except Exception as e:  # plugin discovery reads the same variables: nothing more to learn
             options = None
             checks.append(Check("environment", "fail", str(e), "fix or unset the variable it names"))
@@ -342,8 +344,9 @@ def format_text(report: Dict[str, object]) -> str:
             lines.append(f"        fix: {c['fix']}")
     env = report.get("environment") or []
     if env:
-        lines.append("environment:")
-        lines += [f"  {e['name']}={e['value']}" for e in env]
+        unset = [e for e in env if e["value"] is None]
+        lines.append(f"environment ({len(unset)} more unset, at their defaults: docs/environment.md):")
+        lines += [f"  {e['name']}={e['value']}" for e in env if e["value"] is not None]
     problems = report["problems"]
     lines.append("no problems found" if not problems else f"{len(problems)} problem(s) found")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import run_python
+import torch_pjrt
 from torch_pjrt import doctor
 
 # /proc/driver/nvidia/version as the proprietary and the open kernel modules write it.
@@ -132,6 +133,7 @@ def test_doctor_on_this_machine(run_module, tmp_path):
     assert cpu and cpu[0]["pjrt_api_version"].count(".") == 1
     env = {e["name"]: e["value"] for e in report["environment"]}
     assert env["TORCH_PJRT_CACHE_DIR"] == str(cache) and env["TORCH_PJRT_FALLBACK"] == "warn"
+    assert set(env) == {n for n, _, _ in torch_pjrt._C._environment_variables()}  # every variable, set or not
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["TORCH_PJRT_CACHE_DIR"]["status"] == "ok"
     assert checks["smoke test"]["status"] == "ok" and "equal to the CPU" in checks["smoke test"]["detail"]
