@@ -70,7 +70,9 @@ _ONE_DEVICE = (
 def _device_indices(devices: Union[int, str, List[int]]) -> List[int]:
     if isinstance(devices, str):
         devices = devices.strip()
-        if devices in ("auto", "-1"):
+        if devices == "auto":
+            devices = PjrtAccelerator.auto_device_count()
+        elif devices == "-1":
             devices = -1
         elif "," in devices:
             devices = [int(d) for d in devices.split(",") if d.strip()]

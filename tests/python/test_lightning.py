@@ -189,8 +189,11 @@ def test_mixed_precision_uses_pjrt_autocast():
 
 
 def test_several_devices_are_refused_with_what_to_do():
-    with pytest.raises(ValueError, match="one device in one process.*torch_pjrt.replicated"):
-        pl.Trainer(accelerator="pjrt", devices=2)
+    every = [-1] if torch_pjrt.runtime.addressable_device_count() > 1 else []
+    for devices in [2, [0, 1]] + every:
+        with pytest.raises(ValueError, match="one device in one process.*torch_pjrt.replicated"):
+            pl.Trainer(accelerator="pjrt", devices=devices)
+    assert pl.Trainer(accelerator="pjrt", logger=False).strategy.root_device == torch.device("pjrt", 0)  # devices="auto"
 
 
 def test_fabric_matches_the_cpu():
