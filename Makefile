@@ -19,7 +19,7 @@ help:
 	@echo "                (own build in $(BUILD)-asan; ~12 min on 2 cores from cold, ~6.5 with ccache; not in make test)"
 	@echo "make test-install  pip-install the checkout (or its sdist: INSTALL_FROM=sdist) into a fresh venv in"
 	@echo "                $(BUILD)-install, reusing torch $(TORCH_VERSION), and run a program from outside the tree"
-	@echo "                (~4 min on 2 cores from cold, ~1.5 with ccache; not in make test)"
+	@echo "                (measured 2m55s on 2 cores, cold ccache; not in make test)"
 	@echo "make bench      step time vs eager PyTorch and torch.compile; writes bench/results.json"
 	@echo "make soak       20000 AdamW steps: no compiles after warm-up, host RSS growth < 2% (not in CI)"
 	@echo "make models     every model-zoo family (HF transformers, vision) in every mode vs CPU (make test runs a subset)"
