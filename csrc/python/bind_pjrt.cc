@@ -148,6 +148,7 @@ void BindPjrt(py::module_& m) {
       .def_static(
           "load",
           [](const std::string& path) {
+            runtime::ApplyPluginLogLevel();  // the plugin's informational lines stay quiet (TORCH_PJRT_LOG_LEVEL)
             return std::const_pointer_cast<pjrt::Plugin>(pjrt::Plugin::Load(path));
           },
           py::arg("path"))

@@ -44,6 +44,7 @@ py::dict OptionsDict(const runtime::Options& o) {
   d["master_addr"] = o.master_addr;
   d["master_port"] = o.master_port;
   d["torchrun"] = o.torchrun;
+  d["plugin_log_level"] = o.plugin_log_level;
   return d;
 }
 
@@ -77,6 +78,8 @@ void BindTorch(py::module_& m) {
     for (const auto& v : runtime::EnvironmentVariables()) out.append(py::make_tuple(v.name, v.meaning, v.default_value));
     return out;
   });
+  m.def("_environment_values", &runtime::EnvironmentValues,
+        "(name, value) of every variable torch-pjrt reads that is set now (python -m torch_pjrt doctor).");
   m.def("_derived_kernels", &aten::DerivedKernels,
         "(in-place or out= overload, functional overload) pairs whose kernel is derived (aten/derived.h).");
   m.def("_device_count", &aten::DeviceCount, py::call_guard<py::gil_scoped_release>());

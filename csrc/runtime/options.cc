@@ -38,6 +38,15 @@ std::optional<int64_t> Int(const char* name, int64_t min) {
   return n;
 }
 
+int LogLevel() {
+  const std::string v = Get("TORCH_PJRT_LOG_LEVEL");
+  if (v.empty() || v == "warning") return 1;
+  if (v == "info") return 0;
+  if (v == "error") return 2;
+  if (v == "fatal") return 3;
+  Invalid("TORCH_PJRT_LOG_LEVEL", v, "one of info, warning, error, fatal");
+}
+
 std::vector<std::string> SplitPath(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -76,6 +85,11 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
       {"MASTER_ADDR", "rendezvous host (torch.distributed TCPStore)", ""},
       {"MASTER_PORT", "rendezvous port", ""},
       {"TORCHELASTIC_RUN_ID", "set by torchrun; torch_pjrt.launch then runs the script in place", ""},
+      {"TORCH_PJRT_LOG_LEVEL",
+       "the PJRT plugin's own log lines shown: info, warning, error or fatal (set through TF_CPP_MIN_LOG_LEVEL)",
+       "warning"},
+      {"TF_CPP_MIN_LOG_LEVEL", "XLA's log level (0 info ... 3 fatal); when set, TORCH_PJRT_LOG_LEVEL leaves it alone",
+       "set from TORCH_PJRT_LOG_LEVEL"},
   };
   return vars;
 }
@@ -120,6 +134,7 @@ Options Options::FromEnvironment() {
   o.master_addr = Get("MASTER_ADDR");
   o.master_port = Get("MASTER_PORT");
   o.torchrun = !Get("TORCHELASTIC_RUN_ID").empty();
+  o.plugin_log_level = LogLevel();
   if (o.rank >= o.world_size) {
     throw pjrt::Error(pjrt::Code::kInvalidArgument, "inconsistent launcher environment: RANK=" +
                                                         std::to_string(o.rank) + " with WORLD_SIZE=" +
@@ -131,6 +146,21 @@ Options Options::FromEnvironment() {
                                                         std::to_string(o.local_world_size));
   }
   return o;
+}
+
+std::vector<std::pair<std::string, std::string>> EnvironmentValues() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const EnvironmentVariable& v : EnvironmentVariables()) {
+    if (const char* value = std::getenv(v.name)) out.emplace_back(v.name, value);
+  }
+  return out;
+}
+
+void ApplyPluginLogLevel() {
+  const int level = LogLevel();
+  if (std::getenv("TF_CPP_MIN_LOG_LEVEL") == nullptr) {
+    ::setenv("TF_CPP_MIN_LOG_LEVEL", std::to_string(level).c_str(), 0);
+  }
 }
 
 pjrt::PluginChoice ChoosePlugin(const Options& o, const std::string& device,

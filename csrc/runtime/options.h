@@ -38,6 +38,9 @@ struct Options {
   std::string master_addr;       // MASTER_ADDR
   std::string master_port;       // MASTER_PORT
   bool torchrun = false;         // TORCHELASTIC_RUN_ID is set: torchrun started this process
+  // The PJRT plugin's own log lines: 0 info, 1 warning, 2 error, 3 fatal only
+  // (TORCH_PJRT_LOG_LEVEL; default warning, so its informational lines are hidden).
+  int plugin_log_level = 1;
 
   // Reads every variable now. A malformed value throws pjrt::Error
   // (kInvalidArgument) naming the variable, the value and the fix.
@@ -57,6 +60,17 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables();
 // `search_dirs` are searched when TORCH_PJRT_SEARCH_PATH is unset).
 pjrt::PluginChoice ChoosePlugin(const Options& o, const std::string& device,
                                 const std::vector<std::string>& search_dirs);
+
+// Every variable of EnvironmentVariables() that is set, and its value, as
+// read now (python -m torch_pjrt doctor shows them).
+std::vector<std::pair<std::string, std::string>> EnvironmentValues();
+
+// Makes the plugin log at TORCH_PJRT_LOG_LEVEL through its own control,
+// TF_CPP_MIN_LOG_LEVEL (XLA's plugins read it when they first log), unless
+// the user set that variable: call before loading a plugin. Never touches
+// stderr, so the plugin's errors and crash messages still reach the user.
+// Throws pjrt::Error naming TORCH_PJRT_LOG_LEVEL when it is malformed.
+void ApplyPluginLogLevel();
 
 // Client-creation options for `choice` implied by `o`: CPU_NUM_DEVICES for
 // the CPU plugin; one visible device per process for GPU plugins in a

@@ -108,6 +108,7 @@ void Runtime::Init() {
     std::erase_if(client_options, [&](const pjrt::NamedOption& e) { return e.name == o.name; });
     client_options.push_back(o);
   }
+  ApplyPluginLogLevel();
   auto plugin = pjrt::Plugin::Load(choice.path);
   client_ = pjrt::Client::Create(plugin, client_options);
   if (client_->addressable_device_ids().empty()) {

@@ -66,6 +66,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.add_argument("--device", default=None, help="device name to look up instead of PJRT_DEVICE (e.g. CPU, CUDA)")
+    sub.add_parser("doctor", add_help=False, help="check this environment and say how to fix what is wrong "
+                   "(python -m torch_pjrt doctor --help)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["doctor"]:
+        from torch_pjrt import doctor
+
+        return doctor.main(argv[1:])
     args = parser.parse_args(argv)
 
     if args.command == "info":

@@ -34,12 +34,32 @@ def _source_tree() -> Optional[str]:
     return root if os.path.isfile(os.path.join(root, "Makefile")) and os.path.isdir(os.path.join(root, "csrc")) else None
 
 
+def _pip_rebuild(source: str) -> str:
+    import shlex
+    import sys
+
+    return (f"`{shlex.quote(sys.executable)} -m pip install --no-build-isolation --no-deps --force-reinstall "
+            f"--no-cache-dir {source}`")
+
+
 def rebuild_hint() -> str:
+    """The command that rebuilds _C against the running torch, for the way
+    this package was installed: a checkout (``make build``, which the
+    editable install shares), or pip from a checkout or an sdist
+    (``_build_info.BUILT_BY``, ``SOURCE_DIR``)."""
     root = _source_tree()
     if root:
         return f"rebuild it against the running torch with `make -C {root} build`, then restart Python"
-    return ("rebuild torch-pjrt from source against the running torch (`make build` in its source tree), "
-            "then restart Python")
+    try:
+        from torch_pjrt import _build_info
+
+        built_by, source = getattr(_build_info, "BUILT_BY", ""), getattr(_build_info, "SOURCE_DIR", "")
+    except ImportError:
+        built_by, source = "", ""
+    if built_by == "pip" and source and os.path.isfile(os.path.join(source, "pyproject.toml")):
+        return f"reinstall it against the running torch with {_pip_rebuild(source)}, then restart Python"
+    return (f"reinstall it against the running torch from its source (a checkout or the sdist it came from) "
+            f"with {_pip_rebuild('<source>')}, then restart Python")
 
 
 def running_torch() -> Tuple[str, int]:

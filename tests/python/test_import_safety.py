@@ -140,3 +140,23 @@ def test_the_build_records_the_torch_it_was_built_against():
     from torch_pjrt import _build_info, _extension
 
     assert (_build_info.TORCH_VERSION, _build_info.CXX11_ABI) == _extension.running_torch()
+
+
+def test_the_rebuild_command_fits_how_the_package_was_installed(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from torch_pjrt import _extension
+
+    assert "make -C " in _extension.rebuild_hint()  # this checkout (make build and the editable install)
+    monkeypatch.setattr(_extension, "_source_tree", lambda: None)  # as installed into site-packages by pip
+    info = types.ModuleType("torch_pjrt._build_info")
+    info.TORCH_VERSION, info.CXX11_ABI, info.BUILT_BY, info.SOURCE_DIR = "2.0.0", 1, "pip", str(tmp_path)
+    monkeypatch.setitem(sys.modules, "torch_pjrt._build_info", info)
+    monkeypatch.setattr(sys.modules["torch_pjrt"], "_build_info", info, raising=False)
+    (tmp_path / "pyproject.toml").write_text("")
+    hint = _extension.rebuild_hint()
+    assert f"-m pip install --no-build-isolation --no-deps --force-reinstall --no-cache-dir {tmp_path}`" in hint
+    (tmp_path / "pyproject.toml").unlink()  # built from an sdist unpacked in a directory since removed
+    hint = _extension.rebuild_hint()
+    assert "from its source (a checkout or the sdist it came from)" in hint and "--no-build-isolation" in hint

@@ -1,6 +1,8 @@
 """The package's version has one source, `__version__` in
 python/torch_pjrt/__init__.py: pyproject.toml takes it from there, and the
-installed distribution metadata agrees with it."""
+installed distribution metadata agrees with it. The build backend is
+scikit-build-core over the CMake project (make test-install installs it for
+real)."""
 
 import ast
 import importlib.metadata
@@ -27,19 +29,36 @@ def source_version() -> str:
     raise AssertionError(f"{INIT} assigns no literal __version__")
 
 
-def test_pyproject_takes_the_version_from_the_package():
+def _pyproject():
     with open(PYPROJECT, "rb") as f:
-        config = tomllib.load(f)
+        return tomllib.load(f)
+
+
+def test_pyproject_takes_the_version_from_the_package():
+    config = _pyproject()
     project = config["project"]
     assert "version" not in project, "pyproject.toml must not repeat the version: it is dynamic"
     assert "version" in project.get("dynamic", [])
-    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "torch_pjrt.__version__"}
+    assert config["tool"]["scikit-build"]["metadata"]["version"] == {
+        "provider": "scikit_build_core.metadata.regex", "input": "python/torch_pjrt/__init__.py"}
 
 
 def test_pyproject_version_resolves_to_dunder_version():
-    setuptools_config = pytest.importorskip("setuptools.config.pyprojecttoml")
-    resolved = setuptools_config.read_configuration(PYPROJECT, expand=True)["project"]["version"]
+    regex = pytest.importorskip("scikit_build_core.metadata.regex")
+    resolved = regex.dynamic_metadata("version", {"input": INIT})
     assert resolved == source_version()
+
+
+def test_the_build_backend_is_scikit_build_core_over_the_cmake_project():
+    config = _pyproject()
+    assert config["build-system"]["build-backend"] == "scikit_build_core.build"
+    assert "torch" not in " ".join(config["build-system"]["requires"]), "torch must come from the user's environment"
+    skbuild = config["tool"]["scikit-build"]
+    assert skbuild["wheel"]["packages"] == ["python/torch_pjrt", "python/_torch_pjrt_autoload.py"]
+    assert skbuild["cmake"]["define"]["TPJ_BUILD_TESTS"] == "OFF"  # a pip build needs no GoogleTest
+    assert skbuild["build-dir"].startswith("build-pip/")  # persistent: reinstalls are incremental
+    [editable] = [o for o in skbuild["overrides"] if o["if"] == {"state": "editable"}]
+    assert editable["cmake"]["define"] == {"TPJ_PACKAGE_ONLY": "ON"}  # make build compiled _C already
 
 
 def test_installed_metadata_matches_the_package():

@@ -1,0 +1,216 @@
+"""Lightning on pjrt (torch_pjrt.lightning): a LightningModule trained by
+Trainer(accelerator="pjrt", devices=1) follows the same trajectory as
+Trainer(accelerator="cpu") step for step; a checkpoint saved at step 10 and
+resumed to step 20 ends where 20 uninterrupted CPU steps end; validate, test
+and predict agree with the CPU; bf16 precisions run on pjrt's own autocast;
+Fabric works the same way."""
+
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("lightning")
+
+import lightning.pytorch as pl  # noqa: E402
+from lightning.fabric import Fabric  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+import torch_pjrt  # noqa: E402
+import torch_pjrt.lightning as tpl  # noqa: E402
+
+BATCHES_PER_EPOCH = 10  # a checkpoint at step 10 falls on an epoch boundary
+
+
+def _data(n=BATCHES_PER_EPOCH * 8):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 16, generator=g)
+    y = (x[:, :4].sum(1) > 0).long()
+    return TensorDataset(x, y)
+
+
+class Net(pl.LightningModule):
+    def __init__(self, sgd=False):
+        super().__init__()
+        self.sgd = sgd
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 2))
+        self.compute_dtypes = set()
+        self.devices_seen = set()
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, _):
+        x, y = batch
+        logits = self(x)
+        self.compute_dtypes.add(logits.dtype)
+        self.devices_seen.add(logits.device.type)
+        return torch.nn.functional.cross_entropy(logits.float(), y)
+
+    def validation_step(self, batch, _):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.cross_entropy(self(x).float(), y))
+
+    def test_step(self, batch, _):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.cross_entropy(self(x).float(), y))
+
+    def predict_step(self, batch, _):
+        return self(batch[0]).float()
+
+    def configure_optimizers(self):
+        if self.sgd:
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+        return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+
+def _trainer(accelerator, max_steps=20, precision="32-true", **kw):
+    return pl.Trainer(accelerator=accelerator, devices=1, max_steps=max_steps, precision=precision, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                      num_sanity_val_steps=0, **kw)
+
+
+def _loader():
+    return DataLoader(_data(), batch_size=8, shuffle=False)
+
+
+def _weights(model):
+    return {k: v.detach().cpu().float() for k, v in model.state_dict().items()}
+
+
+def _max_diff(a, b):
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def cpu_20():
+    model = Net()
+    _trainer("cpu").fit(model, _loader())
+    return _weights(model)
+
+
+def test_twenty_steps_match_the_cpu_and_sync_once_per_step(cpu_20):
+    model = Net()
+    trainer = _trainer("pjrt")
+    assert isinstance(trainer.strategy, tpl.PjrtSingleDeviceStrategy)
+    assert trainer.strategy.root_device == torch.device("pjrt", 0)
+    before = torch_pjrt.metrics.counters().get("executions", 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, _loader())
+    ours = [str(w.message) for w in caught if "pjrt" in (w.filename + str(w.message)).lower()
+            or issubclass(w.category, (DeprecationWarning, FutureWarning)) and "torch_pjrt" in w.filename]
+    assert ours == []
+    assert trainer.global_step == 20
+    assert model.devices_seen == {"pjrt"}  # (Lightning moves the model back to the CPU when fit ends)
+    assert _max_diff(_weights(model), cpu_20) < 1e-5
+    # The optimizer step syncs: at least one program per step ran.
+    assert torch_pjrt.metrics.counters().get("executions", 0) - before >= 20
+
+
+def _save_at_ten_resume_to_twenty(accelerator, path):
+    model = Net()
+    trainer = _trainer(accelerator, max_steps=10)
+    trainer.fit(model, _loader())
+    trainer.save_checkpoint(path)
+    resumed = Net()
+    trainer = _trainer(accelerator, max_steps=20)
+    trainer.fit(resumed, _loader(), ckpt_path=path)
+    assert trainer.global_step == 20
+    return _weights(model), _weights(resumed)
+
+
+def test_checkpoint_at_ten_resumed_to_twenty_matches_the_cpu(tmp_path):
+    at_ten, resumed = _save_at_ten_resume_to_twenty("pjrt", tmp_path / "pjrt.ckpt")
+    saved = torch.load(tmp_path / "pjrt.ckpt", map_location="cpu", weights_only=False)
+    assert all(t.device.type == "cpu" for t in saved["state_dict"].values())
+    assert saved["optimizer_states"][0]["state"], "the optimizer's moments were not saved"
+    assert _max_diff(saved["state_dict"], at_ten) == 0
+    # The same sequence on the CPU. (Lightning replays one batch when it
+    # resumes from a checkpoint written after `max_steps` stopped it, so the
+    # resumed run is compared with a resumed run, not with 20 straight steps.)
+    _, cpu_resumed = _save_at_ten_resume_to_twenty("cpu", tmp_path / "cpu.ckpt")
+    assert _max_diff(resumed, cpu_resumed) < 1e-5
+    assert _max_diff(resumed, at_ten) > 1e-3  # it did train on after resuming
+
+
+def test_validate_test_predict_match_the_cpu():
+    results = {}
+    for accelerator in ("cpu", "pjrt"):
+        model = Net()
+        trainer = _trainer(accelerator)
+        val = trainer.validate(model, _loader(), verbose=False)[0]["val_loss"]
+        test = trainer.test(model, _loader(), verbose=False)[0]["test_loss"]
+        preds = torch.cat(trainer.predict(model, _loader()))
+        results[accelerator] = (val, test, preds)
+    (v0, t0, p0), (v1, t1, p1) = results["cpu"], results["pjrt"]
+    assert abs(v0 - v1) < 1e-5 and abs(t0 - t1) < 1e-5
+    assert p1.device.type == "cpu" or p1.device.type == "pjrt"
+    assert torch.allclose(p1.cpu(), p0, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_bf16_precisions_train_on_pjrt(precision):
+    # SGD: AdamW divides each gradient by its own scale, so a bfloat16
+    # rounding difference in a near-zero gradient becomes a whole step.
+    out = {}
+    for accelerator in ("cpu", "pjrt"):
+        model = Net(sgd=True)
+        _trainer(accelerator, max_steps=10, precision=precision).fit(model, _loader())
+        out[accelerator] = model
+    pjrt, cpu = out["pjrt"], out["cpu"]
+    start = _weights(Net())
+    # bf16-mixed: autocast computes the linear layers in bfloat16 (pjrt's
+    # autocast, not CUDA's) and keeps the weights in float32; bf16-true: all bfloat16.
+    assert pjrt.compute_dtypes == {torch.bfloat16} == cpu.compute_dtypes
+    want = torch.float32 if precision == "bf16-mixed" else torch.bfloat16
+    assert {p.dtype for p in pjrt.parameters()} == {want}
+    # Same trajectory within bfloat16's resolution (the autocast policies of
+    # CPU and pjrt differ in which ops they cast, not in the linear layers),
+    # small against how far training moved the weights.
+    diff, moved = _max_diff(_weights(pjrt), _weights(cpu)), _max_diff(_weights(cpu), start)
+    assert diff < 1e-2 and diff < moved / 10, (diff, moved)
+
+
+def test_mixed_precision_uses_pjrt_autocast():
+    trainer = _trainer("pjrt", precision="bf16-mixed")
+    assert trainer.strategy.precision_plugin.device == "pjrt"
+    fabric = Fabric(accelerator="pjrt", devices=1, precision="bf16-mixed")
+    assert fabric.strategy.precision.device == "pjrt"
+    linear = torch.nn.Linear(4, 2)
+    inside = []
+    linear.register_forward_hook(lambda m, i, o: inside.append((o.device.type, o.dtype)))
+    model = fabric.setup(linear)
+    out = model(torch.ones(3, 4, device="pjrt"))
+    assert inside == [("pjrt", torch.bfloat16)]  # computed under autocast; Fabric returns float32
+    assert out.dtype == torch.float32 and model.weight.dtype == torch.float32
+
+
+def test_several_devices_are_refused_with_what_to_do():
+    every = [-1] if torch_pjrt.runtime.addressable_device_count() > 1 else []
+    for devices in [2, [0, 1]] + every:
+        with pytest.raises(ValueError, match="one device in one process.*torch_pjrt.replicated"):
+            pl.Trainer(accelerator="pjrt", devices=devices)
+    assert pl.Trainer(accelerator="pjrt", logger=False).strategy.root_device == torch.device("pjrt", 0)  # devices="auto"
+
+
+def test_fabric_matches_the_cpu():
+    def run(accelerator):
+        fabric = Fabric(accelerator=accelerator, devices=1)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 2))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        model, opt = fabric.setup(model, opt)
+        loader = fabric.setup_dataloaders(_loader())
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            fabric.backward(loss)
+            opt.step()
+            opt.zero_grad()
+        assert x.device.type == ("pjrt" if accelerator == "pjrt" else "cpu")
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    cpu, pjrt = run("cpu"), run("pjrt")
+    assert _max_diff(pjrt, cpu) < 1e-5
