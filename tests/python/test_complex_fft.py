@@ -184,3 +184,12 @@ def test_fft_convolution_model_trains_like_the_cpu():
         torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
     assert (cpu_model.kernel.detach() - start).abs().max() > 1e-3  # it trained
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_inplace_abs_of_complex_raises_and_out_form_matches_the_cpu():
+    z = c(4)
+    with pytest.raises(RuntimeError, match="In-place abs is not supported for complex tensors"):
+        z.to(DEV).abs_()
+    out = torch.empty(4, dtype=torch.complex64, device=DEV)
+    torch.abs(z.to(DEV), out=out)
+    torch.testing.assert_close(out.cpu(), torch.abs(z, out=torch.empty(4, dtype=torch.complex64)))
