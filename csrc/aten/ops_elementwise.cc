@@ -852,7 +852,10 @@ at::Tensor& rsqrt_(at::Tensor& s) { return Inplace(s, rsqrt); }
 at::Tensor& tanh_(at::Tensor& s) { return Inplace(s, tanh); }
 at::Tensor& sigmoid_(at::Tensor& s) { return Inplace(s, sigmoid); }
 at::Tensor& relu_(at::Tensor& s) { return Inplace(s, relu); }
-at::Tensor& abs_(at::Tensor& s) { return Inplace(s, abs); }
+at::Tensor& abs_(at::Tensor& s) {
+  TORCH_CHECK(!s.is_complex(), "In-place abs is not supported for complex tensors.");  // (abs is real: as the CPU)
+  return Inplace(s, abs);
+}
 at::Tensor& floor_(at::Tensor& s) { return Inplace(s, floor); }
 at::Tensor& reciprocal_(at::Tensor& s) { return Inplace(s, reciprocal); }
 at::Tensor& silu_(at::Tensor& s) { return Inplace(s, silu); }

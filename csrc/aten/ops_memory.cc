@@ -137,8 +137,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     self.copy_(ToCpu(src));
     return self;
   }
-  if (DeviceIndex(self) != DeviceIndex(src) || src.is_conj()) {
-    // (a lazy conjugate view resolves through the host: the IR has no conj)
+  if (DeviceIndex(self) != DeviceIndex(src)) {
     CopyHostToPjrt(self, ToCpu(src));
     return self;
   }
@@ -155,7 +154,7 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
   const at::Device target = device.value_or(self.device());
   if (IsPjrt(self) && target.type() == c10::DeviceType::PrivateUse1) {
     const int dst = target.has_index() ? TargetDevice(target) : DeviceIndex(self);
-    if (dst == DeviceIndex(self) && !self.is_conj()) {
+    if (dst == DeviceIndex(self)) {
       TraceScope scope;
       return Wrap(ValAs(self, t), dst);
     }
@@ -203,6 +202,7 @@ at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> format)
 
 bool IsSpecial(const at::Scalar& s) {
   if (s.isBoolean()) return true;
+  if (s.isComplex()) return false;  // (a host-fed parameter; toDouble refuses an imaginary part)
   const double v = s.toDouble();
   return v == 0.0 || v == 1.0;
 }

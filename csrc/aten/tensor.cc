@@ -113,10 +113,18 @@ int64_t WrapDim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + r : dim;
 }
 
+// conj(x) = real(x) - i imag(x): a lazy conjugate view's memory holds the
+// conjugate of its value (and the other way round).
+ir::Value Conjugate(ir::Builder& b, ir::Value x) {
+  if (!ir::IsComplex(b.shape(x).dtype)) return x;
+  return b.Complex(b.Real(x), b.Unary(ir::Op::Neg, b.Imag(x)));
+}
+
 ir::Value Val(const at::Tensor& t) {
-  TORCH_CHECK(!t.is_conj(), "pjrt lowerings take resolved tensors; call resolve_conj() on this conjugate view first");
   ir::Value v = ValMemory(t);
-  return t.is_neg() ? B(DeviceIndex(t)).Unary(ir::Op::Neg, v) : v;
+  ir::Builder& b = B(DeviceIndex(t));
+  if (t.is_conj()) v = Conjugate(b, v);
+  return t.is_neg() ? b.Unary(ir::Op::Neg, v) : v;
 }
 
 ir::Value ValMemory(const at::Tensor& t) {
@@ -173,7 +181,6 @@ at::Tensor Wrap(ir::Value v, int device) {
 }
 
 void Assign(const at::Tensor& dst, ir::Value v) {
-  TORCH_CHECK(!dst.is_conj(), "cannot write into a lazy conjugate view of a pjrt tensor; write to its resolve_conj()");
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(dst);
   ir::Builder& b = rt.builder(s.device());
@@ -182,6 +189,7 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   const std::vector<int64_t> want = dst.sizes().vec();
   if (b.shape(v).dims != want) v = BroadcastTo(s.device(), v, want);
   if (dst.is_neg()) v = b.Unary(ir::Op::Neg, v);  // memory holds -value
+  if (dst.is_conj()) v = Conjugate(b, v);           // memory holds conj(value)
   const runtime::StridedView view = ViewOf(dst);
   const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(dst.scalar_type()));
   if (runtime::CoversStorage(view, numel) && (!s.dtype() || *s.dtype() == dt)) {

@@ -46,8 +46,11 @@ runtime::Storage& StorageOf(const at::Tensor& t);
 runtime::StridedView ViewOf(const at::Tensor& t);
 ir::Builder& B(int device);
 
-// The tensor's value in the current trace (any strides), with its dtype.
+// The tensor's value in the current trace (any strides), with its dtype;
+// lazy conjugate and negative bits applied.
 ir::Value Val(const at::Tensor& t);
+// The complex conjugate of `x` (x itself when real).
+ir::Value Conjugate(ir::Builder& b, ir::Value x);
 // The elements in memory, ignoring lazy conjugate/negative bits (clone and
 // copies that carry the bits over use this).
 ir::Value ValMemory(const at::Tensor& t);

@@ -104,6 +104,16 @@ const char* CompareDirName(CompareDir d) {
   return "?";
 }
 
+const char* FftTypeName(FftType t) {
+  switch (t) {
+    case FftType::FFT: return "FFT";
+    case FftType::IFFT: return "IFFT";
+    case FftType::RFFT: return "RFFT";
+    case FftType::IRFFT: return "IRFFT";
+  }
+  return "?";
+}
+
 int64_t ParamIndex(const Node& n) {
   const auto* a = std::get_if<ParameterAttrs>(&n.attrs);
   if (n.op != Op::Parameter || !a) {
@@ -238,7 +248,41 @@ Value Builder::Bitcast(Value x, DType to) {
   auto fail = [&](const std::string& why) {
     return Error(std::string("Bitcast from ") + Name(from) + " to " + Name(to) + ": " + why);
   };
-  if (have != want && (IsComplex(from) || IsComplex(to))) throw fail("element sizes differ and one is complex");
+  if (IsComplex(from)) {
+    // [..., n] complex -> [..., n, 2] (real, imag) -> [..., 2n] of the part
+    // type, then on to `to` as plain bits.
+    std::vector<int64_t> one = in.dims;
+    one.push_back(1);
+    Value pairs = Concatenate({Reshape(Real(x), one), Reshape(Imag(x), one)}, in.rank());
+    std::vector<int64_t> flat = in.dims;
+    if (flat.empty()) {
+      flat.push_back(2);
+    } else {
+      flat.back() *= 2;
+    }
+    return Bitcast(Reshape(pairs, flat), to);
+  }
+  if (IsComplex(to)) {
+    const DType part = to == DType::C64 ? DType::F32 : DType::F64;
+    Value p = Bitcast(x, part);
+    std::vector<int64_t> dims = shape(p).dims;
+    if (dims.empty() || dims.back() % 2 != 0) {
+      throw fail("the last dimension must hold whole (real, imaginary) pairs");
+    }
+    dims.back() /= 2;
+    std::vector<int64_t> split = dims;
+    split.push_back(2);
+    Value pairs = Reshape(p, split);
+    auto part_at = [&](int64_t i) {
+      std::vector<int64_t> starts(split.size(), 0), limits = split, strides(split.size(), 1);
+      starts.back() = i;
+      limits.back() = i + 1;
+      return Reshape(Slice(pairs, starts, limits, strides), dims);
+    };
+    Value re = part_at(0);
+    Value im = part_at(1);
+    return Complex(re, im);
+  }
   // XLA's pred has no bits to reinterpret; torch's bool is one byte, 0 or 1,
   // so a conversion through uint8 reads and writes the same bytes.
   if (from == DType::Bool) return Bitcast(Convert(x, DType::U8), to);
@@ -487,6 +531,14 @@ Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::v
     }
   }
   return g;
+}
+
+Value Builder::Real(Value x) { return Add(Op::Real, {x}); }
+Value Builder::Imag(Value x) { return Add(Op::Imag, {x}); }
+Value Builder::Complex(Value re, Value im) { return Add(Op::Complex, {re, im}); }
+
+Value Builder::Fft(Value x, FftType type, const std::vector<int64_t>& fft_length) {
+  return Add({x}, FftAttrs{type, fft_length});
 }
 
 Graph Builder::Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases) {

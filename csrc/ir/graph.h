@@ -32,6 +32,11 @@ const char* ReduceKindName(ReduceKind k);
 enum class CompareDir : uint8_t { EQ, NE, LT, LE, GT, GE };
 const char* CompareDirName(CompareDir d);
 
+// StableHLO's fft_type. XLA's inverse transforms (IFFT, IRFFT) divide by the
+// product of fft_length; the forward ones do not scale.
+enum class FftType : uint8_t { FFT, IFFT, RFFT, IRFFT };
+const char* FftTypeName(FftType t);  // "FFT", ...
+
 // Attributes: one struct per op that has any; ops without use std::monostate.
 // Each struct names its op in kOp (the Builder takes the op from it, so no
 // node carries another op's attributes) and lists every data member once in
@@ -350,13 +355,28 @@ struct ReduceScatterAttrs {
   }
 };
 
+// A discrete Fourier transform over the trailing fft_length.size() (1 to 3)
+// dimensions. fft_length is the signal's size there: the operand's trailing
+// dims for FFT, IFFT and RFFT; the result's for IRFFT (whose operand's last
+// dim is fft_length.back() / 2 + 1).
+struct FftAttrs {
+  static constexpr Op kOp = Op::Fft;
+  FftType type = FftType::FFT;
+  std::vector<int64_t> fft_length;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("type", s.type);
+    f("fft_length", s.fft_length);
+  }
+};
+
 using Attrs =
     std::variant<std::monostate, ParameterAttrs, ConstantAttrs, CompareAttrs, BroadcastInDimAttrs,
                  ReshapeAttrs, TransposeAttrs, ReverseAttrs, SliceAttrs, DynamicSliceAttrs,
                  ConcatenateAttrs, PadAttrs, IotaAttrs, DotGeneralAttrs, ReduceAttrs,
                  ReduceWindowAttrs, SelectAndScatterAttrs, ConvolutionAttrs, GatherAttrs,
                  ScatterAttrs, SortAttrs, RngBitGeneratorAttrs, AllReduceAttrs, AllGatherAttrs,
-                 ReduceScatterAttrs>;
+                 ReduceScatterAttrs, FftAttrs>;
 
 // True for the structs above that list their fields with Fields(self, f).
 template <class T, class = void>
@@ -429,8 +449,11 @@ class Builder {
   // No node when x already has dtype `to`; bool to float is built as
   // select(x, 1, 0) (see graph.cc: XLA folds a multiply by convert(bool)).
   Value Convert(Value x, DType to);
-  // Reinterprets the bits of x as `to`. Of another element size (not
-  // complex), as torch's view(dtype): the last dimension scales by the ratio.
+  // Reinterprets the bits of x as `to`. Of another element size, as torch's
+  // view(dtype): the last dimension scales by the ratio. Complex values are
+  // (real, imag) pairs of their float type: XLA has no complex bitcast, so
+  // they are taken apart and built with Real/Imag/Complex, which keep the
+  // values exactly.
   Value Bitcast(Value x, DType to);
   Value IsFinite(Value x);
   Value Compare(CompareDir dir, Value x, Value y);
@@ -487,6 +510,15 @@ class Builder {
   Value AllGather(Value x, int64_t dim, std::vector<std::vector<int64_t>> groups = {});
   Value ReduceScatter(Value x, int64_t dim, ReduceKind kind,
                       std::vector<std::vector<int64_t>> groups = {});
+
+  // Complex numbers: the real and imaginary parts (complex64 -> float32,
+  // complex128 -> float64), and a complex number from two parts of one
+  // float32 or float64 type and shape.
+  Value Real(Value x);
+  Value Imag(Value x);
+  Value Complex(Value re, Value im);
+  // A DFT over the trailing fft_length.size() dimensions (see FftAttrs).
+  Value Fft(Value x, FftType type, const std::vector<int64_t>& fft_length);
 
   // Finishes the graph. Aliases are checked (same shape, distinct outputs).
   Graph Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases = {});

@@ -284,11 +284,56 @@ std::vector<Shape> InferScatter(Op op, const std::vector<Shape>& in, const Scatt
   return {x};
 }
 
+// The float type of a complex type's real and imaginary parts.
+DType PartType(DType t) { return t == DType::C128 ? DType::F64 : DType::F32; }
+
+std::vector<Shape> InferFft(Op op, const std::vector<Shape>& in, const FftAttrs& a) {
+  Arity(op, in, 1);
+  const Shape& x = in[0];
+  const std::vector<int64_t>& len = a.fft_length;
+  const int64_t n = static_cast<int64_t>(len.size());
+  if (n < 1 || n > 3) Fail(op, in, "fft_length " + List(len) + " needs 1 to 3 entries");
+  if (x.rank() < n) Fail(op, in, "fft_length " + List(len) + " has more entries than the operand has dims");
+  for (int64_t l : len) {
+    if (l < 1) Fail(op, in, "fft_length " + List(len) + " entries must be >= 1");
+  }
+  const bool real_in = a.type == FftType::RFFT;
+  if (real_in ? !(x.dtype == DType::F32 || x.dtype == DType::F64) : !IsComplex(x.dtype)) {
+    Fail(op, in, std::string(FftTypeName(a.type)) + " needs a " +
+                     (real_in ? "float32 or float64" : "complex") + " operand");
+  }
+  Shape out = x;
+  const int64_t first = x.rank() - n;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool last = i == n - 1;
+    const int64_t want = a.type == FftType::IRFFT && last ? len[i] / 2 + 1 : len[i];
+    if (x.dims[first + i] != want) {
+      Fail(op, in, "trailing dims must match fft_length " + List(len) + " (" + FftTypeName(a.type) +
+                       (a.type == FftType::IRFFT ? ": the last one is fft_length.back() / 2 + 1)" : ")"));
+    }
+  }
+  switch (a.type) {
+    case FftType::FFT:
+    case FftType::IFFT:
+      break;
+    case FftType::RFFT:
+      out.dtype = x.dtype == DType::F64 ? DType::C128 : DType::C64;
+      out.dims.back() = len.back() / 2 + 1;
+      break;
+    case FftType::IRFFT:
+      out.dtype = PartType(x.dtype);
+      out.dims.back() = len.back();
+      break;
+  }
+  return {out};
+}
+
 }  // namespace
 
 std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs& attrs) {
   if (Form(op) != OpForm::kSpecial) {
     CheckForm(op, in);
+    if (op == Op::Abs && IsComplex(in[0].dtype)) return {Shape{PartType(in[0].dtype), in[0].dims}};
     return {in[0]};
   }
   switch (op) {
@@ -565,6 +610,19 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       out.dims[a.dimension] /= static_cast<int64_t>(n);
       return {out};
     }
+    case Op::Real:
+    case Op::Imag:
+      Arity(op, in, 1);
+      if (!IsComplex(in[0].dtype)) Fail(op, in, "needs a complex operand");
+      return {Shape{PartType(in[0].dtype), in[0].dims}};
+    case Op::Complex:
+      Arity(op, in, 2);
+      SameType(op, in, 0, 1);
+      if (in[0].dims != in[1].dims) Fail(op, in, "operands must have one shape");
+      if (in[0].dtype != DType::F32 && in[0].dtype != DType::F64) Fail(op, in, "needs float32 or float64 parts");
+      return {Shape{in[0].dtype == DType::F64 ? DType::C128 : DType::C64, in[0].dims}};
+    case Op::Fft:
+      return InferFft(op, in, Get<FftAttrs>(op, in, attrs));
     default:
       Fail(op, in, "has no inference rule");
   }

@@ -438,6 +438,11 @@ class Printer {
                                                ", scatter_dimension = " + std::to_string(a.dimension) + " : i64"};
   }
 
+  Parts Text(const FftAttrs& a, const Shapes&, const Shape&) {
+    return {"", std::string("fft_type = #stablehlo<fft_type ") + FftTypeName(a.type) +
+                    ">, fft_length = " + Array(a.fft_length)};
+  }
+
   void Node(int32_t id) {
     const ::tpj::ir::Node& n = g_.nodes[id];
     Shapes in;

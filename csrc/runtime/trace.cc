@@ -86,12 +86,9 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
     v = t.builder->Full(have, {numel}, 0);
   }
   if (have == dtype) return v;
-  if (ir::ByteSize(have) != ir::ByteSize(dtype) && (ir::IsComplex(have) || ir::IsComplex(dtype))) {
-    throw ir::Error(std::string("a pjrt storage of ") + ir::Name(have) + " cannot be read as " + ir::Name(dtype) +
-                    ": complex numbers cannot be rebuilt from bytes on the device (to use a complex tensor from a "
-                    "checkpoint, torch.load it with map_location=\"cpu\", then move it with .to(\"pjrt\"))");
-  }
-  return t.builder->Bitcast(v, dtype);  // of another element size too: torch.load uploads bytes
+  // Of another element size too: torch.load uploads bytes, view_as_real
+  // reads complex storage as floats (Bitcast takes complex values apart).
+  return t.builder->Bitcast(v, dtype);
 }
 
 void Runtime::AssignFlat(Storage& s, ir::Value flat) {

@@ -66,6 +66,7 @@ Graph EveryAttributeGraph() {
   out.push_back(b.AllReduce(x, ReduceKind::Sum, {{0, 1}, {2, 3}}));
   out.push_back(b.AllGather(x, 0));
   out.push_back(b.ReduceScatter(b.Parameter({DType::F32, {8}}), 0, ReduceKind::Min));
+  out.push_back(b.Fft(x, FftType::RFFT, {2, 3}));
   return b.Build(out);
 }
 

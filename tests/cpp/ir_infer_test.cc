@@ -164,5 +164,40 @@ TEST(Infer, ConstantsParametersAliasesAndLocations) {
   EXPECT_NE(ErrorOf([&] { other.Unary(Op::Neg, p); }).find("does not belong to this graph"), std::string::npos);
 }
 
+
+TEST(Infer, ComplexPartsAbsAndFft) {
+  Builder b;
+  auto z = b.Parameter({DType::C64, {4, 8}});
+  auto w = b.Parameter({DType::C128, {3}});
+  auto f = b.Parameter({DType::F32, {4, 8}});
+  auto i = b.Parameter({DType::I32, {4, 8}});
+  EXPECT_EQ(b.shape(b.Real(z)), (Shape{DType::F32, {4, 8}}));
+  EXPECT_EQ(b.shape(b.Imag(w)), (Shape{DType::F64, {3}}));
+  EXPECT_EQ(b.shape(b.Unary(Op::Abs, z)), (Shape{DType::F32, {4, 8}}));  // abs of complex is real
+  EXPECT_EQ(b.shape(b.Unary(Op::Abs, w)).dtype, DType::F64);
+  EXPECT_EQ(b.shape(b.Unary(Op::Abs, f)).dtype, DType::F32);
+  EXPECT_EQ(b.shape(b.Complex(f, f)), (Shape{DType::C64, {4, 8}}));
+  EXPECT_NE(ErrorOf([&] { b.Real(f); }).find("needs a complex operand"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.Complex(i, i); }).find("needs float32 or float64 parts"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.Complex(f, b.Real(b.Parameter({DType::C128, {4, 8}}))); }).find("one dtype"),
+            std::string::npos);
+  // FFT/IFFT keep the shape; RFFT halves the last dim (n / 2 + 1); IRFFT
+  // takes the halved one and gives fft_length back.
+  EXPECT_EQ(b.shape(b.Fft(z, FftType::FFT, {4, 8})), (Shape{DType::C64, {4, 8}}));
+  EXPECT_EQ(b.shape(b.Fft(z, FftType::IFFT, {8})), (Shape{DType::C64, {4, 8}}));
+  EXPECT_EQ(b.shape(b.Fft(f, FftType::RFFT, {8})), (Shape{DType::C64, {4, 5}}));
+  auto half = b.Parameter({DType::C128, {2, 5}});
+  EXPECT_EQ(b.shape(b.Fft(half, FftType::IRFFT, {2, 9})), (Shape{DType::F64, {2, 9}}));
+  EXPECT_EQ(b.shape(b.Fft(half, FftType::IRFFT, {8})), (Shape{DType::F64, {2, 8}}));
+  EXPECT_EQ(ErrorOf([&] { b.Fft(half, FftType::IRFFT, {10}); }),
+            "Fft (stablehlo.fft) with operand tensor<2x5xcomplex<f64>>: trailing dims must match fft_length [10] "
+            "(IRFFT: the last one is fft_length.back() / 2 + 1)");
+  EXPECT_NE(ErrorOf([&] { b.Fft(f, FftType::FFT, {8}); }).find("FFT needs a complex operand"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.Fft(z, FftType::RFFT, {8}); }).find("RFFT needs a float32 or float64 operand"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.Fft(z, FftType::FFT, {1, 4, 8, 8}); }).find("needs 1 to 3 entries"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.Fft(z, FftType::FFT, {4}); }).find("trailing dims must match"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tpj::ir

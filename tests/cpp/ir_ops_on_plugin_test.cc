@@ -503,5 +503,57 @@ TEST(OpsOnPlugin, EmptyTensors) {
   ExpectFloats(out[1].As<float>(), {0, 0, 0});
 }
 
+
+// Complex parts and a DFT against a direct sum on the host: RFFT, then
+// IRFFT back (XLA's inverse divides by n), FFT of the complex spectrum, and
+// the complex64 <-> float32 reinterpretation (exact, NaN and -0.0 included).
+TEST(OpsOnPlugin, ComplexPartsAndFftMatchADirectDft) {
+  const int64_t n = 6;
+  const std::vector<float> x = {1.f, -2.f, 0.5f, 3.f, -1.5f, 2.25f};
+  ir::Builder b;
+  auto p = b.Parameter({DType::F32, {n}});
+  auto spec = b.Fft(p, ir::FftType::RFFT, {n});
+  auto back = b.Fft(spec, ir::FftType::IRFFT, {n});
+  auto z = b.Complex(p, b.Unary(Op::Neg, p));
+  auto full = b.Fft(z, ir::FftType::FFT, {n});
+  auto g = b.Build({b.Real(spec), b.Imag(spec), back, b.Real(full), b.Imag(full), b.Unary(Op::Abs, z)});
+  auto out = RunGraph(g, {F32({n}, x)});
+  std::vector<float> re, im, fre, fim, mag;
+  for (int64_t k = 0; k < n; ++k) {
+    double sr = 0, si = 0, tr = 0, ti = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const double a = -2 * M_PI * double(k * t) / double(n);
+      sr += x[t] * std::cos(a);
+      si += x[t] * std::sin(a);
+      // (x - ix) e^{ia} = x (cos a + sin a) + i x (sin a - cos a)
+      tr += x[t] * (std::cos(a) + std::sin(a));
+      ti += x[t] * (std::sin(a) - std::cos(a));
+    }
+    if (k <= n / 2) {
+      re.push_back(float(sr));
+      im.push_back(float(si));
+    }
+    fre.push_back(float(tr));
+    fim.push_back(float(ti));
+    mag.push_back(float(std::sqrt(2.0) * std::fabs(x[k])));
+  }
+  EXPECT_EQ(out[0].shape, (Shape{DType::F32, {n / 2 + 1}}));
+  ExpectFloats(out[0].As<float>(), re, 1e-5f);
+  ExpectFloats(out[1].As<float>(), im, 1e-5f);
+  ExpectFloats(out[2].As<float>(), x, 1e-5f);
+  ExpectFloats(out[3].As<float>(), fre, 1e-5f);
+  ExpectFloats(out[4].As<float>(), fim, 1e-5f);
+  ExpectFloats(out[5].As<float>(), mag, 1e-6f);
+
+  ir::Builder c;
+  const std::vector<float> bits = {1.5f, -0.f, NAN, -INFINITY, 1e-40f, 3.f};
+  auto q = c.Parameter({DType::F32, {6}});
+  auto as_complex = c.Bitcast(q, DType::C64);
+  auto h = c.Build({c.Bitcast(as_complex, DType::F32), c.Bitcast(as_complex, DType::U32)});
+  auto round = RunGraph(h, {F32({6}, bits)});
+  EXPECT_EQ(round[0].bytes, F32({6}, bits).bytes);
+  EXPECT_EQ(round[1].bytes, F32({6}, bits).bytes);
+}
+
 }  // namespace
 }  // namespace tpj

@@ -47,7 +47,49 @@ TEST(Printer, BitcastOfAnotherElementSizeScalesTheLastDimension) {
 )";
   EXPECT_EQ(PrintStableHlo(b.Build({b.Bitcast(bytes, DType::F32), b.Bitcast(words, DType::U16)})), want);
   EXPECT_THROW(b.Bitcast(b.Parameter({DType::U8, {6}}), DType::F32), Error);  // 6 bytes are not float32s
-  EXPECT_THROW(b.Bitcast(bytes, DType::C64), Error);
+  EXPECT_THROW(b.Bitcast(b.Parameter({DType::U8, {4}}), DType::C64), Error);  // half a complex64
+}
+
+TEST(Printer, ComplexBitcastGoesThroughRealAndImagParts) {
+  Builder b;
+  auto z = b.Parameter({DType::C64, {2}});
+  auto f = b.Parameter({DType::F32, {4}});
+  const std::string want = R"(module @torch_pjrt attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<2xcomplex<f32>>, %arg1: tensor<4xf32>) -> (tensor<4xf32>, tensor<2xcomplex<f32>>) {
+    %2 = "stablehlo.real"(%arg0) : (tensor<2xcomplex<f32>>) -> tensor<2xf32>
+    %3 = "stablehlo.reshape"(%2) : (tensor<2xf32>) -> tensor<2x1xf32>
+    %4 = "stablehlo.imag"(%arg0) : (tensor<2xcomplex<f32>>) -> tensor<2xf32>
+    %5 = "stablehlo.reshape"(%4) : (tensor<2xf32>) -> tensor<2x1xf32>
+    %6 = "stablehlo.concatenate"(%3, %5) {dimension = 1 : i64} : (tensor<2x1xf32>, tensor<2x1xf32>) -> tensor<2x2xf32>
+    %7 = "stablehlo.reshape"(%6) : (tensor<2x2xf32>) -> tensor<4xf32>
+    %8 = "stablehlo.reshape"(%arg1) : (tensor<4xf32>) -> tensor<2x2xf32>
+    %9 = "stablehlo.slice"(%8) {start_indices = array<i64: 0, 0>, limit_indices = array<i64: 2, 1>, strides = array<i64: 1, 1>} : (tensor<2x2xf32>) -> tensor<2x1xf32>
+    %10 = "stablehlo.reshape"(%9) : (tensor<2x1xf32>) -> tensor<2xf32>
+    %11 = "stablehlo.slice"(%8) {start_indices = array<i64: 0, 1>, limit_indices = array<i64: 2, 2>, strides = array<i64: 1, 1>} : (tensor<2x2xf32>) -> tensor<2x1xf32>
+    %12 = "stablehlo.reshape"(%11) : (tensor<2x1xf32>) -> tensor<2xf32>
+    %13 = "stablehlo.complex"(%10, %12) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xcomplex<f32>>
+    "func.return"(%7, %13) : (tensor<4xf32>, tensor<2xcomplex<f32>>) -> ()
+  }
+}
+)";
+  EXPECT_EQ(PrintStableHlo(b.Build({b.Bitcast(z, DType::F32), b.Bitcast(f, DType::C64)})), want);
+}
+
+TEST(Printer, FftTypeAndLength) {
+  Builder b;
+  auto x = b.Parameter({DType::F32, {3, 8}});
+  auto r = b.Fft(x, FftType::RFFT, {8});
+  auto back = b.Fft(r, FftType::IRFFT, {8});
+  auto full = b.Fft(b.Fft(r, FftType::FFT, {3, 5}), FftType::IFFT, {5});
+  const std::string text = PrintStableHlo(b.Build({back, full}));
+  for (const char* line : {
+           R"(%1 = "stablehlo.fft"(%arg0) {fft_type = #stablehlo<fft_type RFFT>, fft_length = array<i64: 8>} : (tensor<3x8xf32>) -> tensor<3x5xcomplex<f32>>)",
+           R"(%2 = "stablehlo.fft"(%1) {fft_type = #stablehlo<fft_type IRFFT>, fft_length = array<i64: 8>} : (tensor<3x5xcomplex<f32>>) -> tensor<3x8xf32>)",
+           R"(%3 = "stablehlo.fft"(%1) {fft_type = #stablehlo<fft_type FFT>, fft_length = array<i64: 3, 5>} : (tensor<3x5xcomplex<f32>>) -> tensor<3x5xcomplex<f32>>)",
+           R"(%4 = "stablehlo.fft"(%3) {fft_type = #stablehlo<fft_type IFFT>, fft_length = array<i64: 5>} : (tensor<3x5xcomplex<f32>>) -> tensor<3x5xcomplex<f32>>)",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
 }
 
 TEST(Printer, SixteenBitSumsAccumulateInFloat32) {
