@@ -42,27 +42,27 @@ def check_grads(fn, inputs, rtol=1e-5, atol=1e-5, grad_rtol=1e-4, grad_atol=1e-5
 
 # ------------------------------------------------------------------- eye
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.float64])
-def test_eye(dtype):
+def test_eye():
     torch_pjrt.metrics.reset()
-    for args in [(4,), (3, 5), (5, 2), (0,), (1, 1)]:
+    cases = [((4,), torch.float32), ((3, 5), torch.int64), ((5, 2), torch.bool), ((0,), torch.float32),
+             ((2, 2), torch.float64)]
+    for args, dtype in cases:
         got = torch.eye(*args, dtype=dtype, device=DEV)
         assert got.device.type == "pjrt" and got.dtype == dtype
         torch.testing.assert_close(got.cpu(), torch.eye(*args, dtype=dtype))
-    out = torch.empty(2, device=DEV, dtype=dtype)
+    out = torch.empty(2, device=DEV, dtype=torch.int32)
     torch.eye(3, 4, out=out)
-    torch.testing.assert_close(out.cpu(), torch.eye(3, 4, dtype=dtype))
+    torch.testing.assert_close(out.cpu(), torch.eye(3, 4, dtype=torch.int32))
     torch.eye(2, out=out)
-    torch.testing.assert_close(out.cpu(), torch.eye(2, dtype=dtype))
+    torch.testing.assert_close(out.cpu(), torch.eye(2, dtype=torch.int32))
     no_fallbacks()
 
 
 # ---------------------------------------------------------- logcumsumexp
 
-@pytest.mark.parametrize("dim", [0, 1, -1])
-def test_logcumsumexp(dim):
+def test_logcumsumexp():
     x = torch.randn(6, 37, generator=gen(1)) * 3
-    check_grads(lambda a: torch.logcumsumexp(a, dim), [x])
+    check_grads(lambda a: torch.logcumsumexp(a, 1) + torch.logcumsumexp(a, 0) * 0.5, [x])
 
 
 def test_logcumsumexp_extremes():
@@ -83,26 +83,25 @@ def test_logcumsumexp_extremes():
 
 # ----------------------------------------------------------- unfold/fold
 
-GEOMETRIES = [  # kernel, dilation, padding, stride
-    ((3, 3), 1, 0, 1),
-    ((2, 3), (2, 1), (1, 2), (2, 1)),
-    ((3, 2), 2, 1, 3),
-    (1, 1, 0, 1),
+GEOMETRIES = [  # kernel, dilation, padding, stride, batched
+    ((3, 3), 1, 0, 1, True),
+    ((2, 3), (2, 1), (1, 2), (2, 1), False),
+    ((3, 2), 2, 1, 3, True),
+    (1, 1, 0, 1, False),
 ]
 
 
 @pytest.mark.parametrize("geo", range(len(GEOMETRIES)))
-@pytest.mark.parametrize("batched", [True, False])
-def test_unfold(geo, batched):
-    k, dil, pad, st = GEOMETRIES[geo]
+def test_unfold(geo):
+    k, dil, pad, st, batched = GEOMETRIES[geo]
     x = torch.randn(*((2,) if batched else ()), 3, 9, 8, generator=gen(geo))
     check_grads(lambda a: F.unfold(a, k, dilation=dil, padding=pad, stride=st), [x])
 
 
 @pytest.mark.parametrize("geo", range(len(GEOMETRIES)))
-@pytest.mark.parametrize("batched", [True, False])
-def test_fold(geo, batched):
-    k, dil, pad, st = GEOMETRIES[geo]
+def test_fold(geo):
+    k, dil, pad, st, batched = GEOMETRIES[geo]
+    batched = not batched
     size = (9, 8)
     # the column count of that geometry, taken from the CPU's unfold
     cols = F.unfold(torch.zeros(1, 3, *size), k, dilation=dil, padding=pad, stride=st)
@@ -125,10 +124,11 @@ def bag_inputs(seed):
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-@pytest.mark.parametrize("padding_idx", [None, 2])
 @pytest.mark.parametrize("layout", ["offsets", "offsets_last", "2d"])
-@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
-def test_embedding_bag(mode, padding_idx, layout, index_dtype):
+def test_embedding_bag(mode, layout):
+    # padding_idx and the index dtype vary with the case
+    padding_idx = None if layout == "offsets_last" else 2
+    index_dtype = torch.int32 if layout == "offsets" else torch.int64
     weight, idx, offsets, _ = bag_inputs(3)
     idx, offsets = idx.to(index_dtype), offsets.to(index_dtype)
     if layout == "2d":
@@ -178,14 +178,11 @@ def test_embedding_bag_scale_grad_by_freq(mode):
     no_fallbacks()
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2])
-@pytest.mark.parametrize("padding_idx", [-1, 2])
-@pytest.mark.parametrize("psw", [False, True])
+@pytest.mark.parametrize("mode, padding_idx, psw", [(0, -1, True), (0, 2, False), (1, 2, False), (2, -1, False),
+                                                     (2, 2, False)])
 def test_embedding_bag_aux_outputs(mode, padding_idx, psw):
     """offset2bag, bag_size and max_indices as the CPU's kernel returns them
     (the backward reads them)."""
-    if psw and mode != 0:
-        pytest.skip("per_sample_weights is for mode sum")
     weight, idx, offsets, p = bag_inputs(6)
     torch_pjrt.metrics.reset()
     args = (False, mode, False, p if psw else None, False, padding_idx)
@@ -219,9 +216,9 @@ def ctc_inputs(seed, T=12, N=4, C=6, S=5):
     return logits, targets, input_lengths, target_lengths
 
 
-@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
-@pytest.mark.parametrize("zero_infinity", [False, True])
-@pytest.mark.parametrize("targets_layout", ["padded", "concatenated"])
+@pytest.mark.parametrize("reduction, zero_infinity, targets_layout", [
+    ("none", True, "padded"), ("mean", False, "concatenated"), ("sum", True, "concatenated"),
+    ("mean", True, "padded")])
 def test_ctc_loss(reduction, zero_infinity, targets_layout):
     logits, targets, il, tl = ctc_inputs(11)
     if not zero_infinity:  # an infinite loss gives NaN gradients on the CPU too
@@ -237,7 +234,7 @@ def test_ctc_loss(reduction, zero_infinity, targets_layout):
     check_grads(fn, [logits])
 
 
-@pytest.mark.parametrize("blank", [0, 3, 5])
+@pytest.mark.parametrize("blank", [3, 5])
 def test_ctc_loss_blank_and_tensor_lengths(blank):
     logits, targets, il, tl = ctc_inputs(12)
     targets = torch.where(targets == blank, (blank + 1) % 6, targets)
