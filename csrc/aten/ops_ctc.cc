@@ -135,27 +135,32 @@ Problem Prepare(const at::Tensor& log_probs, const at::Tensor& targets, at::IntA
 }
 
 // log(exp(a) + exp(b) + exp(c)) as LossCTC.cpp computes it: shifted by the
-// max, or by 0 when all are -inf. The max and the sum are reductions over the
-// three stacked terms on purpose: XLA never fuses a reduction's result into
-// its consumers, so each time step of a recursion stays one small kernel.
-// Written as elementwise ops, every step was fused (and recomputed) into the
-// next, and compiling took time quadratic in T (30 s at T = 48).
+// max, or by 0 when all are -inf.
 ir::Value LogSumExp3(const Problem& p, ir::Value a, ir::Value b2, ir::Value c) {
   ir::Builder& b = B(p.d);
   const auto dims = b.shape(a).dims;
-  const int64_t r = static_cast<int64_t>(dims.size());
-  std::vector<int64_t> one = dims, three = dims;
-  one.push_back(1);
-  three.push_back(3);
-  ir::Value stack = b.Concatenate({b.Reshape(a, one), b.Reshape(b2, one), b.Reshape(c, one)}, r);
-  ir::Value m = b.Reduce(stack, ExtremeConst(p.d, p.t, true), {r}, ir::ReduceKind::Max);
+  ir::Value m = b.Binary(Op::Max, b.Binary(Op::Max, a, b2), c);
   ir::Value neg_inf = BroadcastTo(p.d, ExtremeConst(p.d, p.t, true), dims);
   m = b.Select(b.Compare(CompareDir::EQ, m, neg_inf), Fill(p.d, 0, p.t, dims), m);
-  std::vector<int64_t> keep(dims.size());
-  for (int64_t i = 0; i < r; ++i) keep[static_cast<size_t>(i)] = i;
-  ir::Value e = b.Unary(Op::Exp, b.Binary(Op::Sub, stack, b.BroadcastInDim(m, three, keep)));
-  ir::Value sum = b.Reduce(e, b.ScalarConstant(ToIr(p.t), 0), {r}, ir::ReduceKind::Sum);
-  return b.Binary(Op::Add, b.Unary(Op::Log, sum), m);
+  auto e = [&](ir::Value x) { return b.Unary(Op::Exp, b.Binary(Op::Sub, x, m)); };
+  return b.Binary(Op::Add, b.Unary(Op::Log, b.Binary(Op::Add, b.Binary(Op::Add, e(a), e(b2)), e(c))), m);
+}
+
+// x [N, E] as it is, but computed into memory: a scatter that writes row 0
+// over itself. XLA fuses chains of elementwise ops (and reductions) across
+// the unrolled time steps, recomputing earlier steps inside later kernels, so
+// that compiling took time quadratic in T (30 s at T = 48); a scatter is never
+// fused into its consumers, so each step stays its own kernel.
+ir::Value Materialize(const Problem& p, ir::Value x) {
+  ir::Builder& b = B(p.d);
+  if (p.N == 0) return x;
+  ir::ScatterDims s;
+  s.update_window_dims = {1};
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  ir::Value row0 = b.Slice(x, {0, 0}, {1, p.E}, {1, 1});
+  return b.Scatter(x, I64(b, {1, 1}, 0), row0, s, true);
 }
 
 // x [N, E] moved k states along s: toward higher s (k > 0) or lower (k < 0),
@@ -198,7 +203,7 @@ std::tuple<at::Tensor, at::Tensor> CtcForward(const at::Tensor& log_probs, const
       ir::Value skip = b.Select(p.skip_ok, ShiftStates(p, alpha, 2), neg_inf);
       alpha = b.Binary(Op::Add, LogSumExp3(p, alpha, ShiftStates(p, alpha, 1), skip), lp);
     }
-    alpha = b.Select(p.state_ok, alpha, neg_inf);
+    alpha = Materialize(p, b.Select(p.state_ok, alpha, neg_inf));
     ir::Value live = b.Compare(CompareDir::GT, last_t, I64(b, ne, t - 1));  // t < length
     rows.push_back(b.Reshape(b.Select(live, alpha, neg_inf), {N, 1, E}));
   }
@@ -260,7 +265,7 @@ at::Tensor CtcBackward(const at::Tensor& grad, const at::Tensor& log_probs, cons
     ir::Value tt = I64(b, ne, t);
     beta = b.Select(b.Compare(CompareDir::EQ, last_t, tt), init,
                     b.Select(b.Compare(CompareDir::GT, last_t, tt), next, neg_inf));
-    beta = b.Select(p.state_ok, beta, neg_inf);
+    beta = Materialize(p, b.Select(p.state_ok, beta, neg_inf));
     rows[static_cast<size_t>(t)] = b.Reshape(beta, {1, N, E});
   }
   ir::Value betas = T == 1 ? rows[0] : b.Concatenate(rows, 0);  // [T, N, E]

@@ -206,13 +206,13 @@ def test_embedding_bag_bad_offsets_raise():
 
 # -------------------------------------------------------------- CTC loss
 
-def ctc_inputs(seed, T=12, N=4, C=6, S=5):
+def ctc_inputs(seed, T=8, N=4, C=6, S=5):
     g = gen(seed)
     logits = torch.randn(T, N, C, generator=g)
     targets = torch.randint(1, C, (N, S), generator=g)
     targets[0, 1] = targets[0, 2]  # a repeated label (no skip transition)
-    input_lengths = [T, T - 2, T - 5, 3]
-    target_lengths = [S, 3, 0, 3]  # an empty target; the last one cannot fit in 3 frames (inf loss)
+    input_lengths = [T, T - 1, T - 3, 2]
+    target_lengths = [S, 3, 0, 3]  # an empty target; the last one cannot fit in 2 frames (inf loss)
     return logits, targets, input_lengths, target_lengths
 
 
@@ -250,7 +250,7 @@ def test_ctc_loss_blank_and_tensor_lengths(blank):
 
 def test_ctc_loss_unbatched_and_infinite():
     logits, targets, il, tl = ctc_inputs(13)
-    check_grads(lambda x: F.ctc_loss(x.log_softmax(1), targets[0, :4].to(x.device), torch.tensor(12), torch.tensor(4)),
+    check_grads(lambda x: F.ctc_loss(x.log_softmax(1), targets[0, :4].to(x.device), torch.tensor(8), torch.tensor(4)),
                 [logits[:, 0]])
     torch_pjrt.metrics.reset()
     lp = logits.log_softmax(2)
@@ -282,17 +282,19 @@ def test_ctc_speech_head_trains():
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    feats = torch.randn(3, 16, 20, generator=g)
-    targets = torch.randint(1, 8, (3, 6), generator=g)
-    il, tl = torch.tensor([20, 17, 14]), torch.tensor([6, 4, 5])
+    # few frames: the XLA CPU plugin compiles each unrolled step's kernels
+    # separately (docs/semantics.md), which dominates this test's time
+    feats = torch.randn(3, 16, 6, generator=g)
+    targets = torch.randint(1, 8, (3, 3), generator=g)
+    il, tl = [6, 5, 4], [3, 2, 3]  # lists: no host read of lengths per step
 
     def train(device):
         m = copy.deepcopy(model).to(device)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-        x, y, a, b = (t.to(device) for t in (feats, targets, il, tl))
+        x, y = feats.to(device), targets.to(device)
         losses, first_grads = [], None
         for step in range(5):
-            loss = F.ctc_loss(m(x), y, a, b)
+            loss = F.ctc_loss(m(x), y, il, tl)
             loss.backward()
             if step == 0:
                 first_grads = [p.grad.detach().cpu() for p in m.parameters()]
