@@ -273,8 +273,6 @@ Value Builder::Bitcast(Value x, DType to) {
 
 Value Builder::IsFinite(Value x) { return Add(Op::IsFinite, {x}); }
 
-Value Builder::OptimizationBarrier(Value x) { return Add(Op::OptimizationBarrier, {x}); }
-
 Value Builder::Compare(CompareDir dir, Value x, Value y) {
   return Add({x, y}, CompareAttrs{dir});
 }

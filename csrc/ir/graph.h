@@ -488,11 +488,6 @@ class Builder {
   Value ReduceScatter(Value x, int64_t dim, ReduceKind kind,
                       std::vector<std::vector<int64_t>> groups = {});
 
-  // The value of x, computed before any use of the result: the compiler
-  // neither fuses across it nor moves work through it (unrolled recurrences
-  // use it per step so that XLA does not fuse all steps into one kernel).
-  Value OptimizationBarrier(Value x);
-
   // Finishes the graph. Aliases are checked (same shape, distinct outputs).
   Graph Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases = {});
 

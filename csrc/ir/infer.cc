@@ -565,9 +565,6 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       out.dims[a.dimension] /= static_cast<int64_t>(n);
       return {out};
     }
-    case Op::OptimizationBarrier:
-      Arity(op, in, 1);
-      return {in[0]};
     default:
       Fail(op, in, "has no inference rule");
   }

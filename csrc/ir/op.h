@@ -72,8 +72,7 @@ namespace tpj::ir {
   X(RngBitGenerator, "stablehlo.rng_bit_generator", kSpecial)    \
   X(AllReduce, "stablehlo.all_reduce", kSpecial)                 \
   X(AllGather, "stablehlo.all_gather", kSpecial)                 \
-  X(ReduceScatter, "stablehlo.reduce_scatter", kSpecial)         \
-  X(OptimizationBarrier, "stablehlo.optimization_barrier", kSpecial)
+  X(ReduceScatter, "stablehlo.reduce_scatter", kSpecial)
 
 enum class Op : uint8_t {
 #define TPJ_ENUM(name, mlir, form) name,

@@ -31,21 +31,6 @@ TEST(Printer, AddModuleWithDonation) {
   EXPECT_EQ(PrintStableHlo(b.Build({b.Binary(Op::Add, x, y)}, {{1, 0}})), want);
 }
 
-TEST(Printer, OptimizationBarrierKeepsTheType) {
-  Builder b;
-  auto x = b.Parameter({DType::F32, {2, 3}});
-  auto y = b.OptimizationBarrier(x);
-  EXPECT_EQ(b.shape(y), (Shape{DType::F32, {2, 3}}));
-  const std::string want = R"(module @torch_pjrt attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func public @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
-    %1 = "stablehlo.optimization_barrier"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
-    "func.return"(%1) : (tensor<2x3xf32>) -> ()
-  }
-}
-)";
-  EXPECT_EQ(PrintStableHlo(b.Build({y})), want);
-}
-
 TEST(Printer, BitcastOfAnotherElementSizeScalesTheLastDimension) {
   Builder b;
   auto bytes = b.Parameter({DType::U8, {8}});
