@@ -3,9 +3,9 @@
 // align_corners both ways; gradients for the input and the grid.
 //
 // The grid is data, so the source positions are computed in the program:
-// each corner's pixel is one gather of channel vectors from the input laid
+// one gather reads the channel vectors of every corner from the input laid
 // out [N*H*W, C], masked to zero outside the image as the CPU skips it; the
-// input's gradient scatter-adds the same corners back. Formulas follow the
+// input's gradient scatter-adds the same corners back in one scatter. Formulas follow the
 // CPU kernel (ATen/native/GridSampler.h, cpu/GridSamplerKernel.cpp).
 // Bicubic interpolation runs on the CPU (counted as a fallback; see
 // docs/semantics.md).
@@ -110,22 +110,39 @@ Corner MakeCorner(const Ctx& c, ir::Value x, ir::Value y, int64_t h, int64_t w) 
   return {row, inside};
 }
 
-ir::GatherDims RowGather() {
-  ir::GatherDims g;
-  g.offset_dims = {3};
-  g.collapsed_slice_dims = {0};
-  g.start_index_map = {0};
-  g.index_vector_dim = 3;
-  return g;
+// The corners' rows stacked: [N, Ho, Wo, K] indices and insides.
+ir::Value StackRows(const Ctx& c, const std::vector<Corner>& ks, bool inside) {
+  ir::Builder& b = c.b();
+  std::vector<int64_t> one = c.p;
+  one.push_back(1);
+  std::vector<ir::Value> parts;
+  for (const Corner& k : ks) parts.push_back(b.Reshape(inside ? k.inside : k.row, one));
+  return parts.size() == 1 ? parts[0] : b.Concatenate(parts, 3);
 }
 
-// Pixel values at a corner: [N, Ho, Wo, C], zero outside the image.
-ir::Value Read(const Ctx& c, ir::Value table, const Corner& k, int64_t ch) {
+// Pixel values at every corner, [N, Ho, Wo, C] each, zero outside the
+// image: one gather for all corners.
+std::vector<ir::Value> ReadAll(const Ctx& c, ir::Value table, const std::vector<Corner>& ks, int64_t ch) {
   ir::Builder& b = c.b();
+  const int64_t n = static_cast<int64_t>(ks.size());
+  std::vector<int64_t> pkc = c.p;
+  pkc.push_back(n);
+  pkc.push_back(ch);
+  ir::GatherDims g;
+  g.offset_dims = {4};
+  g.collapsed_slice_dims = {0};
+  g.start_index_map = {0};
+  g.index_vector_dim = 4;
+  ir::Value v = b.Gather(table, StackRows(c, ks, false), g, {1, ch});
+  v = b.Select(b.BroadcastInDim(StackRows(c, ks, true), pkc, {0, 1, 2, 3}), v, Fill(c.d, 0, c.t, pkc));
   std::vector<int64_t> pc = c.p;
   pc.push_back(ch);
-  ir::Value v = b.Gather(table, k.row, RowGather(), {1, ch});
-  return b.Select(b.BroadcastInDim(k.inside, pc, {0, 1, 2}), v, Fill(c.d, 0, c.t, pc));
+  std::vector<ir::Value> out;
+  for (int64_t k = 0; k < n; ++k) {
+    ir::Value s = n == 1 ? v : b.Slice(v, {0, 0, 0, k, 0}, {pkc[0], pkc[1], pkc[2], k + 1, ch}, {1, 1, 1, 1, 1});
+    out.push_back(b.Reshape(s, pc));
+  }
+  return out;
 }
 
 ir::Value PerPixel(const Ctx& c, ir::Value w, int64_t ch) {
@@ -134,18 +151,28 @@ ir::Value PerPixel(const Ctx& c, ir::Value w, int64_t ch) {
   return c.b().BroadcastInDim(w, pc, {0, 1, 2});
 }
 
-// Adds `upd` ([N, Ho, Wo, C]) into table rows of a corner (masked).
-ir::Value Spread(const Ctx& c, ir::Value acc, const Corner& k, ir::Value upd, int64_t ch) {
+// acc ([N*H*W, C]) plus each corner's `upd` ([N, Ho, Wo, C]) added at its
+// row where the corner is inside the image: one scatter for all corners.
+ir::Value SpreadAll(const Ctx& c, ir::Value acc, const std::vector<Corner>& ks, const std::vector<ir::Value>& upd,
+                    int64_t ch) {
   ir::Builder& b = c.b();
-  std::vector<int64_t> pc = c.p;
-  pc.push_back(ch);
-  upd = b.Select(b.BroadcastInDim(k.inside, pc, {0, 1, 2}), upd, Fill(c.d, 0, c.t, pc));
+  const int64_t n = static_cast<int64_t>(ks.size());
+  std::vector<int64_t> pkc = c.p;
+  pkc.push_back(n);
+  pkc.push_back(ch);
+  std::vector<int64_t> p1c = c.p;
+  p1c.push_back(1);
+  p1c.push_back(ch);
+  std::vector<ir::Value> parts;
+  for (ir::Value u : upd) parts.push_back(b.Reshape(u, p1c));
+  ir::Value u = n == 1 ? parts[0] : b.Concatenate(parts, 3);
+  u = b.Select(b.BroadcastInDim(StackRows(c, ks, true), pkc, {0, 1, 2, 3}), u, Fill(c.d, 0, c.t, pkc));
   ir::ScatterDims s;
-  s.update_window_dims = {3};
+  s.update_window_dims = {4};
   s.inserted_window_dims = {0};
   s.scatter_dims_to_operand_dims = {0};
-  s.index_vector_dim = 3;
-  return b.Scatter(acc, k.row, upd, s, false);
+  s.index_vector_dim = 4;
+  return b.Scatter(acc, StackRows(c, ks, false), u, s, false);
 }
 
 void Check(const at::Tensor& input, const at::Tensor& grid) {
@@ -217,9 +244,10 @@ at::Tensor grid_sampler_2d(const at::Tensor& input, const at::Tensor& grid, int6
   Sampling s = Prepare(input, grid, mode, padding, align_corners);
   const Ctx& c = s.c;
   ir::Builder& b = c.b();
+  std::vector<ir::Value> vals = ReadAll(c, s.table, s.corners, s.ch);
   ir::Value out;
-  for (size_t k = 0; k < s.corners.size(); ++k) {
-    ir::Value v = Read(c, s.table, s.corners[k], s.ch);
+  for (size_t k = 0; k < vals.size(); ++k) {
+    ir::Value v = vals[k];
     if (!s.weights.empty()) v = c.Mul(v, PerPixel(c, s.weights[k], s.ch));
     out = k == 0 ? v : c.Add(out, v);
   }
@@ -245,11 +273,11 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_backward(const at::Tensor& gr
   ir::Value go = b.Transpose(ValAs(grad_out, t), {0, 2, 3, 1});
   at::Tensor grad_input, grad_grid;
   if (mask[0]) {
-    ir::Value acc = Fill(c.d, 0, t, {s.n * s.h * s.w, s.ch});
+    std::vector<ir::Value> upd;
     for (size_t k = 0; k < s.corners.size(); ++k) {
-      ir::Value u = s.weights.empty() ? go : c.Mul(go, PerPixel(c, s.weights[k], s.ch));
-      acc = Spread(c, acc, s.corners[k], u, s.ch);
+      upd.push_back(s.weights.empty() ? go : c.Mul(go, PerPixel(c, s.weights[k], s.ch)));
     }
+    ir::Value acc = SpreadAll(c, Fill(c.d, 0, t, {s.n * s.h * s.w, s.ch}), s.corners, upd, s.ch);
     ir::Value gi = b.Transpose(b.Reshape(acc, {s.n, s.h, s.w, s.ch}), {0, 3, 1, 2});
     grad_input = Wrap(b.Convert(gi, ToIr(input.scalar_type())), c.d);
   }
@@ -260,8 +288,7 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_backward(const at::Tensor& gr
     if (mode == kNearest) {
       gg = Fill(c.d, 0, t, gshape);
     } else {
-      std::vector<ir::Value> v;
-      for (const Corner& k : s.corners) v.push_back(Read(c, s.table, k, s.ch));
+      std::vector<ir::Value> v = ReadAll(c, s.table, s.corners, s.ch);
       ir::Value sy = PerPixel(c, c.Sub(c.F(1), s.fy), s.ch), ny = PerPixel(c, s.fy, s.ch);
       ir::Value ex = PerPixel(c, c.Sub(c.F(1), s.fx), s.ch), wx = PerPixel(c, s.fx, s.ch);
       // d out / d x and d out / d y per channel, times the incoming gradient

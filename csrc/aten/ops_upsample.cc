@@ -5,9 +5,9 @@
 // per trace, with the CPU kernel's own arithmetic (float for float, half and
 // bfloat16 inputs, double for double), and enters the program as a constant.
 // Each spatial dimension is one pass, last dimension first as the CPU nests
-// its loops: k gathers along that dimension (k = 1, 2 or 4 taps), each scaled
-// by its weight and added in the CPU's order; the backward scatter-adds the
-// same taps, first dimension first. Gathers rather than a dense (out x in)
+// its loops: one gather along that dimension reads all k taps (k = 1, 2 or
+// 4), each tap is scaled by its weight and added in the CPU's order; the
+// backward scatter-adds the same taps in one scatter, first dimension first. Gathers rather than a dense (out x in)
 // weight matrix: a matrix product would multiply every inf or NaN of a row by
 // zero weights and spread it over the row, costs out*in per row instead of
 // out*k, and runs at reduced precision on TPUs by default. Nearest upsampling
@@ -226,9 +226,19 @@ ir::Value Forward(int d, ir::Value x, int64_t dim, const Taps& t) {
     shape[dim] = t.out;
     return b.Reshape(b.BroadcastInDim(x, split, keep), shape);
   }
+  // One gather reads every tap (tap-major), then each tap is a slice: one
+  // gather kernel per pass rather than one per tap.
+  const int64_t k = static_cast<int64_t>(t.idx.size());
+  std::vector<int64_t> all;
+  for (const auto& v : t.idx) all.insert(all.end(), v.begin(), v.end());
+  ir::Value taken = TakeAlong(d, x, dim, all);
+  const std::vector<int64_t> tshape = b.shape(taken).dims;
+  std::vector<int64_t> starts(tshape.size(), 0), limits = tshape, strides(tshape.size(), 1);
   ir::Value r;
-  for (size_t j = 0; j < t.idx.size(); ++j) {
-    ir::Value v = TakeAlong(d, x, dim, t.idx[j]);
+  for (int64_t j = 0; j < k; ++j) {
+    starts[dim] = j * t.out;
+    limits[dim] = (j + 1) * t.out;
+    ir::Value v = k == 1 ? taken : b.Slice(taken, starts, limits, strides);
     if (!t.w.empty()) {
       const ir::Shape& vs = b.shape(v);
       v = b.Binary(Op::Mul, v, WeightConstant(d, t.w[j], ToAten(vs.dtype), vs.dims, dim));
@@ -252,13 +262,15 @@ ir::Value Backward(int d, ir::Value g, int64_t dim, const Taps& t) {
     return b.Reduce(b.Reshape(g, split), b.ScalarConstant(gs.dtype, 0), {dim + 1}, ir::ReduceKind::Sum);
   }
   shape[dim] = t.in;
-  ir::Value acc = b.Full(gs.dtype, shape, 0);
+  // Every tap's weighted gradient in one scatter (tap-major, as Forward).
+  std::vector<int64_t> all;
+  std::vector<ir::Value> parts;
   for (size_t j = 0; j < t.idx.size(); ++j) {
-    ir::Value u = g;
-    if (!t.w.empty()) u = b.Binary(Op::Mul, u, WeightConstant(d, t.w[j], ToAten(gs.dtype), gs.dims, dim));
-    acc = AddAlong(d, acc, dim, t.idx[j], u);
+    all.insert(all.end(), t.idx[j].begin(), t.idx[j].end());
+    parts.push_back(t.w.empty() ? g : b.Binary(Op::Mul, g, WeightConstant(d, t.w[j], ToAten(gs.dtype), gs.dims, dim)));
   }
-  return acc;
+  ir::Value updates = parts.size() == 1 ? parts[0] : b.Concatenate(parts, dim);
+  return AddAlong(d, b.Full(gs.dtype, shape, 0), dim, all, updates);
 }
 
 // The spatial dims of an input of rank 2 + n, and its validity.
