@@ -109,33 +109,31 @@ Value CholeskyFailed(ir::Builder& b, Value factor) {
 
 // LAPACK's info: the 1-based order of the first leading minor that is not
 // positive-definite, 0 when there is none. XLA's factor tells only whether
-// one failed, so the n leading blocks (each padded with the identity) are
-// factored as one batch: block k fails exactly when minor k is not positive
-// definite, and so do all larger ones. n times the work of the factor: only
-// cholesky_ex without check_errors pays it (with the check, a failure makes
-// every result unreadable).
+// one failed; failure is monotone in the order (a minor of a positive-definite
+// matrix is positive-definite), so a bisection finds it: ceil(log2(n + 1))
+// more factorizations, each of the matrix with all but its leading `mid`
+// rows and columns replaced by the identity.
 Value CholeskyInfo(ir::Builder& b, Value a, bool upper) {
   const ir::Shape s = b.shape(a);
   const int64_t r = s.rank(), n = s.dims.back();
-  std::vector<int64_t> dims = s.dims;
-  dims.insert(dims.end() - 2, n);  // [..., k, n, n]
-  std::vector<int64_t> bcast(r);
-  for (int64_t i = 0; i < r - 2; ++i) bcast[i] = i;
-  bcast[r - 2] = r - 1;
-  bcast[r - 1] = r;
-  Value blocks = b.BroadcastInDim(a, dims, bcast);
-  Value k = b.Iota({ir::DType::I64, dims}, r - 2);
-  Value row = b.Iota({ir::DType::I64, dims}, r - 1);
-  Value col = b.Iota({ir::DType::I64, dims}, r);
-  Value inside = b.Binary(Op::And, b.Compare(CompareDir::LE, row, k), b.Compare(CompareDir::LE, col, k));
-  Value eye = b.Select(b.Compare(CompareDir::EQ, row, col), b.Full(s.dtype, dims, 1), b.Full(s.dtype, dims, 0));
-  Value failed = CholeskyFailed(b, b.Cholesky(b.Select(inside, blocks, eye), !upper));  // [..., k]
-  const std::vector<int64_t> kd = b.shape(failed).dims;
-  Value count = b.Reduce(b.Select(failed, b.Full(ir::DType::I32, kd, 1), b.Full(ir::DType::I32, kd, 0)),
-                         b.ScalarConstant(ir::DType::I32, 0), {r - 2}, ir::ReduceKind::Sum);
-  const std::vector<int64_t> bd = b.shape(count).dims;
-  Value first = b.Binary(Op::Sub, b.Full(ir::DType::I32, bd, static_cast<double>(n + 1)), count);
-  return b.Select(b.Compare(CompareDir::EQ, count, b.Full(ir::DType::I32, bd, 0)), count, first);
+  const std::vector<int64_t> bd = BatchOf(s.dims);
+  std::vector<int64_t> batch_dims(r - 2);
+  for (int64_t i = 0; i < r - 2; ++i) batch_dims[i] = i;
+  Value row = b.Iota({ir::DType::I64, s.dims}, r - 2);
+  Value col = b.Iota({ir::DType::I64, s.dims}, r - 1);
+  Value eye = b.Select(b.Compare(CompareDir::EQ, row, col), b.Full(s.dtype, s.dims, 1), b.Full(s.dtype, s.dims, 0));
+  // Orders up to lo are positive-definite; order hi is not (n + 1: none fails).
+  Value lo = b.Full(ir::DType::I64, bd, 0), hi = b.Full(ir::DType::I64, bd, static_cast<double>(n + 1));
+  for (int64_t gap = n + 1; gap > 1; gap = (gap + 1) / 2) {
+    Value mid = b.Binary(Op::Div, b.Binary(Op::Add, lo, hi), b.Full(ir::DType::I64, bd, 2));
+    Value m = b.BroadcastInDim(mid, s.dims, batch_dims);
+    Value inside = b.Binary(Op::And, b.Compare(CompareDir::LT, row, m), b.Compare(CompareDir::LT, col, m));
+    Value failed = CholeskyFailed(b, b.Cholesky(b.Select(inside, a, eye), !upper));
+    hi = b.Select(failed, mid, hi);
+    lo = b.Select(failed, lo, mid);
+  }
+  Value none = b.Compare(CompareDir::EQ, hi, b.Full(ir::DType::I64, bd, static_cast<double>(n + 1)));
+  return b.Convert(b.Select(none, b.Full(ir::DType::I64, bd, 0), hi), ir::DType::I32);
 }
 
 std::tuple<at::Tensor, at::Tensor> linalg_cholesky_ex(const at::Tensor& A, bool upper, bool check_errors) {
@@ -148,9 +146,7 @@ std::tuple<at::Tensor, at::Tensor> linalg_cholesky_ex(const at::Tensor& A, bool 
   Value a = Val(A);
   Value factor = Triangle(b, b.Cholesky(a, !upper), !upper);
   Value failed = CholeskyFailed(b, factor);
-  const std::vector<int64_t> bd = b.shape(failed).dims;
-  Value info = check_errors ? b.Select(failed, b.Full(ir::DType::I32, bd, 1), b.Full(ir::DType::I32, bd, 0))
-                            : CholeskyInfo(b, a, upper);
+  Value info = CholeskyInfo(b, a, upper);
   if (check_errors) {
     CheckNone(d, failed, runtime::ErrorKind::kValue,
               "linalg.cholesky: The factorization could not be completed because the input is not positive-definite "
@@ -186,6 +182,30 @@ at::Tensor cholesky_inverse(const at::Tensor& A, bool upper) {
   const int d = DeviceIndex(A);
   ir::Builder& b = B(d);
   return Wrap(CholeskySolve(b, Val(A), Identity(b, ToIr(A.scalar_type()), A.sizes().vec()), upper), d);
+}
+
+// The check the composite ops (linalg.cholesky, linalg.inv, linalg.solve,
+// linalg.lu_factor) run on the info of their _ex kernels: compiled into the
+// program (raised when a result is read) instead of reading info on the host,
+// which would run the program at once, every call.
+void linalg_check_errors(const at::Tensor& info, c10::string_view api_name, bool is_matrix) {
+  TraceScope s;
+  const int d = DeviceIndex(info);
+  ir::Builder& b = B(d);
+  Value v = Val(info);
+  const std::string api(api_name);
+  std::string what;
+  if (api.find("cholesky") != std::string::npos) {
+    what = api + ": The factorization could not be completed because the input is not positive-definite (the "
+                 "_ex variant returns the order of the first failing leading minor in info).";
+  } else if (api.find("lu_factor") != std::string::npos) {
+    what = api + ": a diagonal element of U is zero and using it on lu_solve would result in a division by zero "
+                 "(linalg.lu_factor_ex returns its position in info).";
+  } else {
+    what = api + ": The solver failed because the input matrix is singular.";
+  }
+  CheckNone(d, b.Compare(CompareDir::NE, v, b.Full(b.shape(v).dtype, b.shape(v).dims, 0)), runtime::ErrorKind::kValue,
+            what);
 }
 
 // ------------------------------------------------------ triangular solves
@@ -698,6 +718,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> _linalg_svd(const at::Tensor& A, 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("linalg_cholesky_ex", linalg_cholesky_ex);
   K("cholesky", cholesky);
+  K("_linalg_check_errors", linalg_check_errors);
   K("_cholesky_solve_helper", cholesky_solve_helper);
   K("cholesky_inverse", cholesky_inverse);
   K("linalg_solve_triangular", linalg_solve_triangular);

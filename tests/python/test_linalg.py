@@ -79,6 +79,12 @@ def test_cholesky_of_non_pd_raises_and_ex_reports_info():
                        torch.linalg.cholesky_ex(b, upper=True).info)
     with pytest.raises(RuntimeError, match="not positive-definite"):
         torch.linalg.cholesky(a)
+    # the check is compiled into the program: nothing runs until a read
+    torch_pjrt.metrics.reset()
+    bad = torch.linalg.cholesky(a.to(DEV))
+    assert torch_pjrt.metrics.counters().get("executions", 0) == 0
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        bad.cpu()
     with pytest.raises(RuntimeError, match="not positive-definite"):
         torch.linalg.cholesky(a.to(DEV)).cpu()
 
