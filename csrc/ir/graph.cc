@@ -488,6 +488,36 @@ Value Builder::ReduceScatter(Value x, int64_t dim, ReduceKind kind,
   return Add({x}, ReduceScatterAttrs{dim, kind, DefaultGroups(std::move(groups), g_.num_replicas)});
 }
 
+Value Builder::Cholesky(Value a, bool lower) { return Add({a}, CholeskyAttrs{lower}); }
+
+Value Builder::TriangularSolve(Value a, Value b, bool left_side, bool lower, bool unit_diagonal,
+                               bool transpose_a) {
+  return Add({a, b}, TriangularSolveAttrs{left_side, lower, unit_diagonal, transpose_a});
+}
+
+std::vector<Value> Builder::CustomCall(const std::string& target, const std::vector<Value>& operands,
+                                       const std::vector<Shape>& results,
+                                       const std::string& backend_config) {
+  if (target.empty()) throw Error("CustomCall needs a target name");
+  if (results.empty()) throw Error("CustomCall @" + target + " needs at least one result");
+  for (const Shape& s : results) {
+    for (int64_t d : s.dims) {
+      if (d < 0) throw Error("CustomCall @" + target + " result " + s.ToString() + ": dims must be >= 0");
+    }
+  }
+  for (char c : target + backend_config) {
+    if (c == '"' || c == '\\' || c < 0x20) {
+      throw Error("CustomCall @" + target + ": target and backend_config must not hold quotes, backslashes or control characters");
+    }
+  }
+  AddNode(Op::CustomCall, operands, CustomCallAttrs{target, backend_config});  // no results yet
+  g_.nodes.back().results = results;
+  const int32_t id = static_cast<int32_t>(g_.nodes.size() - 1);
+  std::vector<Value> out;
+  for (size_t i = 0; i < results.size(); ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
+  return out;
+}
+
 Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::vector<Alias>& aliases,
               std::vector<int64_t>* used_params) {
   const size_t n = full.nodes.size();

@@ -370,13 +370,53 @@ struct FftAttrs {
   }
 };
 
+// Linear algebra on the last two dimensions (any leading dimensions are a
+// batch). Cholesky: the factor of a symmetric positive-definite matrix read
+// from its `lower` (or upper) triangle; the other triangle of the result is
+// unspecified by StableHLO.
+struct CholeskyAttrs {
+  static constexpr Op kOp = Op::Cholesky;
+  bool lower = true;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("lower", s.lower); }
+};
+
+// Solves op(a) x = b (left_side) or x op(a) = b, a triangular; op transposes
+// a when transpose_a. Only a's `lower` (or upper) triangle is read, and its
+// diagonal is taken as ones when unit_diagonal.
+struct TriangularSolveAttrs {
+  static constexpr Op kOp = Op::TriangularSolve;
+  bool left_side = true, lower = true, unit_diagonal = false, transpose_a = false;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("left_side", s.left_side);
+    f("lower", s.lower);
+    f("unit_diagonal", s.unit_diagonal);
+    f("transpose_a", s.transpose_a);
+  }
+};
+
+// A call the plugin's compiler expands itself (XLA: "Qr",
+// "ProductOfElementaryHouseholderReflectors", "Eigh"). The result shapes are
+// the builder's argument; what the call computes is the target's contract.
+struct CustomCallAttrs {
+  static constexpr Op kOp = Op::CustomCall;
+  std::string target;
+  std::string backend_config;  // "" for none
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("target", s.target);
+    f("backend_config", s.backend_config);
+  }
+};
+
 using Attrs =
     std::variant<std::monostate, ParameterAttrs, ConstantAttrs, CompareAttrs, BroadcastInDimAttrs,
                  ReshapeAttrs, TransposeAttrs, ReverseAttrs, SliceAttrs, DynamicSliceAttrs,
                  ConcatenateAttrs, PadAttrs, IotaAttrs, DotGeneralAttrs, ReduceAttrs,
                  ReduceWindowAttrs, SelectAndScatterAttrs, ConvolutionAttrs, GatherAttrs,
                  ScatterAttrs, SortAttrs, RngBitGeneratorAttrs, AllReduceAttrs, AllGatherAttrs,
-                 ReduceScatterAttrs, FftAttrs>;
+                 ReduceScatterAttrs, FftAttrs, CholeskyAttrs, TriangularSolveAttrs, CustomCallAttrs>;
 
 // True for the structs above that list their fields with Fields(self, f).
 template <class T, class = void>
@@ -519,6 +559,15 @@ class Builder {
   Value Complex(Value re, Value im);
   // A DFT over the trailing fft_length.size() dimensions (see FftAttrs).
   Value Fft(Value x, FftType type, const std::vector<int64_t>& fft_length);
+  // Linear algebra over the last two dimensions (see CholeskyAttrs,
+  // TriangularSolveAttrs); leading dimensions are a batch and must match.
+  Value Cholesky(Value a, bool lower);
+  Value TriangularSolve(Value a, Value b, bool left_side, bool lower, bool unit_diagonal,
+                        bool transpose_a);
+  // One node with the given results; the plugin must know `target`.
+  std::vector<Value> CustomCall(const std::string& target, const std::vector<Value>& operands,
+                                const std::vector<Shape>& results,
+                                const std::string& backend_config = "");
 
   // Finishes the graph. Aliases are checked (same shape, distinct outputs).
   Graph Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases = {});

@@ -46,7 +46,7 @@ class Hasher {
 };
 
 // Hashes the fields an attribute struct lists in Fields: all of them when
-// `everything`, else only the enum and bool ones (see ShapeBlindHash). A field
+// `everything`, else only the enum, bool and string ones (see ShapeBlindHash). A field
 // of a type with no rule here fails to compile rather than go unhashed.
 struct FieldHasher {
   Hasher& h;
@@ -56,6 +56,9 @@ struct FieldHasher {
   void operator()(const char*, const T& v) {
     if constexpr (std::is_enum_v<T> || std::is_same_v<T, bool>) {
       h.Int(static_cast<int64_t>(v));
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      h.Int(static_cast<int64_t>(v.size()));  // a choice, as enums are (custom call targets)
+      h.Bytes(v.data(), v.size());
     } else if constexpr (HasFields<T>::value) {
       T::Fields(v, *this);
     } else if (everything) {

@@ -17,9 +17,9 @@ uint64_t ProgramHash(const Graph& graph);
 
 // Blind to shapes, dtypes and constant values: graphs that differ only in
 // those share it, so it finds the earlier compile a recompile resembles. Of
-// the attributes it covers the parameter numbering and the enum and bool
-// fields, which choose what is computed (compare direction, reduction kind,
-// scatter replace, sort order); integer fields are left out, as they follow
+// the attributes it covers the parameter numbering and the enum, bool and
+// string fields, which choose what is computed (compare direction, reduction
+// kind, scatter replace, sort order, custom call target); integer fields are left out, as they follow
 // the shapes (sizes, slice bounds, padding, dimension numbers).
 uint64_t ShapeBlindHash(const Graph& graph);
 

@@ -623,6 +623,38 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       return {Shape{in[0].dtype == DType::F64 ? DType::C128 : DType::C64, in[0].dims}};
     case Op::Fft:
       return InferFft(op, in, Get<FftAttrs>(op, in, attrs));
+    case Op::Cholesky: {
+      Get<CholeskyAttrs>(op, in, attrs);
+      Arity(op, in, 1);
+      const Shape& a = in[0];
+      if (!IsFloat(a.dtype) && !IsComplex(a.dtype)) Fail(op, in, "needs a floating-point or complex operand");
+      if (a.rank() < 2 || a.dims[a.rank() - 1] != a.dims[a.rank() - 2]) {
+        Fail(op, in, "needs square matrices in the last two dimensions");
+      }
+      return {a};
+    }
+    case Op::TriangularSolve: {
+      const auto& t = Get<TriangularSolveAttrs>(op, in, attrs);
+      Arity(op, in, 2);
+      SameType(op, in, 0, 1);
+      const Shape& a = in[0];
+      const Shape& b = in[1];
+      if (!IsFloat(a.dtype) && !IsComplex(a.dtype)) Fail(op, in, "needs floating-point or complex operands");
+      const int64_t r = a.rank();
+      if (r < 2 || a.dims[r - 1] != a.dims[r - 2]) Fail(op, in, "a must hold square matrices in its last two dimensions");
+      if (b.rank() != r) Fail(op, in, "a and b must have one rank");
+      for (int64_t i = 0; i < r - 2; ++i) {
+        if (a.dims[i] != b.dims[i]) Fail(op, in, "a and b must have one batch shape");
+      }
+      const int64_t shared = t.left_side ? b.dims[r - 2] : b.dims[r - 1];
+      if (shared != a.dims[r - 1]) {
+        Fail(op, in, std::string("b's ") + (t.left_side ? "rows" : "columns") + " must match the size of a");
+      }
+      return {b};
+    }
+    case Op::CustomCall:
+      Get<CustomCallAttrs>(op, in, attrs);
+      return {};  // the builder sets the results
     default:
       Fail(op, in, "has no inference rule");
   }

@@ -72,11 +72,14 @@ namespace tpj::ir {
   X(RngBitGenerator, "stablehlo.rng_bit_generator", kSpecial)    \
   X(AllReduce, "stablehlo.all_reduce", kSpecial)                 \
   X(AllGather, "stablehlo.all_gather", kSpecial)                 \
-  X(ReduceScatter, "stablehlo.reduce_scatter", kSpecial)        \
+  X(ReduceScatter, "stablehlo.reduce_scatter", kSpecial)         \
   X(Real, "stablehlo.real", kSpecial)                            \
   X(Imag, "stablehlo.imag", kSpecial)                            \
   X(Complex, "stablehlo.complex", kSpecial)                      \
-  X(Fft, "stablehlo.fft", kSpecial)
+  X(Fft, "stablehlo.fft", kSpecial)                              \
+  X(Cholesky, "stablehlo.cholesky", kSpecial)                    \
+  X(TriangularSolve, "stablehlo.triangular_solve", kSpecial)     \
+  X(CustomCall, "stablehlo.custom_call", kSpecial)
 
 enum class Op : uint8_t {
 #define TPJ_ENUM(name, mlir, form) name,

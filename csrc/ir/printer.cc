@@ -442,6 +442,20 @@ class Printer {
     return {"", std::string("fft_type = #stablehlo<fft_type ") + FftTypeName(a.type) +
                     ">, fft_length = " + Array(a.fft_length)};
   }
+  Parts Text(const CholeskyAttrs& a, const Shapes&, const Shape&) {
+    return {"", std::string("lower = ") + (a.lower ? "true" : "false")};
+  }
+  Parts Text(const TriangularSolveAttrs& a, const Shapes&, const Shape&) {
+    auto flag = [](bool v) { return v ? "true" : "false"; };
+    return {"", std::string("left_side = ") + flag(a.left_side) + ", lower = " + flag(a.lower) +
+                    ", transpose_a = #stablehlo<transpose " + (a.transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") +
+                    ">, unit_diagonal = " + flag(a.unit_diagonal)};
+  }
+  Parts Text(const CustomCallAttrs& a, const Shapes&, const Shape&) {
+    std::string attrs = "call_target_name = \"" + a.target + "\"";
+    if (!a.backend_config.empty()) attrs += ", backend_config = \"" + a.backend_config + "\"";
+    return {"", attrs};
+  }
 
   void Node(int32_t id) {
     const ::tpj::ir::Node& n = g_.nodes[id];

@@ -67,6 +67,9 @@ Graph EveryAttributeGraph() {
   out.push_back(b.AllGather(x, 0));
   out.push_back(b.ReduceScatter(b.Parameter({DType::F32, {8}}), 0, ReduceKind::Min));
   out.push_back(b.Fft(x, FftType::RFFT, {2, 3}));
+  auto sq = b.Parameter({DType::F32, {3, 3}});
+  out.push_back(b.TriangularSolve(b.Cholesky(sq, true), sq, true, true, false, false));
+  out.push_back(b.CustomCall("Eigh", {sq}, {{DType::F32, {3, 3}}, {DType::F32, {3}}}, "1,1,100,1e-06")[1]);
   return b.Build(out);
 }
 
@@ -172,7 +175,7 @@ struct ChangeOneField {
       path = outer;
     } else if (seen++ == target) {
       changed = path + name;
-      choice = std::is_enum_v<T> || std::is_same_v<T, bool>;
+      choice = std::is_enum_v<T> || std::is_same_v<T, bool> || std::is_same_v<T, std::string>;
       Change(v);
     }
   }
@@ -184,6 +187,7 @@ struct ChangeOneField {
   }
   static void Change(bool& v) { v = !v; }
   static void Change(int64_t& v) { v += 1; }
+  static void Change(std::string& v) { v += "x"; }
   // Non-empty lists keep their length, so the hash must see the contents.
   static void Change(std::vector<int64_t>& v) {
     if (v.empty()) {

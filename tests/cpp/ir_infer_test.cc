@@ -199,5 +199,28 @@ TEST(Infer, ComplexPartsAbsAndFft) {
   EXPECT_NE(ErrorOf([&] { b.Fft(z, FftType::FFT, {4}); }).find("trailing dims must match"), std::string::npos);
 }
 
+TEST(Infer, LinearAlgebraShapes) {
+  Builder b;
+  auto a = b.Parameter({DType::F32, {2, 3, 3}});
+  auto rect = b.Parameter({DType::F32, {2, 3, 4}});
+  auto ints = b.Parameter({DType::I32, {3, 3}});
+  EXPECT_EQ(b.shape(b.Cholesky(a, false)), (Shape{DType::F32, {2, 3, 3}}));
+  EXPECT_NE(ErrorOf([&] { b.Cholesky(rect, true); }).find("square matrices"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.Cholesky(ints, true); }).find("floating-point"), std::string::npos);
+  EXPECT_EQ(b.shape(b.TriangularSolve(a, rect, true, true, false, false)), (Shape{DType::F32, {2, 3, 4}}));
+  EXPECT_NE(ErrorOf([&] { b.TriangularSolve(a, rect, false, true, false, false); }).find("b's columns must match"),
+            std::string::npos);
+  auto other_batch = b.Parameter({DType::F32, {5, 3, 4}});
+  EXPECT_NE(ErrorOf([&] { b.TriangularSolve(a, other_batch, true, true, false, false); }).find("one batch shape"),
+            std::string::npos);
+  auto r = b.CustomCall("Qr", {a}, {{DType::F32, {2, 3, 3}}, {DType::F32, {2, 3}}});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(b.shape(r[1]), (Shape{DType::F32, {2, 3}}));
+  EXPECT_NE(ErrorOf([&] { b.CustomCall("", {a}, {{DType::F32, {1}}}); }).find("needs a target"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.CustomCall("Qr", {a}, {}); }).find("at least one result"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.CustomCall("Eigh", {a}, {{DType::F32, {1}}}, "a\"b"); }).find("must not hold quotes"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tpj::ir

@@ -555,5 +555,48 @@ TEST(OpsOnPlugin, ComplexPartsAndFftMatchADirectDft) {
   EXPECT_EQ(round[1].bytes, F32({6}, bits).bytes);
 }
 
+// Cholesky, a triangular solve and the custom calls XLA's CPU compiler
+// expands (Qr, ProductOfElementaryHouseholderReflectors, Eigh), on a 3x3
+// symmetric positive-definite matrix checked against identities computed here.
+TEST(OpsOnPlugin, LinearAlgebraOpsAndCustomCalls) {
+  const std::vector<float> spd = {4, 2, 0.4f, 2, 5, 1, 0.4f, 1, 3};
+  auto matmul = [](const std::vector<float>& x, const std::vector<float>& y, bool tx) {
+    std::vector<float> z(9, 0);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j)
+        for (int k = 0; k < 3; ++k) z[i * 3 + j] += (tx ? x[k * 3 + i] : x[i * 3 + k]) * y[k * 3 + j];
+    return z;
+  };
+  ir::Builder b;
+  auto a = b.Parameter({DType::F32, {3, 3}});
+  auto l = b.Cholesky(a, true);
+  auto inv_l = b.TriangularSolve(l, b.Iota({DType::F32, {3, 3}}, 0), true, true, false, false);
+  auto qr = b.CustomCall("Qr", {a}, {{DType::F32, {3, 3}}, {DType::F32, {3}}});
+  auto q = b.CustomCall("ProductOfElementaryHouseholderReflectors", {qr[0], qr[1]}, {{DType::F32, {3, 3}}});
+  auto eig = b.CustomCall("Eigh", {a}, {{DType::F32, {3, 3}}, {DType::F32, {3}}}, "1,1,100,1e-06");
+  auto out = RunGraph(b.Build({l, inv_l, qr[0], q[0], eig[0], eig[1]}), {F32({3, 3}, spd)});
+  std::vector<float> lower = out[0].As<float>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = i + 1; j < 3; ++j) lower[i * 3 + j] = 0;
+  std::vector<float> lt(9);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) lt[i * 3 + j] = lower[j * 3 + i];
+  ExpectFloats(matmul(lower, lt, false), spd, 1e-5f);  // L L^T = A
+  // L X = iota (row index in every column): L times the solution gives it back.
+  ExpectFloats(matmul(lower, out[1].As<float>(), false), {0, 0, 0, 1, 1, 1, 2, 2, 2}, 1e-5f);
+  std::vector<float> r = out[2].As<float>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < i; ++j) r[i * 3 + j] = 0;
+  ExpectFloats(matmul(out[3].As<float>(), r, false), spd, 1e-5f);                         // Q R = A
+  ExpectFloats(matmul(out[3].As<float>(), out[3].As<float>(), true), {1, 0, 0, 0, 1, 0, 0, 0, 1}, 1e-5f);  // Q^T Q = I
+  // A V = V diag(w), eigenvalues ascending.
+  const std::vector<float> v = out[4].As<float>(), w = out[5].As<float>();
+  std::vector<float> vw(9);
+  for (int i = 0; i < 9; ++i) vw[i] = v[i] * w[i % 3];
+  ExpectFloats(matmul(spd, v, false), vw, 1e-5f);
+  EXPECT_LT(w[0], w[1]);
+  EXPECT_LT(w[1], w[2]);
+}
+
 }  // namespace
 }  // namespace tpj

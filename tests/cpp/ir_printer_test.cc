@@ -263,5 +263,25 @@ TEST(Printer, DenseLiteralsForEveryDtype) {
   EXPECT_EQ(hex.size(), std::string("dense<\"0x\"> : tensor<65xf32>").size() + 65 * 8);
 }
 
+TEST(Printer, LinearAlgebraAndCustomCallLines) {
+  Builder b;
+  auto a = b.Parameter({DType::F32, {2, 3, 3}});
+  auto rhs = b.Parameter({DType::F32, {2, 3, 4}});
+  auto l = b.Cholesky(a, true);
+  auto x = b.TriangularSolve(l, rhs, true, true, false, true);
+  auto qr = b.CustomCall("Qr", {a}, {{DType::F32, {2, 3, 3}}, {DType::F32, {2, 3}}});
+  auto e = b.CustomCall("Eigh", {a}, {{DType::F32, {2, 3, 3}}, {DType::F32, {2, 3}}}, "1,1,100,1e-06");
+  const std::string text = PrintStableHlo(b.Build({x, qr[1], e[0]}));
+  EXPECT_NE(text.find(R"(%2 = "stablehlo.cholesky"(%arg0) {lower = true} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>)"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%3 = "stablehlo.triangular_solve"(%2, %arg1) {left_side = true, lower = true, transpose_a = #stablehlo<transpose TRANSPOSE>, unit_diagonal = false} : (tensor<2x3x3xf32>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>)"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%4:2 = "stablehlo.custom_call"(%arg0) {call_target_name = "Qr"} : (tensor<2x3x3xf32>) -> (tensor<2x3x3xf32>, tensor<2x3xf32>))"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%5:2 = "stablehlo.custom_call"(%arg0) {call_target_name = "Eigh", backend_config = "1,1,100,1e-06"} : (tensor<2x3x3xf32>) -> (tensor<2x3x3xf32>, tensor<2x3xf32>))"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"("func.return"(%3, %4#1, %5#0))"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace tpj::ir

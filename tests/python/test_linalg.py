@@ -1,0 +1,250 @@
+"""Linear algebra on pjrt against the CPU: Cholesky, triangular solves, LU
+(factor, unpack, solve), solve, inverse, determinants, QR, eigh and the SVD,
+forward and backward, batched, with no CPU fallback; errors on non-PD and
+singular inputs as on the CPU; and a Gaussian log-likelihood through Cholesky
+that trains a few AdamW steps with CPU parity."""
+
+import math
+
+import pytest
+import torch
+
+import torch_pjrt
+
+DEV = torch_pjrt.device()
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def spd(*batch, n=4, seed=0, dtype=torch.float32):
+    a = torch.randn(*batch, n, n, generator=gen(seed), dtype=dtype)
+    return a @ a.mT + n * torch.eye(n, dtype=dtype)
+
+
+def well_conditioned(*shape, seed=0, dtype=torch.float32):
+    a = torch.randn(*shape, generator=gen(seed), dtype=dtype)
+    m, n = shape[-2:]
+    return a + 3 * torch.eye(m, n, dtype=dtype)
+
+
+@pytest.fixture(autouse=True)
+def no_fallbacks():
+    torch_pjrt.metrics.reset()
+    yield
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def compare(fn, *inputs, rtol=1e-4, atol=1e-4, grad=True):
+    """fn on the CPU and on pjrt: outputs, and the gradients of a weighted
+    sum of the outputs with respect to every input."""
+    cpu = [x.clone().requires_grad_(grad) for x in inputs]
+    dev = [x.to(DEV).requires_grad_(grad) for x in inputs]
+    want, got = fn(*cpu), fn(*dev)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.detach().cpu(), w.detach(), rtol=rtol, atol=atol)
+    if not grad:
+        return
+    weights = [torch.randn(w.shape, generator=gen(7 + i), dtype=w.dtype) for i, w in enumerate(want)]
+    sum(((w * k).sum() for w, k in zip(want, weights) if w.is_floating_point())).backward()
+    sum(((g * k.to(DEV)).sum() for g, k in zip(got, weights) if g.is_floating_point())).backward()
+    for c, d in zip(cpu, dev):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_batched_forward_backward(upper):
+    a = spd(3, n=5)
+    # symmetrize inside so that the gradient is the one of a symmetric input
+    compare(lambda x: torch.linalg.cholesky((x + x.mT) / 2, upper=upper), a)
+
+
+def test_cholesky_float64_and_old_api():
+    a = spd(2, n=6, dtype=torch.float64)
+    compare(lambda x: torch.cholesky((x + x.mT) / 2), a, rtol=1e-10, atol=1e-10)
+
+
+def test_cholesky_of_non_pd_raises_and_ex_reports_info():
+    a = torch.eye(4)
+    a[2, 2] = -1
+    want = torch.linalg.cholesky_ex(a)
+    got = torch.linalg.cholesky_ex(a.to(DEV))
+    assert int(got.info.cpu()) == int(want.info) == 3
+    b = torch.stack([spd(n=4), a, -spd(n=4, seed=1)])
+    assert torch.equal(torch.linalg.cholesky_ex(b.to(DEV)).info.cpu(), torch.linalg.cholesky_ex(b).info)
+    assert torch.equal(torch.linalg.cholesky_ex(b.to(DEV), upper=True).info.cpu(),
+                       torch.linalg.cholesky_ex(b, upper=True).info)
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        torch.linalg.cholesky(a)
+    # the check is compiled into the program: nothing runs until a read
+    torch_pjrt.metrics.reset()
+    bad = torch.linalg.cholesky(a.to(DEV))
+    assert torch_pjrt.metrics.counters().get("executions", 0) == 0
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        bad.cpu()
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        torch.linalg.cholesky(a.to(DEV)).cpu()
+
+
+@pytest.mark.parametrize("upper,left,unit", [(False, True, False), (True, False, True)])
+def test_solve_triangular(upper, left, unit):
+    a = well_conditioned(2, 4, 4, seed=1)
+    b = torch.randn(2, 4, 3, generator=gen(2)) if left else torch.randn(2, 3, 4, generator=gen(2))
+    compare(lambda x, y: torch.linalg.solve_triangular(x, y, upper=upper, left=left, unitriangular=unit), a, b)
+
+
+def test_triangular_solve_old_api_broadcasts():
+    a = well_conditioned(4, 4, seed=3)
+    b = torch.randn(2, 4, 2, generator=gen(4))
+    compare(lambda y, x: torch.triangular_solve(y, x, upper=False, transpose=True), b, a)
+
+
+@pytest.mark.parametrize("left", [False])  # left=True: the vector case below and lu_solve
+def test_solve_batched_forward_backward(left):
+    a = well_conditioned(3, 5, 5, seed=5)
+    b = torch.randn(3, 5, 2, generator=gen(6)) if left else torch.randn(3, 2, 5, generator=gen(6))
+    compare(lambda x, y: torch.linalg.solve(x, y, left=left), a, b)
+
+
+def test_solve_vector_rhs_and_broadcast_batch():
+    a = well_conditioned(2, 4, 4, seed=8)
+    compare(lambda x, y: torch.linalg.solve(x, y), a, torch.randn(4, generator=gen(9)))
+
+
+def test_solve_and_inv_of_singular_raise_and_ex_reports_info():
+    # the last row and column are zero: the last pivot is exactly zero in any
+    # elimination order, of A and of A^T (what det factors)
+    s = torch.tensor([[2.0, 1.0, 0.0], [1.0, 3.0, 0.0], [0.0, 0.0, 0.0]])
+    with pytest.raises(RuntimeError, match="singular"):
+        torch.linalg.solve(s.to(DEV), torch.ones(3).to(DEV)).cpu()
+    with pytest.raises(RuntimeError, match="singular"):
+        torch.linalg.inv(s.to(DEV)).cpu()
+    got = torch.linalg.lu_factor_ex(s.to(DEV))
+    want = torch.linalg.lu_factor_ex(s)
+    assert int(got.info.cpu()) == int(want.info) == 3
+    assert torch.equal(got.pivots.cpu(), want.pivots)
+    sign, logabs = torch.linalg.slogdet(s.to(DEV))
+    assert float(sign.cpu()) == 0.0 and float(logabs.cpu()) == float("-inf")
+
+
+def test_inv_batched_forward_backward():
+    compare(torch.linalg.inv, well_conditioned(3, 4, 4, seed=11))
+
+
+def test_det_slogdet_logdet():
+    compare(torch.linalg.det, well_conditioned(3, 4, 4, seed=13))
+    compare(torch.logdet, spd(2, n=4, seed=14))
+
+
+def test_lu_factor_pivots_match_the_cpu_and_lu_solve():
+    a = torch.randn(2, 6, 6, generator=gen(15))
+    want = torch.linalg.lu_factor(a)
+    got = torch.linalg.lu_factor(a.to(DEV))
+    assert torch.equal(got.pivots.cpu(), want.pivots)
+    torch.testing.assert_close(got.LU.cpu(), want.LU, rtol=1e-4, atol=1e-4)
+    b = torch.randn(2, 6, 3, generator=gen(16))
+    for left, adjoint, grad in [(True, True, True), (False, False, False)]:
+        rhs = b if left else b.mT
+        compare(lambda lu, y: torch.linalg.lu_solve(lu, want.pivots.to(lu.device), y, left=left, adjoint=adjoint),
+                want.LU, rhs, grad=grad)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 6)])
+def test_lu_and_lu_unpack(shape):
+    a = torch.randn(*shape, generator=gen(17))
+    compare(lambda x: torch.linalg.lu(x), a)
+    lu, piv = torch.linalg.lu_factor(a)
+    p, l, u = torch.lu_unpack(lu.to(DEV), piv.to(DEV))
+    wp, wl, wu = torch.lu_unpack(lu, piv)
+    assert torch.equal(p.cpu(), wp) and torch.equal(l.cpu(), wl) and torch.equal(u.cpu(), wu)
+
+
+@pytest.mark.parametrize("mode,shape", [("reduced", (2, 6, 4)), ("complete", (4, 6)), ("complete", (6, 4)),
+                                        ("r", (5, 5))])
+def test_qr(mode, shape):
+    a = torch.randn(*shape, generator=gen(18))
+    if mode == "r":
+        compare(lambda x: torch.linalg.qr(x, mode="r")[1], a, grad=False)  # no backward without Q
+        assert torch.linalg.qr(a.to(DEV), mode="r").Q.shape == (0,)
+    elif mode == "complete" and shape[-2] > shape[-1]:
+        compare(lambda x: torch.linalg.qr(x, mode="complete"), a, grad=False)  # no backward on the CPU either
+    else:
+        compare(lambda x: torch.linalg.qr(x, mode=mode), a)
+
+
+def test_eigh_and_eigvalsh():
+    # well-separated eigenvalues (1, 2, ..., 6): eigenvector gradients scale
+    # with 1 / gap, and float32 rounding with them
+    q = torch.linalg.qr(torch.randn(3, 6, 6, generator=gen(19))).Q
+    a = q @ torch.diag_embed(torch.arange(1.0, 7.0).expand(3, 6)) @ q.mT
+    torch.testing.assert_close(torch.linalg.eigvalsh(a.to(DEV)).cpu(), torch.linalg.eigvalsh(a), rtol=1e-4, atol=1e-4)
+    # Eigenvectors are defined up to sign: compare what does not depend on it.
+    def invariant(x):
+        w, v = torch.linalg.eigh(x, UPLO="U")
+        return w, v * v, v @ torch.diag_embed(w) @ v.mT
+    compare(invariant, a, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 4)])
+def test_svd_and_svdvals(shape):
+    a = torch.randn(*shape, generator=gen(20)) + 2 * torch.eye(*shape[-2:])
+    torch.testing.assert_close(torch.linalg.svdvals(a.to(DEV)).cpu(), torch.linalg.svdvals(a), rtol=1e-4, atol=1e-4)
+
+    # Singular vectors are defined up to one sign per pair.
+    def invariant(x):
+        u, s, vh = torch.linalg.svd(x, full_matrices=False)
+        return s, u * u, vh * vh, u @ torch.diag_embed(s) @ vh
+    compare(invariant, a, rtol=2e-4, atol=2e-4)
+    u, s, vh = torch.linalg.svd(a.to(DEV), full_matrices=True)
+    m, n = shape[-2:]
+    assert u.shape[-2:] == (m, m) and vh.shape[-2:] == (n, n)
+    eye = torch.eye(m).expand(u.shape)
+    torch.testing.assert_close((u.mT @ u).cpu(), eye, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close((vh @ vh.mT).cpu(), torch.eye(n).expand(vh.shape), rtol=1e-5, atol=1e-5)
+    k = min(m, n)
+    torch.testing.assert_close((u[..., :k] @ torch.diag_embed(s) @ vh[..., :k, :]).cpu(), a, rtol=1e-4, atol=1e-4)
+
+
+def test_gaussian_log_likelihood_through_cholesky_trains():
+    """Fit a full-covariance Gaussian: the scale L is lower-triangular with a
+    positive (softplus) diagonal; the negative log-likelihood goes, as
+    torch.distributions.MultivariateNormal's, through the Cholesky factor of
+    the covariance: a triangular solve and the log-determinant from its
+    diagonal."""
+    d, n = 4, 64
+    torch.manual_seed(0)
+    true_l = torch.tril(torch.randn(d, d)) + 2 * torch.eye(d)
+    data = torch.randn(n, d) @ true_l.mT + torch.arange(d)
+
+    def nll(raw, mu, x):
+        diag = torch.nn.functional.softplus(torch.diagonal(raw))
+        scale = torch.tril(raw, -1) + torch.diag_embed(diag)
+        cov = scale @ scale.mT
+        chol = torch.linalg.cholesky(cov)
+        z = torch.linalg.solve_triangular(chol, (x - mu).mT, upper=False)
+        logdet = 2 * torch.diagonal(chol).log().sum()  # as MultivariateNormal: from the factor
+        return 0.5 * (z.pow(2).sum(0).mean() + logdet + d * math.log(2 * math.pi))
+
+    losses = {}
+    for device in ("cpu", DEV):
+        raw = torch.eye(d).to(device).requires_grad_()
+        mu = torch.zeros(d, device=device, requires_grad=True)
+        opt = torch.optim.AdamW([raw, mu], lr=0.1)
+        x = data.to(device)
+        trace = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = nll(raw, mu, x)
+            loss.backward()
+            if device != "cpu":
+                torch_pjrt.sync()  # one program for the likelihood and its gradient, the same every step
+            opt.step()
+            trace.append(loss.detach())
+        losses[str(device)] = (torch.stack(trace).cpu(), raw.detach().cpu(), mu.detach().cpu())
+    want, got = losses["cpu"], losses[str(DEV)]
+    assert want[0][-1] < want[0][0]  # it learns
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
