@@ -141,6 +141,13 @@ void BindPjrt(py::module_& m) {
       },
       py::arg("device") = "", py::arg("search_dirs") = std::vector<std::string>{},
       "Client options the environment implies for the plugin of `device` (CPU_NUM_DEVICES, ...).");
+  m.def(
+      "_await_launched",
+      [] {
+        if (runtime::Runtime::Initialized() && !pjrt::InForkedChild()) runtime::Runtime::Get().AwaitLaunched();
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Waits for every launched program (launches nothing, raises nothing); run at interpreter exit.");
   m.def("register_plugin", &pjrt::RegisterPlugin, py::arg("name"), py::arg("path"));
   m.def("package_hint", &pjrt::PackageHint, py::arg("device"));
 
