@@ -181,6 +181,22 @@ void BindPjrt(py::module_& m) {
       },
       py::call_guard<py::gil_scoped_release>(),
       "Waits for every launched program (launches nothing, raises nothing); run at interpreter exit.");
+  m.def(
+      "_memory_stats",
+      [](int index) -> py::object {
+        pjrt::Client& c = runtime::Runtime::Get().client();
+        const auto& ids = c.addressable_device_ids();
+        if (index < 0 || static_cast<size_t>(index) >= ids.size()) {
+          throw py::index_error("pjrt device index " + std::to_string(index) + " is out of range: this process has " +
+                                std::to_string(ids.size()) + " pjrt device(s)");
+        }
+        auto stats = c.MemoryStats(ids[static_cast<size_t>(index)]);
+        if (!stats) return py::none();
+        py::dict d;
+        for (const auto& [name, value] : *stats) d[py::str(name)] = value;
+        return d;
+      },
+      py::arg("index"));
   m.def("register_plugin", &pjrt::RegisterPlugin, py::arg("name"), py::arg("path"));
   m.def("package_hint", &pjrt::PackageHint, py::arg("device"));
 
@@ -251,6 +267,18 @@ void BindPjrt(py::module_& m) {
              for (const auto& d : c.devices()) l.append(DeviceDict(d));
              return l;
            })
+      .def(
+          "memory_stats",
+          [](const pjrt::Client& c, int device_id) -> py::object {
+            auto stats = c.MemoryStats(device_id);
+            if (!stats) return py::none();
+            py::dict d;
+            for (const auto& [name, value] : *stats) d[py::str(name)] = value;
+            return d;
+          },
+          py::arg("device_id"),
+          "The plugin's allocator statistics for a device (PJRT_Device_MemoryStats), or None when the plugin "
+          "does not report them.")
       .def(
           "buffer_from_numpy",
           [](pjrt::Client& c, const py::array& a, int device_id) {
