@@ -168,3 +168,17 @@ def test_info_shows_the_choice_and_the_alternatives(run_module, tmp_path):
                       CPU_NUM_DEVICES="1")
     assert text.returncode == 0, text.stderr
     assert "alternatives" in text.stdout and "fastatomstruct-xla-cpu" in text.stdout
+
+
+def test_memory_stats_come_from_the_plugin():
+    from torch_pjrt import runtime
+
+    stats = runtime.memory_stats(0)
+    if runtime.device_type() == "CPU":
+        # The three XLA CPU builds answer PJRT_Device_MemoryStats with
+        # UNIMPLEMENTED: None, not numbers of our own making.
+        assert stats is None
+    else:
+        assert stats["bytes_in_use"] >= 0
+    with pytest.raises(IndexError, match="out of range"):
+        runtime.memory_stats(runtime.addressable_device_count())
