@@ -10,7 +10,8 @@ VPY           := $(VENV)/bin/python
 ROOT          := $(abspath .)
 export PATH   := $(ROOT)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps system-deps build test test-cpp test-python test-asan test-install demo bench soak models conformance conformance-special conformance-out clean
+.PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak models conformance conformance-special conformance-out clean test-install \
+  plugin-venv test-plugin test-plugins bench-plugin bench-plugins
 
 help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
@@ -27,6 +28,11 @@ help:
 	@echo "make conformance-special  the same with NaN, +-inf, -0.0 and empty inputs; writes conformance-special.json"
 	@echo "make conformance-out  the pass list's float32 entries through their out= forms and in-place variants;"
 	@echo "                writes conformance-out.json"
+	@echo "make test-plugin PLUGIN=<pip spec>  make test's suites against that CPU plugin package, installed"
+	@echo "                into $(PLUGIN_VENV) (e.g. PLUGIN=lammps-jax-pjrt-cpu==0.11.2); ~25 min on 2 cores"
+	@echo "make test-plugins  test-plugin for each of: $(CPU_PLUGINS)"
+	@echo "make bench-plugins  make bench (without inductor) against each of them, one after another;"
+	@echo "                writes bench/plugins/<package>.json"
 	@echo "make clean      remove build directories (keeps .venv)"
 
 $(VPY):
@@ -201,6 +207,55 @@ conformance-out: build
 	$(VPY) -m torch_pjrt.conformance --out --inplace --dtypes float32 --max-samples 3 \
 	  --entries tests/python/opinfo_pass_list.txt --json conformance-out.json \
 	  --expected tests/python/out_inplace_expected_failures.txt --fail-on-stale
+
+# Other XLA CPU builds on PyPI (README, "Which CPU plugin"). Each goes into
+# $(PLUGIN_VENV) with --no-deps (lammps-jax-pjrt-cpu declares a jax it does
+# not need) and is named explicitly with TORCH_PJRT_PLUGIN, so the run uses
+# it whatever else is installed there. The extension built in $(BUILD) is
+# reused: $(PLUGIN_VENV) gets the same torch (TORCH_VERSION).
+CPU_PLUGINS ?= xla-cpu-pjrt==0.0.1 fastatomstruct-xla-cpu==2026.6.23 lammps-jax-pjrt-cpu==0.11.2
+PLUGIN_VENV ?= .venv-plugins
+PLUGIN_PY   := $(PLUGIN_VENV)/bin/python
+# Inductor is the same for every plugin: left out of the comparison.
+PLUGIN_BENCH_ARGS ?= --no-inductor
+# The plugin library a package installed: its one file in a known layout.
+PLUGIN_LIB   = $$($(PLUGIN_PY) -c "import importlib.metadata as m, re, sys; \
+  name = re.split(r'[<>=!~ ;\[]', sys.argv[1])[0]; \
+  libs = [str(f.locate()) for f in m.files(name) if str(f).endswith('.so')]; \
+  assert len(libs) == 1, f'{name}: expected one plugin library, found {libs}'; print(libs[0])" "$(PLUGIN)")
+
+plugin-venv: build
+	$(MAKE) VENV=$(PLUGIN_VENV) BUILD=$(BUILD) deps
+	@$(PLUGIN_PY) -c "import importlib.metadata as m, torch_pjrt as t; assert m.version('torch-pjrt') == t.__version__" \
+	  2>/dev/null || $(PLUGIN_PY) -m pip install -q --no-build-isolation --no-deps -e .
+
+test-plugin: plugin-venv
+	@test -n "$(PLUGIN)" || { echo "usage: make test-plugin PLUGIN=<pip spec>, e.g. PLUGIN=lammps-jax-pjrt-cpu==0.11.2"; exit 2; }
+	$(PLUGIN_PY) -m pip install -q --no-deps "$(PLUGIN)"
+	lib=$(PLUGIN_LIB) && echo "make test-plugin: $(PLUGIN) -> $$lib" && \
+	  export TORCH_PJRT_PLUGIN=$$lib PJRT_DEVICE=CPU && \
+	  $(PLUGIN_PY) -m torch_pjrt info && \
+	  (cd $(BUILD) && ctest --output-on-failure --timeout 600) && \
+	  $(PLUGIN_PY) -m pytest -q tests/python
+
+# Every build, even after a failure; the summary names those that failed.
+test-plugins: plugin-venv
+	@failed=""; for p in $(CPU_PLUGINS); do \
+	  $(MAKE) --no-print-directory test-plugin PLUGIN=$$p || failed="$$failed $$p"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test-plugins: FAILED on:$$failed"; exit 1; fi; \
+	echo "make test-plugins: the suites passed on $(CPU_PLUGINS)"
+
+bench-plugins: plugin-venv
+	mkdir -p bench/plugins
+	for p in $(CPU_PLUGINS); do \
+	  $(MAKE) --no-print-directory bench-plugin PLUGIN=$$p || exit 1; \
+	done
+
+bench-plugin: plugin-venv
+	$(PLUGIN_PY) -m pip install -q --no-deps "$(PLUGIN)"
+	lib=$(PLUGIN_LIB) && TORCH_PJRT_PLUGIN=$$lib PJRT_DEVICE=CPU \
+	  $(PLUGIN_PY) bench/bench.py $(PLUGIN_BENCH_ARGS) --out bench/plugins/$$(echo "$(PLUGIN)" | sed 's/[=<>!~].*//').json
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-install build-pip

@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     print("targets:", ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in targets.items()))
     with open(args.out, "w") as f:
         json.dump({"torch": torch.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
-                   "rows": rows, "targets": targets}, f, indent=2)
+                   "plugin": torch_pjrt.runtime.plugin_info(), "rows": rows, "targets": targets}, f, indent=2)
     print(f"wrote {args.out}")
     return 0
 

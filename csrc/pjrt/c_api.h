@@ -413,6 +413,37 @@ struct BufferCopyToDeviceArgs {
   Buffer* dst_buffer;  // out
 };
 
+// --- device memory statistics (PJRT_Device_MemoryStats) ---------------------
+// Every plugin from 0.57 on has the slot; whether it answers is the plugin's
+// choice (a plugin may report UNIMPLEMENTED). Only bytes_in_use is always set.
+
+struct DeviceMemoryStatsArgs {
+  size_t struct_size;
+  ExtensionBase* extension_start;
+  Device* device;
+  int64_t bytes_in_use;  // out
+  int64_t peak_bytes_in_use;
+  bool peak_bytes_in_use_is_set;
+  int64_t num_allocs;
+  bool num_allocs_is_set;
+  int64_t largest_alloc_size;
+  bool largest_alloc_size_is_set;
+  int64_t bytes_limit;
+  bool bytes_limit_is_set;
+  int64_t bytes_reserved;
+  bool bytes_reserved_is_set;
+  int64_t peak_bytes_reserved;
+  bool peak_bytes_reserved_is_set;
+  int64_t bytes_reservable_limit;
+  bool bytes_reservable_limit_is_set;
+  int64_t largest_free_block_bytes;
+  bool largest_free_block_bytes_is_set;
+  int64_t pool_bytes;
+  bool pool_bytes_is_set;
+  int64_t peak_pool_bytes;
+  bool peak_pool_bytes_is_set;
+};
+
 // --- the function table -----------------------------------------------------
 
 template <class A> using Fn = Error* (*)(A*);
@@ -462,7 +493,7 @@ struct Api {
   Fn<DeviceLocalHardwareIdArgs> PJRT_Device_LocalHardwareId;
   Unused PJRT_Device_AddressableMemories;
   Unused PJRT_Device_DefaultMemory;
-  Unused PJRT_Device_MemoryStats;
+  Fn<DeviceMemoryStatsArgs> PJRT_Device_MemoryStats;
 
   Unused PJRT_Memory_Id;
   Unused PJRT_Memory_Kind;
@@ -555,6 +586,7 @@ TPJ_ARGS_SIZE(ClientBufferFromHostArgs, buffer);
 TPJ_ARGS_SIZE(DeviceGetDescriptionArgs, description);
 TPJ_ARGS_SIZE(DeviceLocalHardwareIdArgs, local_hardware_id);
 TPJ_ARGS_SIZE(DeviceIsAddressableArgs, is_addressable);
+TPJ_ARGS_SIZE(DeviceMemoryStatsArgs, peak_pool_bytes_is_set);
 TPJ_ARGS_SIZE(DescriptionIntArgs, value);
 TPJ_ARGS_SIZE(DescriptionStringArgs, value_size);
 TPJ_ARGS_SIZE(ExecutableDestroyArgs, executable);
@@ -598,6 +630,7 @@ static_assert(ArgsSize<ExecutableSerializeArgs>::value == 56);
 static_assert(ArgsSize<ExecutableDeserializeAndLoadArgs>::value == 64);
 static_assert(ArgsSize<BufferToHostArgs>::value == 56);
 static_assert(ArgsSize<DeviceIsAddressableArgs>::value == 25);
+static_assert(ArgsSize<DeviceMemoryStatsArgs>::value == 185);
 static_assert(ArgsSize<EventIsReadyArgs>::value == 25);
 
 }  // namespace pjrt_abi

@@ -132,6 +132,34 @@ Client::~Client() {
   TPJ_CALL_NOTHROW(*plugin_, PJRT_Client_Destroy, &a);
 }
 
+std::optional<std::vector<std::pair<std::string, int64_t>>> Client::MemoryStats(int device_id) const {
+  const Device& d = device(device_id);
+  if (!TPJ_HAS(*plugin_, PJRT_Device_MemoryStats)) return std::nullopt;
+  auto args = pjrt_abi::make<pjrt_abi::DeviceMemoryStatsArgs>();
+  args.device = d.handle;
+  try {
+    TPJ_CALL(*plugin_, PJRT_Device_MemoryStats, &args);
+  } catch (const Error& e) {
+    if (e.code() == static_cast<int>(Code::kUnimplemented)) return std::nullopt;
+    throw;
+  }
+  std::vector<std::pair<std::string, int64_t>> out{{"bytes_in_use", args.bytes_in_use}};
+  auto add = [&](const char* name, int64_t v, bool set) {
+    if (set) out.emplace_back(name, v);
+  };
+  add("peak_bytes_in_use", args.peak_bytes_in_use, args.peak_bytes_in_use_is_set);
+  add("num_allocs", args.num_allocs, args.num_allocs_is_set);
+  add("largest_alloc_size", args.largest_alloc_size, args.largest_alloc_size_is_set);
+  add("bytes_limit", args.bytes_limit, args.bytes_limit_is_set);
+  add("bytes_reserved", args.bytes_reserved, args.bytes_reserved_is_set);
+  add("peak_bytes_reserved", args.peak_bytes_reserved, args.peak_bytes_reserved_is_set);
+  add("bytes_reservable_limit", args.bytes_reservable_limit, args.bytes_reservable_limit_is_set);
+  add("largest_free_block_bytes", args.largest_free_block_bytes, args.largest_free_block_bytes_is_set);
+  add("pool_bytes", args.pool_bytes, args.pool_bytes_is_set);
+  add("peak_pool_bytes", args.peak_pool_bytes, args.peak_pool_bytes_is_set);
+  return out;
+}
+
 const Device& Client::device(int id) const {
   for (const auto& d : devices_) {
     if (d.id == id) return d;

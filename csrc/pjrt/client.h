@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <string>
 #include <variant>
 #include <vector>
@@ -69,6 +71,12 @@ class Client : public std::enable_shared_from_this<Client> {
   // Device by global id; throws Error naming the valid ids.
   const Device& device(int id) const;
   const Device& DeviceFromHandle(pjrt_abi::Device* handle) const;
+
+  // The allocator statistics the plugin reports for `device_id` (name, value;
+  // "bytes_in_use" first, then the optional ones it set), or nullopt when the
+  // plugin has no PJRT_Device_MemoryStats or answers UNIMPLEMENTED (the XLA
+  // CPU plugins do). Other errors throw.
+  std::optional<std::vector<std::pair<std::string, int64_t>>> MemoryStats(int device_id) const;
 
   // Copies dense row-major host data to `device_id`. The host memory may be
   // reused as soon as this returns.

@@ -141,6 +141,62 @@ void BindPjrt(py::module_& m) {
       },
       py::arg("device") = "", py::arg("search_dirs") = std::vector<std::string>{},
       "Client options the environment implies for the plugin of `device` (CPU_NUM_DEVICES, ...).");
+  m.def(
+      "plugin_candidates",
+      [](const std::string& device, const std::vector<std::string>& dirs, bool probe) {
+        const runtime::Options o = runtime::Options::FromEnvironment();
+        std::vector<pjrt::PluginCandidate> found =
+            pjrt::ListPlugins(device.empty() ? o.device : device, o.search_path.empty() ? dirs : o.search_path);
+        if (probe) {
+          py::gil_scoped_release release;
+          pjrt::ProbeApiVersions(found);
+        }
+        py::list out;
+        for (const auto& c : found) {
+          py::dict d;
+          d["path"] = c.path;
+          d["package"] = c.package;
+          d["pjrt_api_version"] =
+              c.api_major < 0 ? std::string() : std::to_string(c.api_major) + "." + std::to_string(c.api_minor);
+          d["problem"] = c.problem;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("device") = "", py::arg("search_dirs") = std::vector<std::string>{}, py::arg("probe") = true,
+      "Every installed plugin for `device` (default PJRT_DEVICE, else CPU), in layout order, with the PJRT API "
+      "version each reports (read in a child process when `probe`).");
+  m.def(
+      "_pick_newest_api",
+      [](const std::vector<std::pair<int, int>>& versions) {
+        std::vector<pjrt::PluginCandidate> c(versions.size());
+        for (size_t i = 0; i < versions.size(); ++i) std::tie(c[i].api_major, c[i].api_minor) = versions[i];
+        return pjrt::PickNewestApi(c);
+      },
+      py::arg("versions"), "The discovery rule on recorded (major, minor) versions: the index it picks, or -1.");
+  m.def(
+      "_await_launched",
+      [] {
+        if (runtime::Runtime::Initialized() && !pjrt::InForkedChild()) runtime::Runtime::Get().AwaitLaunched();
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Waits for every launched program (launches nothing, raises nothing); run at interpreter exit.");
+  m.def(
+      "_memory_stats",
+      [](int index) -> py::object {
+        pjrt::Client& c = runtime::Runtime::Get().client();
+        const auto& ids = c.addressable_device_ids();
+        if (index < 0 || static_cast<size_t>(index) >= ids.size()) {
+          throw py::index_error("pjrt device index " + std::to_string(index) + " is out of range: this process has " +
+                                std::to_string(ids.size()) + " pjrt device(s)");
+        }
+        auto stats = c.MemoryStats(ids[static_cast<size_t>(index)]);
+        if (!stats) return py::none();
+        py::dict d;
+        for (const auto& [name, value] : *stats) d[py::str(name)] = value;
+        return d;
+      },
+      py::arg("index"));
   m.def("register_plugin", &pjrt::RegisterPlugin, py::arg("name"), py::arg("path"));
   m.def("package_hint", &pjrt::PackageHint, py::arg("device"));
 
@@ -212,6 +268,18 @@ void BindPjrt(py::module_& m) {
              for (const auto& d : c.devices()) l.append(DeviceDict(d));
              return l;
            })
+      .def(
+          "memory_stats",
+          [](const pjrt::Client& c, int device_id) -> py::object {
+            auto stats = c.MemoryStats(device_id);
+            if (!stats) return py::none();
+            py::dict d;
+            for (const auto& [name, value] : *stats) d[py::str(name)] = value;
+            return d;
+          },
+          py::arg("device_id"),
+          "The plugin's allocator statistics for a device (PJRT_Device_MemoryStats), or None when the plugin "
+          "does not report them.")
       .def(
           "buffer_from_numpy",
           [](pjrt::Client& c, const py::array& a, int device_id) {

@@ -125,6 +125,12 @@ class Runtime {
   // --- materialization ---
   void Sync(const std::vector<int>& devices, const SyncOptions& options = {});
   void SyncAll(const SyncOptions& options = {});
+  // Waits for every program already launched, launching nothing and raising
+  // nothing (a failed program's error stays with its outputs). Called at
+  // interpreter exit: a process that exits while the plugin still runs a
+  // program has the plugin's worker threads use what exit() is destroying
+  // (a crash, or std::terminate in the plugin). No-op in a forked child.
+  void AwaitLaunched() noexcept;
   void Unregister(Storage* s);
   size_t pending_count(int device);
 

@@ -9,6 +9,7 @@
 
 #include "ir/hash.h"
 #include "ir/printer.h"
+#include "pjrt/plugin.h"
 #include "runtime/dtype_map.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
@@ -58,6 +59,24 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
   }
   Metrics::Get().AddTime("execute_wait", Seconds(t0));
   for (const auto& o : outcomes) Verify(o, /*again=*/false);
+}
+
+void Runtime::AwaitLaunched() noexcept {
+  if (pjrt::InForkedChild()) return;
+  std::vector<std::unique_ptr<pjrt::Event>> events;
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    for (Trace& t : traces_) {
+      for (auto& e : t.inflight) events.push_back(std::move(e));
+      t.inflight.clear();
+    }
+  }
+  for (auto& e : events) {
+    try {
+      e->Await();
+    } catch (...) {  // reported when the program's outputs are read, if ever
+    }
+  }
 }
 
 std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -12,6 +13,16 @@ from torch_pjrt import PjrtError, _plugins
 
 def _info(device: Optional[str]) -> dict:
     choice = _plugins.find_plugin(device)
+    # Before the client starts: reading the versions forks a child.
+    try:
+        found = _plugins.plugin_candidates(device)
+    except (PjrtError, ValueError):
+        found = []
+    chosen = os.path.realpath(choice.path)
+    alternatives = [
+        {"path": c["path"], "package": c["package"], "pjrt_api_version": c["pjrt_api_version"], "problem": c["problem"]}
+        for c in found if os.path.realpath(c["path"]) != chosen
+    ]
     client = _plugins.create_client(device)
     plugin = _C_plugin(choice.path)
     attrs = plugin.attributes
@@ -19,6 +30,7 @@ def _info(device: Optional[str]) -> dict:
     return {
         "plugin": choice.path,
         "device": choice.device,
+        "package": next((c["package"] for c in found if os.path.realpath(c["path"]) == chosen), ""),
         "chosen_by": choice.reason,
         "pjrt_api_version": f"{major}.{minor}",
         "platform_name": client.platform_name,
@@ -32,6 +44,9 @@ def _info(device: Optional[str]) -> dict:
             {k: d[k] for k in ("id", "kind", "local_hardware_id", "process_index", "addressable")}
             for d in client.devices()
         ],
+        # Other installed plugins for the same device, which the rule (newest
+        # PJRT API; TORCH_PJRT_PLUGIN picks one explicitly) did not choose.
+        "alternatives": alternatives,
     }
 
 
@@ -44,7 +59,7 @@ def _C_plugin(path: str):
 def _print_info(info: dict) -> None:
     width = max(len(k) for k in info)
     for key, value in info.items():
-        if key == "devices":
+        if key in ("devices", "alternatives"):
             continue
         print(f"{key:<{width}}  {value}")
     print(f"{'devices':<{width}}  {len(info['devices'])}")
@@ -53,6 +68,12 @@ def _print_info(info: dict) -> None:
             f"  id {d['id']:>3}  kind {d['kind']:<12} local_hardware_id {d['local_hardware_id']:>3}"
             f"  process {d['process_index']}"
         )
+    alts = info["alternatives"]
+    print(f"{'alternatives':<{width}}  {len(alts)}" + ("  (set TORCH_PJRT_PLUGIN to use one)" if alts else ""))
+    for a in alts:
+        version = f"PJRT API {a['pjrt_api_version']}" if a["pjrt_api_version"] else "PJRT API unknown"
+        note = f"  ({a['problem']})" if a["problem"] else ""
+        print(f"  {a['package'] or '(unknown package)':<24} {version:<16} {a['path']}{note}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -61,8 +82,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     info = sub.add_parser(
         "info",
         help="show the PJRT plugin in use, its versions and devices",
-        description="Show which PJRT plugin is chosen (TORCH_PJRT_PLUGIN, else PJRT_DEVICE, else CPU), "
-        "its PJRT API, XLA and StableHLO versions, and its devices.",
+        description="Show which PJRT plugin is chosen (TORCH_PJRT_PLUGIN, else PJRT_DEVICE, else CPU; among "
+        "several installed plugins for the device, the newest PJRT API), its PJRT API, XLA and StableHLO "
+        "versions, its devices, and the other installed plugins it could have used.",
     )
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.add_argument("--device", default=None, help="device name to look up instead of PJRT_DEVICE (e.g. CPU, CUDA)")

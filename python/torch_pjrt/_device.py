@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import struct
 import sys
@@ -37,6 +38,16 @@ def _user_frame(frame):
     while frame is not None and frame.f_code.co_filename.startswith((here, torch_dir)):
         frame, depth = frame.f_back, depth + 1
     return frame, depth
+
+
+def _await_launched_at_exit() -> None:
+    # Python's exit handlers run before C++ static destructors: a program
+    # still running in the plugin's threads when exit() tears those down
+    # crashes the process (SIGSEGV, or std::terminate in the plugin).
+    _C._await_launched()
+
+
+atexit.register(_await_launched_at_exit)
 
 
 def _configure_once() -> None:

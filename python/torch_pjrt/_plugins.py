@@ -4,7 +4,10 @@ The rule lives in C++ (``csrc/pjrt/discovery.cc``) so that Python and C++
 agree: ``TORCH_PJRT_PLUGIN=/path/to/plugin.so`` wins; else ``PJRT_DEVICE``
 (``CPU``, ``CUDA``, ``ROCM``, ``TPU`` or a name given to
 :func:`register_plugin`) picks an installed plugin from site-packages; else
-``CPU``. This module only supplies Python's search directories.
+``CPU``. When several plugins for the device are installed (the CPU builds
+of ``xla-cpu-pjrt``, ``lammps-jax-pjrt-cpu`` and ``fastatomstruct-xla-cpu``,
+say), the one with the newest PJRT API version wins; ties go to the earlier
+layout in that list. This module only supplies Python's search directories.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ def find_plugin(device: Optional[str] = None) -> PluginChoice:
     """
     path, dev, reason = _C.find_plugin(device or "", plugin_search_dirs())
     return PluginChoice(path, dev, reason)
+
+
+def plugin_candidates(device: Optional[str] = None) -> List[Dict[str, str]]:
+    """Every installed plugin for ``device`` (default: ``PJRT_DEVICE``, else
+    CPU), in layout order: ``path``, ``package``, ``pjrt_api_version`` (read
+    in a child process) and ``problem`` (why it cannot be used, else "")."""
+    return list(_C.plugin_candidates(device or "", plugin_search_dirs()))
 
 
 def register_plugin(name: str, path: str) -> None:

@@ -261,6 +261,20 @@ def _child(local_rank: int, fn: Callable, args: Sequence, env: dict) -> None:
     os.environ["RANK"] = str(int(env.get("_TPJ_RANK_BASE", "0")) + local_rank)
     os.environ["LOCAL_RANK"] = str(local_rank)
     fn(*args)
+    _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """After a rank's function returned: its programs finished, then the gloo
+    group torch_pjrt joined is destroyed while the interpreter is whole
+    (a gloo group left to interpreter teardown can abort the process:
+    pytorch/pytorch#190489). Not after a failure: destroying could then wait
+    on peers that will never come."""
+    import torch.distributed as dist
+
+    _C._await_launched()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _default_nprocs() -> int:

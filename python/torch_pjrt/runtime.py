@@ -14,7 +14,7 @@ program over the local devices instead.
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from torch_pjrt import _C, _device
 
@@ -104,6 +104,16 @@ def plugin_info() -> Dict[str, object]:
         "stablehlo_minimum_version": attrs.get("stablehlo_minimum_version", "").replace(",", "."),
         "platform": device_type(),
     }
+
+
+def memory_stats(index: int = 0) -> Optional[Dict[str, int]]:
+    """The plugin's allocator statistics for pjrt device ``index``
+    (``bytes_in_use``, and ``peak_bytes_in_use``, ``bytes_limit``, ... where
+    the plugin sets them), read through ``PJRT_Device_MemoryStats`` when the
+    plugin's API table has it; None when the plugin does not report them (the
+    XLA CPU plugins answer UNIMPLEMENTED)."""
+    _device._configure_once()
+    return _C._memory_stats(index)
 
 
 def capabilities() -> Dict[str, object]:

@@ -40,6 +40,7 @@ TEST(AbiLayout, ApiTableSlots) {
   SLOT(PJRT_Device_GetDescription);
   SLOT(PJRT_Device_IsAddressable);
   SLOT(PJRT_Device_LocalHardwareId);
+  SLOT(PJRT_Device_MemoryStats);
   SLOT(PJRT_Executable_Destroy);
   SLOT(PJRT_Executable_NumOutputs);
   SLOT(PJRT_Executable_Serialize);
@@ -75,6 +76,10 @@ TEST(AbiLayout, ArgsStructSizesAndKeyOffsets) {
   SAME_SIZE(DeviceGetDescriptionArgs, PJRT_Device_GetDescription_Args);
   SAME_SIZE(DeviceIsAddressableArgs, PJRT_Device_IsAddressable_Args);
   SAME_SIZE(DeviceLocalHardwareIdArgs, PJRT_Device_LocalHardwareId_Args);
+  SAME_SIZE(DeviceMemoryStatsArgs, PJRT_Device_MemoryStats_Args);
+  SAME_OFFSET(DeviceMemoryStatsArgs, PJRT_Device_MemoryStats_Args, bytes_in_use, bytes_in_use);
+  SAME_OFFSET(DeviceMemoryStatsArgs, PJRT_Device_MemoryStats_Args, bytes_limit, bytes_limit);
+  SAME_OFFSET(DeviceMemoryStatsArgs, PJRT_Device_MemoryStats_Args, peak_pool_bytes, peak_pool_bytes);
   SAME_SIZE(DescriptionIntArgs, PJRT_DeviceDescription_Id_Args);
   SAME_SIZE(DescriptionStringArgs, PJRT_DeviceDescription_Kind_Args);
   SAME_SIZE(ExecutableSerializeArgs, PJRT_Executable_Serialize_Args);

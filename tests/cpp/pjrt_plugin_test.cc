@@ -101,6 +101,34 @@ TEST(Discovery, FindsCudaAndTpuLayouts) {
   EXPECT_EQ(pjrt::FindPlugin("TPU", {dir}).path, dir + "/libtpu/libtpu.so");
 }
 
+TEST(Discovery, ThreeCpuLayoutsInRuleOrder) {
+  const std::string dir = ::testing::TempDir() + "/site_c";
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/fastatomstruct_xla_cpu " + dir + "/lammps_jax_pjrt_cpu").c_str()), 0);
+  std::ofstream(dir + "/fastatomstruct_xla_cpu/libpjrt_cpu.so") << "x";
+  std::ofstream(dir + "/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so") << "x";
+  auto found = pjrt::ListPlugins("CPU", {dir});
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].package, "lammps-jax-pjrt-cpu");
+  EXPECT_EQ(found[1].package, "fastatomstruct-xla-cpu");
+  pjrt::ProbeApiVersions(found);  // neither is a library: never chosen
+  EXPECT_NE(found[0].problem.find("cannot be loaded"), std::string::npos) << found[0].problem;
+  EXPECT_EQ(pjrt::PickNewestApi(found), -1);
+  EXPECT_EQ(pjrt::DeviceOfKnownLayout(dir + "/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"), "CPU");
+  EXPECT_EQ(pjrt::DeviceOfKnownLayout("/x/libpjrt_cpu.so"), "");
+}
+
+TEST(Discovery, NewestSupportedApiWins) {
+  std::vector<pjrt::PluginCandidate> c(3);
+  c[0].api_major = 0, c[0].api_minor = 81;
+  c[1].api_major = 0, c[1].api_minor = 115;
+  c[2].api_major = 0, c[2].api_minor = 106;
+  EXPECT_EQ(pjrt::PickNewestApi(c), 1);
+  c[1].api_major = 1;  // another major: not supported
+  EXPECT_EQ(pjrt::PickNewestApi(c), 2);
+  c[2].api_minor = 81;  // a tie: the earlier layout
+  EXPECT_EQ(pjrt::PickNewestApi(c), 0);
+}
+
 TEST(Discovery, RegisteredNameWins) {
   pjrt::RegisterPlugin("myaccel", "/opt/vendor/pjrt_myaccel.so");
   EXPECT_EQ(pjrt::FindPlugin("MYACCEL", {}).path, "/opt/vendor/pjrt_myaccel.so");

@@ -75,3 +75,110 @@ def test_help_describes_info(run_module):
     r = run_module(["info", "--help"])
     assert r.returncode == 0
     assert "TORCH_PJRT_PLUGIN" in r.stdout
+
+
+# --- several installed CPU plugins: the three package layouts and the rule.
+# Recorded layouts are fake package directories in tmp_path; the one real
+# library among them is the installed plugin, linked into a layout.
+
+from torch_pjrt import _C, _plugins
+
+CPU_LAYOUTS = {  # pip package -> library path inside site-packages
+    "xla-cpu-pjrt": "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
+    "lammps-jax-pjrt-cpu": "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
+    "fastatomstruct-xla-cpu": "fastatomstruct_xla_cpu/libpjrt_cpu.so",
+}
+
+
+def _fake_site(root, files):
+    """files: {relative path: None (a file that is no library) or a path to link to}."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, target in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if target is None:
+            p.write_text("not a library")
+        else:
+            p.symlink_to(target)
+    return str(root)
+
+
+def test_the_three_cpu_layouts_are_found_in_rule_order(tmp_path, monkeypatch):
+    a = _fake_site(tmp_path / "a", {CPU_LAYOUTS["fastatomstruct-xla-cpu"]: None})
+    b = _fake_site(tmp_path / "b", {CPU_LAYOUTS["lammps-jax-pjrt-cpu"]: None, CPU_LAYOUTS["xla-cpu-pjrt"]: None})
+    monkeypatch.setenv("TORCH_PJRT_SEARCH_PATH", f"{a}:{b}")
+    found = _C.plugin_candidates("CPU", [], False)
+    assert [c["package"] for c in found] == ["xla-cpu-pjrt", "lammps-jax-pjrt-cpu", "fastatomstruct-xla-cpu"]
+    assert [c["path"] for c in found] == [f"{b}/{CPU_LAYOUTS['xla-cpu-pjrt']}", f"{b}/{CPU_LAYOUTS['lammps-jax-pjrt-cpu']}",
+                                          f"{a}/{CPU_LAYOUTS['fastatomstruct-xla-cpu']}"]
+    assert all(c["pjrt_api_version"] == "" for c in found)  # not probed
+    probed = _C.plugin_candidates("CPU", [], True)
+    assert all("cannot be loaded" in c["problem"] and c["pjrt_api_version"] == "" for c in probed)
+
+
+def test_rule_picks_the_newest_pjrt_api_on_recorded_versions():
+    # The versions of xla-cpu-pjrt 0.0.1, lammps-jax-pjrt-cpu 0.11.2, fastatomstruct-xla-cpu 2026.6.23.
+    assert _C._pick_newest_api([(0, 81), (0, 115), (0, 106)]) == 1
+    assert _C._pick_newest_api([(0, 81), (0, 106)]) == 1
+    assert _C._pick_newest_api([(0, 106), (0, 106)]) == 0  # ties: the earlier layout
+    assert _C._pick_newest_api([(0, 56), (0, 57)]) == 1  # older than 0.57 is not supported
+    assert _C._pick_newest_api([(1, 200), (-1, -1), (0, 3)]) == -1  # another major, unreadable, too old
+    assert _C._pick_newest_api([]) == -1
+
+
+def test_an_unusable_library_loses_to_a_working_plugin(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCH_PJRT_PLUGIN", raising=False)
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    real = os.path.realpath(torch_pjrt.find_plugin("CPU").path)
+    # The broken library sits in the first layout: only the rule can make the second win.
+    site = _fake_site(tmp_path / "site", {CPU_LAYOUTS["xla-cpu-pjrt"]: None, CPU_LAYOUTS["lammps-jax-pjrt-cpu"]: real})
+    monkeypatch.setenv("TORCH_PJRT_SEARCH_PATH", site)
+    choice = torch_pjrt.find_plugin()
+    assert choice.path == f"{site}/{CPU_LAYOUTS['lammps-jax-pjrt-cpu']}"
+    assert "newest PJRT API (0." in choice.reason and "of 2 installed CPU plugins" in choice.reason
+    version = [c["pjrt_api_version"] for c in _plugins.plugin_candidates() if c["path"] == choice.path]
+    assert version == ["%d.%d" % _C.Plugin.load(real).api_version]
+
+
+def test_a_plugin_file_of_a_known_layout_is_a_cpu_plugin(monkeypatch):
+    # So CPU_NUM_DEVICES reaches it (torch_pjrt.launch gives each process one device that way).
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    monkeypatch.setenv("CPU_NUM_DEVICES", "2")
+    for rel in CPU_LAYOUTS.values():
+        monkeypatch.setenv("TORCH_PJRT_PLUGIN", "/opt/site/" + rel)
+        assert torch_pjrt.find_plugin().device == "CPU"
+        assert _plugins.default_client_options() == {"cpu_device_count": 2}
+    monkeypatch.setenv("TORCH_PJRT_PLUGIN", "/opt/site/libpjrt_cpu.so")  # not inside its package directory
+    assert torch_pjrt.find_plugin().device == "CUSTOM"
+    assert _plugins.default_client_options() == {}
+
+
+def test_info_shows_the_choice_and_the_alternatives(run_module, tmp_path):
+    real = os.path.realpath(torch_pjrt.find_plugin("CPU").path)
+    site = _fake_site(tmp_path / "site", {CPU_LAYOUTS["xla-cpu-pjrt"]: real, CPU_LAYOUTS["fastatomstruct-xla-cpu"]: None})
+    js = run_module(["info", "--json"], TORCH_PJRT_SEARCH_PATH=site, PJRT_DEVICE=None, TORCH_PJRT_PLUGIN=None,
+                    CPU_NUM_DEVICES="1")
+    assert js.returncode == 0, js.stderr
+    info = json.loads(js.stdout)
+    assert info["plugin"] == f"{site}/{CPU_LAYOUTS['xla-cpu-pjrt']}" and info["package"] == "xla-cpu-pjrt"
+    assert "of 2 installed CPU plugins" in info["chosen_by"]
+    [alt] = info["alternatives"]
+    assert alt["package"] == "fastatomstruct-xla-cpu" and "cannot be loaded" in alt["problem"]
+    text = run_module(["info"], TORCH_PJRT_SEARCH_PATH=site, PJRT_DEVICE=None, TORCH_PJRT_PLUGIN=None,
+                      CPU_NUM_DEVICES="1")
+    assert text.returncode == 0, text.stderr
+    assert "alternatives" in text.stdout and "fastatomstruct-xla-cpu" in text.stdout
+
+
+def test_memory_stats_come_from_the_plugin():
+    from torch_pjrt import runtime
+
+    stats = runtime.memory_stats(0)
+    if runtime.device_type() == "CPU":
+        # The three XLA CPU builds answer PJRT_Device_MemoryStats with
+        # UNIMPLEMENTED: None, not numbers of our own making.
+        assert stats is None
+    else:
+        assert stats["bytes_in_use"] >= 0
+    with pytest.raises(IndexError, match="out of range"):
+        runtime.memory_stats(runtime.addressable_device_count())

@@ -1,0 +1,30 @@
+"""A process may exit while the plugin still runs a program it launched.
+
+Without waiting, exit() destroys C++ statics (torch's registries, the
+plugin's own) while the plugin's worker threads still execute the program:
+SIGSEGV, or std::terminate inside the plugin ("terminate called without an
+active exception", which is how rank 1 of torch_pjrt.launch died with the
+PJRT API 0.115 CPU plugin: its last step was still running when it returned).
+torch_pjrt waits for launched programs in a Python exit handler."""
+
+from conftest import run_python
+
+# About 8 s of CPU on 2 cores: the program must outlive the interpreter's
+# teardown (without the exit handler this crashed 2 runs of 3 on 2 cores).
+EXIT_WHILE_RUNNING = """
+import torch, torch_pjrt
+d = torch_pjrt.device()
+x = torch.randn(2500, 2500).to(d)
+torch_pjrt.sync(wait=True)
+for _ in range(8):
+    x = torch.tanh(x @ x)
+torch_pjrt.sync()  # launched, not awaited
+print("exiting", flush=True)
+"""
+
+
+def test_exit_while_a_program_runs_is_clean():
+    r = run_python(EXIT_WHILE_RUNNING)
+    assert r.stdout.strip() == "exiting", r.stderr[-2000:]
+    assert r.returncode == 0, f"exit code {r.returncode}: {r.stderr[-2000:]}"
+    assert "terminate called" not in r.stderr
