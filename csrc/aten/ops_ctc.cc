@@ -146,23 +146,6 @@ ir::Value LogSumExp3(const Problem& p, ir::Value a, ir::Value b2, ir::Value c) {
   return b.Binary(Op::Add, b.Unary(Op::Log, b.Binary(Op::Add, b.Binary(Op::Add, e(a), e(b2)), e(c))), m);
 }
 
-// x [N, E] as it is, but computed into memory: a scatter that writes row 0
-// over itself. XLA fuses chains of elementwise ops (and reductions) across
-// the unrolled time steps, recomputing earlier steps inside later kernels, so
-// that compiling took time quadratic in T (30 s at T = 48); a scatter is never
-// fused into its consumers, so each step stays its own kernel.
-ir::Value Materialize(const Problem& p, ir::Value x) {
-  ir::Builder& b = B(p.d);
-  if (p.N == 0) return x;
-  ir::ScatterDims s;
-  s.update_window_dims = {1};
-  s.inserted_window_dims = {0};
-  s.scatter_dims_to_operand_dims = {0};
-  s.index_vector_dim = 1;
-  ir::Value row0 = b.Slice(x, {0, 0}, {1, p.E}, {1, 1});
-  return b.Scatter(x, I64(b, {1, 1}, 0), row0, s, true);
-}
-
 // x [N, E] moved k states along s: toward higher s (k > 0) or lower (k < 0),
 // -inf coming in.
 ir::Value ShiftStates(const Problem& p, ir::Value x, int64_t k) {
@@ -203,7 +186,7 @@ std::tuple<at::Tensor, at::Tensor> CtcForward(const at::Tensor& log_probs, const
       ir::Value skip = b.Select(p.skip_ok, ShiftStates(p, alpha, 2), neg_inf);
       alpha = b.Binary(Op::Add, LogSumExp3(p, alpha, ShiftStates(p, alpha, 1), skip), lp);
     }
-    alpha = Materialize(p, b.Select(p.state_ok, alpha, neg_inf));
+    alpha = InMemory(p.d, b.Select(p.state_ok, alpha, neg_inf));
     ir::Value live = b.Compare(CompareDir::GT, last_t, I64(b, ne, t - 1));  // t < length
     rows.push_back(b.Reshape(b.Select(live, alpha, neg_inf), {N, 1, E}));
   }
@@ -265,7 +248,7 @@ at::Tensor CtcBackward(const at::Tensor& grad, const at::Tensor& log_probs, cons
     ir::Value tt = I64(b, ne, t);
     beta = b.Select(b.Compare(CompareDir::EQ, last_t, tt), init,
                     b.Select(b.Compare(CompareDir::GT, last_t, tt), next, neg_inf));
-    beta = Materialize(p, b.Select(p.state_ok, beta, neg_inf));
+    beta = InMemory(p.d, b.Select(p.state_ok, beta, neg_inf));
     rows[static_cast<size_t>(t)] = b.Reshape(beta, {1, N, E});
   }
   ir::Value betas = T == 1 ? rows[0] : b.Concatenate(rows, 0);  // [T, N, E]

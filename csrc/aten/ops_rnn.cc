@@ -105,7 +105,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(const at::Tensor& input
   ir::Value f = c.Sigmoid(c.Gate(g, 1));
   ir::Value z = c.Tanh(c.Gate(g, 2));
   ir::Value o = c.Sigmoid(c.Gate(g, 3));
-  ir::Value cy = c.Add(c.Mul(f, c.In(cx)), c.Mul(i, z));
+  // The cell state chains elementwise from step to step: kept in memory
+  // (InMemory), or compile time grows quadratically with the steps.
+  ir::Value cy = InMemory(d, c.Add(c.Mul(f, c.In(cx)), c.Mul(i, z)));
   ir::Value hy = c.Mul(o, c.Tanh(cy));
   ir::Value workspace = c.b().Concatenate({i, f, z, o}, 1);
   return {Wrap(c.Out(hy), d), Wrap(c.Out(cy), d), Wrap(c.Out(workspace), d)};
@@ -139,7 +141,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_backward(const std::opt
   ir::Value go = c.Mul(c.Mul(gh, tcy), c.SigmoidGrad(o));
   ir::Value grad_gates = c.b().Concatenate({gi, gf, gz, go}, 1);
   at::Tensor grad_bias = has_bias ? Wrap(c.Out(c.BatchSum(grad_gates)), d) : at::Tensor();
-  return {Wrap(c.Out(grad_gates), d), Wrap(c.Out(c.Mul(gcell, f)), d), grad_bias};
+  return {Wrap(c.Out(grad_gates), d), Wrap(c.Out(InMemory(d, c.Mul(gcell, f))), d), grad_bias};
 }
 
 // ------------------------------------------------------------------ GRU
@@ -165,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor> gru_cell(const at::Tensor& input_gates, const
   ir::Value hn = c.Gate(hg, 2);
   ir::Value n = c.Tanh(c.Add(c.Gate(ig, 2), c.Mul(r, hn)));
   ir::Value h = c.In(hx);
-  ir::Value hy = c.Add(n, c.Mul(z, c.Sub(h, n)));
+  ir::Value hy = InMemory(d, c.Add(n, c.Mul(z, c.Sub(h, n))));  // chains step to step
   ir::Value workspace = c.b().Concatenate({r, z, n, h, hn}, 1);
   return {Wrap(c.Out(hy), d), Wrap(c.Out(workspace), d)};
 }
@@ -186,7 +188,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_
   ir::Value r = c.Gate(w, 0), z = c.Gate(w, 1), n = c.Gate(w, 2), h = c.Gate(w, 3), hn = c.Gate(w, 4);
   ir::Value go = c.In(grad_hy);
   ir::Value gz = c.Mul(c.Mul(go, c.Sub(h, n)), c.SigmoidGrad(z));
-  ir::Value ghx = c.Mul(go, z);
+  ir::Value ghx = InMemory(d, c.Mul(go, z));
   ir::Value gn = c.Mul(c.Mul(go, c.Sub(c.One(), z)), c.TanhGrad(n));
   ir::Value ghn = c.Mul(gn, r);
   ir::Value gr = c.Mul(c.Mul(gn, hn), c.SigmoidGrad(r));
