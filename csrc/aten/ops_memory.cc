@@ -78,7 +78,11 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
 
 at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, at::IntArrayRef size,
                         at::IntArrayRef stride) {
-  return at::native::set_storage_cpu_(self, std::move(source), offset, size, stride);
+  at::native::set_storage_cpu_(self, std::move(source), offset, size, stride);
+  // torch.load sets typed tensors on the byte storages it uploaded
+  TraceScope scope;
+  if (self.storage().nbytes() > 0) Runtime::Get().TypeBytes(StorageOf(self), ToIr(self.scalar_type()));
+  return self;
 }
 
 at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {

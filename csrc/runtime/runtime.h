@@ -114,6 +114,11 @@ class Runtime {
   void CheckReadable(Storage& s);
   // The storage's dtype, fixing it to `if_untyped` on first use.
   ir::DType TypeOf(Storage& s, ir::DType if_untyped);
+  // A storage that holds bytes (torch.load uploads untyped storages) takes
+  // `dtype` when a tensor of that dtype is set on it: the reinterpretation
+  // runs once, in the next program, instead of in every program that reads
+  // it. No-op for typed, pending or empty storages.
+  void TypeBytes(Storage& s, ir::DType dtype);
   // Copies the storage's contents to `dst` (whole elements of its dtype:
   // nbytes() rounded down), syncing its device first when it is pending.
   // Waits for the buffer outside the runtime lock.

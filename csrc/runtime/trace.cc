@@ -94,7 +94,12 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
 void Runtime::AssignFlat(Storage& s, ir::Value flat) {
   Trace& t = traces_[s.device_];
   const ir::Shape& shape = t.builder->shape(flat);
-  if (!s.dtype_) s.dtype_ = shape.dtype;
+  // A value of another dtype that covers the whole storage retypes it rather
+  // than being bitcast back: storages that torch.load uploaded as bytes take
+  // the dtype of their first full write (an optimizer state after resuming),
+  // so later programs read them without a bitcast, the same programs as in
+  // training that was never interrupted.
+  if (!s.dtype_ || (shape.dtype != *s.dtype_ && shape.bytes() == s.nbytes_)) s.dtype_ = shape.dtype;
   if (shape.dtype != *s.dtype_) flat = t.builder->Bitcast(flat, *s.dtype_);
   s.value_ = flat;
   s.epoch_ = t.epoch;

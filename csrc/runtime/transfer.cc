@@ -88,6 +88,15 @@ ir::DType Runtime::TypeOf(Storage& s, ir::DType if_untyped) {
   return *s.dtype_;
 }
 
+void Runtime::TypeBytes(Storage& s, ir::DType dtype) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  if (s.pending_ || !s.buffer_ || !s.replicas_.empty() || s.dtype_ != ir::DType::U8 || dtype == ir::DType::U8 ||
+      dtype == ir::DType::Bool || s.nbytes_ == 0 || s.nbytes_ % ir::ByteSize(dtype) != 0) {
+    return;
+  }
+  AssignFlat(s, ReadFlat(s, dtype));  // a full write of another dtype retypes (AssignFlat)
+}
+
 DeviceBuffer Runtime::Materialize(Storage& s) {
   if (s.pending_) SyncDevice(s.device_);
   if (!s.buffer_) {
