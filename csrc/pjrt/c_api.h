@@ -303,6 +303,25 @@ struct ExecutableNumOutputsArgs {
   Executable* executable;
   size_t num_outputs;  // out
 };
+// PJRT_Executable_GetCompiledMemoryStats (every API we accept has the slot;
+// a plugin may answer UNIMPLEMENTED). peak_memory_in_bytes came later than
+// the other fields: an older plugin leaves it 0.
+struct ExecutableCompiledMemoryStatsArgs {
+  size_t struct_size;
+  ExtensionBase* extension_start;
+  Executable* executable;
+  int64_t generated_code_size_in_bytes;  // out
+  int64_t argument_size_in_bytes;
+  int64_t output_size_in_bytes;
+  int64_t alias_size_in_bytes;
+  int64_t temp_size_in_bytes;
+  int64_t host_generated_code_size_in_bytes;
+  int64_t host_argument_size_in_bytes;
+  int64_t host_output_size_in_bytes;
+  int64_t host_alias_size_in_bytes;
+  int64_t host_temp_size_in_bytes;
+  int64_t peak_memory_in_bytes;
+};
 struct ExecutableSerializeArgs {
   size_t struct_size;
   ExtensionBase* extension_start;
@@ -536,6 +555,31 @@ struct Api {
   Fn<BufferToHostArgs> PJRT_Buffer_ToHostBuffer;
   Unused PJRT_Buffer_IsOnCpu;
   Fn<BufferReadyEventArgs> PJRT_Buffer_ReadyEvent;
+  // Slots 73-95 (buffer pointers, copy streams, topology, ...): not called.
+  Unused slot_73;
+  Unused slot_74;
+  Unused slot_75;
+  Unused slot_76;
+  Unused slot_77;
+  Unused slot_78;
+  Unused slot_79;
+  Unused slot_80;
+  Unused slot_81;
+  Unused slot_82;
+  Unused slot_83;
+  Unused slot_84;
+  Unused slot_85;
+  Unused slot_86;
+  Unused slot_87;
+  Unused slot_88;
+  Unused slot_89;
+  Unused slot_90;
+  Unused slot_91;
+  Unused slot_92;
+  Unused slot_93;
+  Unused slot_94;
+  Unused slot_95;
+  Fn<ExecutableCompiledMemoryStatsArgs> PJRT_Executable_GetCompiledMemoryStats;
   // Later entries are not called by torch-pjrt; the table is longer.
 };
 
@@ -556,6 +600,7 @@ TPJ_CHECK_SLOT(PJRT_LoadedExecutable_Destroy, 50);
 TPJ_CHECK_SLOT(PJRT_LoadedExecutable_Execute, 55);
 TPJ_CHECK_SLOT(PJRT_Buffer_Destroy, 58);
 TPJ_CHECK_SLOT(PJRT_Buffer_ReadyEvent, 72);
+TPJ_CHECK_SLOT(PJRT_Executable_GetCompiledMemoryStats, 96);
 #undef TPJ_CHECK_SLOT
 
 // The PJRT size of each args struct: offsetof(last) + sizeof(last), which may be
@@ -594,6 +639,7 @@ TPJ_ARGS_SIZE(LoadedExecutableDestroyArgs, executable);
 TPJ_ARGS_SIZE(LoadedExecutableGetExecutableArgs, executable);
 TPJ_ARGS_SIZE(ExecutableNumOutputsArgs, num_outputs);
 TPJ_ARGS_SIZE(ExecutableSerializeArgs, serialized_executable_deleter);
+TPJ_ARGS_SIZE(ExecutableCompiledMemoryStatsArgs, peak_memory_in_bytes);
 TPJ_ARGS_SIZE(ExecutableDeserializeAndLoadArgs, overridden_serialized_compile_options_size);
 TPJ_ARGS_SIZE(ExecuteOptions, incarnation_ids);
 TPJ_ARGS_SIZE(LoadedExecutableExecuteArgs, execute_device);
@@ -632,5 +678,6 @@ static_assert(ArgsSize<BufferToHostArgs>::value == 56);
 static_assert(ArgsSize<DeviceIsAddressableArgs>::value == 25);
 static_assert(ArgsSize<DeviceMemoryStatsArgs>::value == 185);
 static_assert(ArgsSize<EventIsReadyArgs>::value == 25);
+static_assert(ArgsSize<ExecutableCompiledMemoryStatsArgs>::value == 112);
 
 }  // namespace pjrt_abi

@@ -47,6 +47,35 @@ Executable::Executable(std::shared_ptr<Client> client, pjrt_abi::LoadedExecutabl
   num_outputs_ = a.num_outputs;
 }
 
+std::optional<std::vector<std::pair<std::string, int64_t>>> Executable::CompiledMemoryStats() const {
+  const Plugin& p = client_->plugin();
+  if (!TPJ_HAS(p, PJRT_Executable_GetCompiledMemoryStats)) return std::nullopt;
+  ExecutableView view(p, exe_);
+  auto a = pjrt_abi::make<pjrt_abi::ExecutableCompiledMemoryStatsArgs>();
+  a.executable = view.get();
+  try {
+    TPJ_CALL(p, PJRT_Executable_GetCompiledMemoryStats, &a);
+  } catch (const Error& e) {
+    if (e.code() == static_cast<int>(Code::kUnimplemented)) return std::nullopt;
+    throw;
+  }
+  std::vector<std::pair<std::string, int64_t>> out{
+      {"argument_bytes", a.argument_size_in_bytes},
+      {"output_bytes", a.output_size_in_bytes},
+      {"alias_bytes", a.alias_size_in_bytes},
+      {"temp_bytes", a.temp_size_in_bytes},
+      {"generated_code_bytes", a.generated_code_size_in_bytes},
+      {"host_argument_bytes", a.host_argument_size_in_bytes},
+      {"host_output_bytes", a.host_output_size_in_bytes},
+      {"host_alias_bytes", a.host_alias_size_in_bytes},
+      {"host_temp_bytes", a.host_temp_size_in_bytes},
+      {"host_generated_code_bytes", a.host_generated_code_size_in_bytes},
+  };
+  // 0 from a plugin that predates the field (or a program with no buffers).
+  if (a.peak_memory_in_bytes > 0) out.emplace_back("peak_memory_bytes", a.peak_memory_in_bytes);
+  return out;
+}
+
 Executable::~Executable() {
   auto a = pjrt_abi::make<pjrt_abi::LoadedExecutableDestroyArgs>();
   a.executable = exe_;

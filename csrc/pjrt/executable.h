@@ -1,7 +1,9 @@
 // A compiled program loaded on a client's devices.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,12 @@ class Executable {
 
   // Single-replica convenience.
   std::vector<std::unique_ptr<Buffer>> Execute(const std::vector<Buffer*>& args);
+
+  // What the compiler planned for one run (PJRT_Executable_GetCompiledMemoryStats),
+  // as (name, bytes) pairs: argument, output, alias, temp and generated-code
+  // bytes on the device, the host_* counterparts, and peak_memory when the
+  // plugin reports it. nullopt when the plugin does not offer the call.
+  std::optional<std::vector<std::pair<std::string, int64_t>>> CompiledMemoryStats() const;
 
   // Bytes that Client::Deserialize turns back into this executable, with a
   // plugin of the same XLA version.

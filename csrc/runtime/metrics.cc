@@ -37,6 +37,12 @@ void Metrics::Recompiled(RecompileReason r) {
   if (recompiles_.size() > 1000) recompiles_.erase(recompiles_.begin());  // bounded
 }
 
+void Metrics::Max(const std::string& counter, int64_t value) {
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t& v = counters_[counter];
+  if (value > v) v = value;
+}
+
 std::map<std::string, int64_t> Metrics::Counters() const {
   std::lock_guard<std::mutex> l(mu_);
   auto out = counters_;

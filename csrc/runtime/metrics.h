@@ -24,6 +24,9 @@ class Metrics {
 
   void Add(const std::string& counter, int64_t delta = 1);
   void AddTime(const std::string& timer, double seconds);
+  // A counter that keeps the largest value it was given (e.g. the most memory
+  // one compiled program plans for).
+  void Max(const std::string& counter, int64_t value);
   // One CPU fallback of `op`, triggered at Python location `where` (""
   // when unknown). Up to kMaxSites locations are kept per op.
   void Fallback(const std::string& op, const std::string& where);

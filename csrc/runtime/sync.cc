@@ -21,6 +21,26 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The device memory the compiler planned for one run of `exe`, where the
+// plugin reports it: the largest over programs is the counter
+// program_peak_bytes (its own peak figure, else arguments + outputs that do
+// not alias an argument + temporaries).
+void RecordProgramMemory(const pjrt::Executable& exe) {
+  auto stats = exe.CompiledMemoryStats();
+  if (!stats) return;
+  int64_t argument = 0, output = 0, alias = 0, temp = 0, peak = 0;
+  for (const auto& [name, bytes] : *stats) {
+    if (name == "argument_bytes") argument = bytes;
+    if (name == "output_bytes") output = bytes;
+    if (name == "alias_bytes") alias = bytes;
+    if (name == "temp_bytes") temp = bytes;
+    if (name == "peak_memory_bytes") peak = bytes;
+  }
+  Metrics& m = Metrics::Get();
+  m.Max("program_peak_bytes", peak > 0 ? peak : argument + output - alias + temp);
+  m.Max("program_temp_bytes", temp);
+}
+
 }  // namespace
 
 void Runtime::SyncAll(const SyncOptions& options) {
@@ -98,6 +118,7 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   bool corrupt = false;
   if (auto exe = cache_.LoadDisk(key, *client_, options, args, &corrupt)) {
     m.Add("disk_cache_hits");
+    RecordProgramMemory(*exe);
     cache_.Insert(key, exe);
     return exe;
   }
@@ -109,6 +130,7 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   std::shared_ptr<pjrt::Executable> exe(runtime::CompileText(*client_, text, options, args));
   m.AddTime("compile", Seconds(t0));
   m.Add("compiles");
+  RecordProgramMemory(*exe);
   cache_.Insert(key, exe);
   cache_.StoreDisk(key, *exe);
   return exe;

@@ -11,7 +11,12 @@ Counters (``counters()``):
 - ``cpu_fallbacks`` and ``aten::<op>``: ops that ran on the CPU (where
   each was called from: ``fallback_sites()``);
 - ``bytes_to_device`` / ``bytes_to_host``: transfers;
-- ``traced_ops``: op lowerings run.
+- ``traced_ops``: op lowerings run;
+- ``program_peak_bytes`` / ``program_temp_bytes``: the most device memory,
+  and the most temporary memory, that one compiled program plans for a run
+  (the plugin's compiled memory statistics: its peak figure where it reports
+  one, else arguments + outputs not aliasing an argument + temporaries);
+  absent where the plugin does not offer the statistics.
 
 Timers (``timers()``, seconds): ``compile``, ``execute_launch``,
 ``execute_wait``, ``graph_build``, ``sync``, ``trace``.

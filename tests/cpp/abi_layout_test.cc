@@ -58,6 +58,7 @@ TEST(AbiLayout, ApiTableSlots) {
   SLOT(PJRT_Buffer_CopyToDevice);
   SLOT(PJRT_Buffer_ToHostBuffer);
   SLOT(PJRT_Buffer_ReadyEvent);
+  SLOT(PJRT_Executable_GetCompiledMemoryStats);
 #undef SLOT
 }
 
@@ -80,6 +81,11 @@ TEST(AbiLayout, ArgsStructSizesAndKeyOffsets) {
   SAME_OFFSET(DeviceMemoryStatsArgs, PJRT_Device_MemoryStats_Args, bytes_in_use, bytes_in_use);
   SAME_OFFSET(DeviceMemoryStatsArgs, PJRT_Device_MemoryStats_Args, bytes_limit, bytes_limit);
   SAME_OFFSET(DeviceMemoryStatsArgs, PJRT_Device_MemoryStats_Args, peak_pool_bytes, peak_pool_bytes);
+  SAME_SIZE(ExecutableCompiledMemoryStatsArgs, PJRT_Executable_GetCompiledMemoryStats_Args);
+  SAME_OFFSET(ExecutableCompiledMemoryStatsArgs, PJRT_Executable_GetCompiledMemoryStats_Args, temp_size_in_bytes,
+              temp_size_in_bytes);
+  SAME_OFFSET(ExecutableCompiledMemoryStatsArgs, PJRT_Executable_GetCompiledMemoryStats_Args,
+              host_temp_size_in_bytes, host_temp_size_in_bytes);
   SAME_SIZE(DescriptionIntArgs, PJRT_DeviceDescription_Id_Args);
   SAME_SIZE(DescriptionStringArgs, PJRT_DeviceDescription_Kind_Args);
   SAME_SIZE(ExecutableSerializeArgs, PJRT_Executable_Serialize_Args);

@@ -82,6 +82,25 @@ def test_counters_and_report():
     assert "compiles" in text and "trace_per_op" in text
 
 
+def test_program_memory_is_the_compilers_plan():
+    # The plugin's compiled memory statistics (PJRT_Executable_GetCompiledMemoryStats):
+    # a program that reads a 64 KiB input and writes a 64 KiB output plans at
+    # least both, and its matmul chain needs a temporary.
+    torch_pjrt.metrics.reset()
+    x = torch.randn(128, 128).to(DEV)
+    torch_pjrt.sync()
+    y = ((x @ x).relu() @ x).tanh()
+    torch_pjrt.sync()
+    c = torch_pjrt.metrics.counters()
+    assert c["program_peak_bytes"] >= 2 * 128 * 128 * 4
+    assert 0 < c["program_temp_bytes"] < c["program_peak_bytes"]
+    # The largest program wins; a smaller later one does not lower it.
+    peak = c["program_peak_bytes"]
+    (x[:2] + 1).cpu()
+    assert torch_pjrt.metrics.counters()["program_peak_bytes"] == peak
+    torch.testing.assert_close(y.cpu(), ((x.cpu() @ x.cpu()).relu() @ x.cpu()).tanh(), rtol=1e-4, atol=1e-4)
+
+
 def test_recompile_reason_names_the_changed_input():
     torch_pjrt.metrics.reset()
 
