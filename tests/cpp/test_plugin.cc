@@ -20,7 +20,11 @@ std::string PluginPath() {
 }
 
 std::shared_ptr<pjrt::Client> SharedClient() {
-  static std::shared_ptr<pjrt::Client> client = [] {
+  // Never destroyed, like the runtime's client: destroying it at exit would
+  // call into the plugin after the plugin's own statics (created lazily, at the
+  // first execute, so destroyed before ours) are gone; the API-0.106 build
+  // aborts there ("recursive_mutex lock failed").
+  static const auto* client = new std::shared_ptr<pjrt::Client>([] {
     auto plugin = pjrt::Plugin::Load(PluginPath());
     std::vector<pjrt::NamedOption> options;
     const std::string dev = runtime::Options::FromEnvironment().device;
@@ -28,8 +32,8 @@ std::shared_ptr<pjrt::Client> SharedClient() {
       options.push_back({"cpu_device_count", int64_t{4}});
     }
     return pjrt::Client::Create(plugin, options);
-  }();
-  return client;
+  }());
+  return *client;
 }
 
 }  // namespace tpj::testing
