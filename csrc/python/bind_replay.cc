@@ -55,7 +55,9 @@ void BindReplay(py::module_& m) {
           py::gil_scoped_release release;
           r = aten::EndRecording(rec, in, out, &why);
         }
-        return py::make_tuple(r ? py::cast(r) : py::none(), why);
+        py::object program = py::none();
+        if (r) program = py::cast(r);
+        return py::make_tuple(program, why);
       },
       "After tracing it: syncs; (replayable program or None, why not).");
   m.def(
@@ -71,7 +73,9 @@ void BindReplay(py::module_& m) {
         py::list result(out->size());
         for (size_t i = 0; i < out->size(); ++i) {
           auto& t = (*out)[i];
-          result[i] = t ? py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(*t))) : py::none();
+          py::object o = py::none();
+          if (t) o = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(*t)));
+          result[i] = o;
         }
         return result;
       },

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "pjrt/error.h"
 #include "runtime/dtype_map.h"
 #include "runtime/runtime.h"
 

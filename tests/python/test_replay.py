@@ -70,7 +70,9 @@ def test_replay_equals_tracing_every_call():
     torch_pjrt.metrics.reset()
     losses, state = _train(replay=True)
     c = torch_pjrt.metrics.counters()
-    assert c.get("replays", 0) >= 2 * 4  # forward and backward of the steps after the first
+    # Steps 1-3 record again as check flags appear on the parameters (the loss has an
+    # index check; the optimizer passes it on); from then on every call replays.
+    assert c.get("replays", 0) >= 2 * 3
     ref_losses, ref_state = _train(replay=False)
     assert losses == ref_losses  # bitwise: the same programs on the same buffers, the same random stream
     for k in ref_state:
@@ -119,28 +121,36 @@ def _steady_counts(compile_model, compile_step, steps=3):
                                 "bytes_to_host")}
 
 
+# Host transfers per steady step: nothing is uploaded; the only bytes read
+# back are the check flags (one i32 per program with checks), read by the
+# final sync(wait=True).
+
+
 def test_steady_step_lazy_is_one_program():
     c = _steady_counts(compile_model=False, compile_step=False)
     assert c["executions"] == 1 and c["replays"] == 0 and c["compiles"] == 0
-    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] == 0
+    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     assert c["traced_ops"] > 50  # the whole step is traced
 
 
 def test_steady_step_compiled_model_replays_forward_and_backward():
     c = _steady_counts(compile_model=True, compile_step=False)
-    # forward and backward replayed, the optimizer one lazy program
-    assert c["executions"] == 3 and c["replays"] == 2 and c["compiles"] == 0
-    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] == 0
+    # forward and backward replayed; two lazy programs: the loss and its
+    # gradient (traced outside the compiled model, launched when the backward
+    # reads them) and the optimizer (launched by the step's sync)
+    assert c["executions"] == 4 and c["replays"] == 2 and c["compiles"] == 0
+    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     lazy = _steady_counts(compile_model=False, compile_step=False)["traced_ops"]
-    assert c["traced_ops"] < lazy / 2  # only the optimizer (and the loss) is traced
+    assert c["traced_ops"] < lazy  # the model's ops are no longer traced
     assert pjrt_dynamo.call_stats()["refusals"] == {}
 
 
 def test_steady_step_compiled_optimizer_is_replayed():
     c = _steady_counts(compile_model=True, compile_step=True)
-    assert c["compiles"] == 0 and c["bytes_to_device"] == 0 and c["bytes_to_host"] == 0
-    assert c["replays"] >= 3 and c["executions"] == c["replays"] + (c["executions"] - c["replays"])
-    assert c["executions"] - c["replays"] <= 1  # at most the loss's lazy leftovers
+    # forward, backward and optimizer replayed; the loss one lazy program
+    assert c["executions"] == 4 and c["replays"] == 3 and c["compiles"] == 0
+    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
+    assert c["traced_ops"] < 10  # the loss alone
 
 
 def test_input_view_at_another_offset_is_traced_again():
