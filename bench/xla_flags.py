@@ -20,11 +20,8 @@ SETTINGS = [
     "--xla_cpu_multi_thread_eigen=false",
     "--xla_cpu_enable_fast_math=true",
     "--xla_cpu_use_onednn=true",
-    "--xla_cpu_experimental_onednn_custom_call=true",
     "--xla_cpu_use_xnnpack=true",
-    "--xla_cpu_use_fusion_emitters=false",
     "--xla_cpu_prefer_vector_width=512",
-    "--xla_backend_optimization_level=3",
 ]
 
 CHILD = r"""
