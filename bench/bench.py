@@ -169,6 +169,11 @@ def time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, steps, warmup, compil
     x, y = (t.to(dev) for t in data)
     step = make_step(cmodel, opt, loss_fn, clip, x, y)
     if compile_step:
+        # Step counters on the device (Dynamo does this itself only for CUDA
+        # and XPU): CPU tensor inputs would make the step graph trace every call.
+        for group in opt.param_groups:
+            if "capturable" in group:
+                group["capturable"] = True
         compiled_step = torch.compile(opt.step, backend="pjrt")
 
         def step():

@@ -202,3 +202,28 @@ def test_checks_compiled_into_the_program_hold_on_replay():
         assert torch_pjrt.metrics.counters().get("replays") == 1
         with pytest.raises(IndexError):
             out.cpu()
+
+
+def test_compiled_adamw_replays_with_capturable_step_counters():
+    # AdamW's step counters are CPU tensors unless capturable=True (Dynamo
+    # sets it only for CUDA/XPU); CPU inputs make a graph trace every call.
+    def run(compiled):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = nn.Linear(8, 4).to(DEV)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True)
+        step = torch.compile(opt.step, backend="pjrt") if compiled else opt.step
+        x = torch.randn(4, 8).to(DEV)
+        for _ in range(5):
+            m(x).square().sum().backward()
+            step()
+            opt.zero_grad()
+            torch_pjrt.sync()
+        return m.weight.detach().cpu()
+
+    pjrt_dynamo.call_stats(reset=True)
+    torch_pjrt.metrics.reset()
+    got = run(True)
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+    assert torch_pjrt.metrics.counters().get("replays", 0) >= 3
+    assert torch.allclose(got, run(False), rtol=1e-5, atol=1e-6)
