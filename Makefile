@@ -21,7 +21,8 @@ help:
 	@echo "make test-install  pip-install the checkout (or its sdist: INSTALL_FROM=sdist) into a fresh venv in"
 	@echo "                $(BUILD)-install, reusing torch $(TORCH_VERSION), and run a program from outside the tree"
 	@echo "                (measured 2m55s on 2 cores, cold ccache; not in make test)"
-	@echo "make bench      step time vs eager PyTorch and torch.compile; writes bench/results.json"
+	@echo "make bench      step time vs eager PyTorch and torch.compile; writes bench/results.json and .png"
+	@echo "                (BENCH_ARGS=--quick: small models only; installs matplotlib when missing)"
 	@echo "make soak       20000 AdamW steps: no compiles after warm-up, host RSS growth < 2% (not in CI)"
 	@echo "make models     every model-zoo family (HF transformers, vision) in every mode vs CPU (make test runs a subset)"
 	@echo "make conformance  PyTorch's OpInfo samples on pjrt vs CPU; writes conformance.json"
@@ -180,7 +181,8 @@ demo: build
 	$(VPY) examples/demo.py
 
 bench: build
-	$(VPY) bench/bench.py
+	@$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
+	$(VPY) bench/bench.py $(BENCH_ARGS)
 
 soak: build
 	$(VPY) bench/soak.py

@@ -1,11 +1,18 @@
 """torch-pjrt benchmarks: steady-state training step time of eager PyTorch
 (CPU), torch.compile (inductor, CPU) and torch-pjrt on the same machine in
-the same run, first-step time (trace + compile), tracing overhead per op, and
-the cost of the checks compiled into programs (pjrt lazy with them vs without).
+the same run: lazy mode, torch.compile(backend="pjrt") of the model (replayed
+forward and backward, lazy optimizer), and of the model and `opt.step`; the
+"execute only" time (the step's cached executables alone, on arguments of
+the same shapes: XLA's own time); first-step time (trace + compile) in a new
+process, and a warm start (another new process, disk-cache hit); peak device
+bytes (when the plugin reports them) and host RSS of that process; tracing
+overhead per op; the backend's own time per compiled-graph call; and the cost
+of the checks compiled into programs (pjrt lazy with them vs without).
 
-Prints a table (ratios are to eager CPU; < 1 is faster) and writes
-bench/results.json. Run with `make bench`. Numbers are only comparable within
-one run on one machine.
+Prints a table (ratios are to eager CPU; < 1 is faster), writes
+bench/results.json and bench/results.png (matplotlib). Run with `make bench`
+(`--quick`: small models only). Numbers are only comparable within one run on
+one machine.
 """
 
 from __future__ import annotations
@@ -15,13 +22,17 @@ import copy
 import json
 import os
 import platform
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
 import torch.nn.functional as F
 
 import torch_pjrt
+import torch_pjrt.dynamo  # noqa: F401  (call_stats)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from models import CNN, GPT, MLP  # noqa: E402
@@ -92,7 +103,9 @@ def time_inductor(build, data, make_opt, loss_fn, clip, steps, warmup):
 
 
 def time_device_steps(step, steps, warmup, before_timing=lambda: None):
-    """(first step incl. trace and compile, steady-state seconds per step) of a pjrt step."""
+    """(first step incl. trace and compile, steady-state seconds per step,
+    execute-only seconds per step, (counters, timers, call stats) of the
+    timed steps) of a pjrt step."""
     torch_pjrt.sync(wait=True)
     t0 = time.perf_counter()
     loss = step()
@@ -108,8 +121,16 @@ def time_device_steps(step, steps, warmup, before_timing=lambda: None):
         loss = step()
         torch_pjrt.sync()
     torch_pjrt.sync(wait=True)
+    per_step = (time.perf_counter() - t0) / steps
     loss.cpu()
-    return first, (time.perf_counter() - t0) / steps
+    snapshot = (torch_pjrt.metrics.counters(), torch_pjrt.metrics.timers(), torch_pjrt.dynamo.call_stats())
+    # The programs of one more steady step, run alone (XLA's own time).
+    torch_pjrt.sync(wait=True)
+    torch_pjrt._C._start_launch_log()
+    loss = step()
+    torch_pjrt.sync(wait=True)
+    execute_only = torch_pjrt._C._execute_logged_programs(max(3, steps // 2))
+    return first, per_step, execute_only, snapshot
 
 
 def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup, checks=True):
@@ -121,14 +142,14 @@ def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup, checks=True):
     opt = make_opt(model.parameters())
     x, y = (t.to(dev) for t in data)
     step = make_step(model, opt, loss_fn, clip, x, y)
-    first, per_step = time_device_steps(step, steps, warmup, torch_pjrt.metrics.reset)
+    first, per_step, execute_only, (c, t, _) = time_device_steps(step, steps, warmup, torch_pjrt.metrics.reset)
     torch_pjrt._C._set_checks(True)
-    c = torch_pjrt.metrics.counters()
-    t = torch_pjrt.metrics.timers()
     ops = c.get("traced_ops", 0)
     return {
         "step_s": per_step,
         "first_step_s": first,
+        "execute_only_s": execute_only,
+        "programs_per_step": c.get("executions", 0) / steps,
         "trace_us_per_op": t.get("trace", 0.0) / ops * 1e6 if ops else 0.0,
         "ops_per_step": ops / steps,
         "compiles_in_steady_state": c.get("compiles", 0),
@@ -136,16 +157,118 @@ def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup, checks=True):
     }
 
 
-def time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, steps, warmup):
-    """torch.compile(model, backend="pjrt"), optimizer eager on the device."""
+def time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, steps, warmup, compile_step=False):
+    """torch.compile(model, backend="pjrt"): forward and backward replayed;
+    the optimizer lazy on the device, or compiled too (`compile_step`:
+    torch.compile(opt.step), as PyTorch documents for compiled optimizers)."""
     torch._dynamo.reset()
     dev = torch_pjrt.device()
     model = build().to(dev)
     opt = make_opt(model.parameters())
     cmodel = torch.compile(model, backend="pjrt")
     x, y = (t.to(dev) for t in data)
-    first, per_step = time_device_steps(make_step(cmodel, opt, loss_fn, clip, x, y), steps, warmup)
-    return per_step, first
+    step = make_step(cmodel, opt, loss_fn, clip, x, y)
+    if compile_step:
+        # Step counters on the device (Dynamo does this itself only for CUDA
+        # and XPU): CPU tensor inputs would make the step graph trace every call.
+        for group in opt.param_groups:
+            if "capturable" in group:
+                group["capturable"] = True
+        compiled_step = torch.compile(opt.step, backend="pjrt")
+
+        def step():
+            loss = loss_fn(cmodel(x), y)
+            loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            compiled_step()
+            opt.zero_grad()
+            return loss
+
+    def reset():
+        torch_pjrt.metrics.reset()
+        torch_pjrt.dynamo.call_stats(reset=True)
+
+    first, per_step, execute_only, (c, _, calls) = time_device_steps(step, steps, warmup, reset)
+    return {
+        "step_s": per_step,
+        "first_step_s": first,
+        "execute_only_s": execute_only,
+        "programs_per_step": c.get("executions", 0) / steps,
+        "replays_per_step": c.get("replays", 0) / steps,
+        "compiles_in_steady_state": c.get("compiles", 0),
+        "backend_us_per_call": calls["seconds"] / calls["calls"] * 1e6 if calls["calls"] else None,
+        "calls_per_step": calls["calls"] / steps,
+        "refusals": calls["refusals"],
+    }
+
+
+def first_step_in_new_process(name: str, mode: str, cache_dir: str) -> dict:
+    """First step of `name` (mode "lazy" or "compile") in a new process with
+    the disk cache in `cache_dir`, its peak host RSS and device bytes."""
+    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, __file__, "--first-step", name, "--mode", mode], env=env,
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"first step of {name} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_first_step(name: str, mode: str) -> int:
+    """--first-step: one model's first step (and a few more) in this process."""
+    (_, build, data, make_opt, loss_fn, clip), = [c for c in cases(False) if c[0] == name]
+    torch.manual_seed(0)
+    dev = torch_pjrt.device()
+    model = build().to(dev)
+    opt = make_opt(model.parameters())
+    fwd = torch.compile(model, backend="pjrt") if mode == "compile" else model
+    x, y = (t.to(dev) for t in data)
+    step = make_step(fwd, opt, loss_fn, clip, x, y)
+    torch_pjrt.sync(wait=True)
+    t0 = time.perf_counter()
+    step()
+    torch_pjrt.sync(wait=True)
+    first = time.perf_counter() - t0
+    for _ in range(3):
+        step()
+        torch_pjrt.sync()
+    torch_pjrt.sync(wait=True)
+    stats = torch_pjrt.runtime.memory_stats(0) or {}
+    peak = stats.get("peak_bytes_in_use") or stats.get("bytes_in_use")
+    c = torch_pjrt.metrics.counters()
+    print(json.dumps({"first_step_s": first, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "peak_device_bytes": peak, "compiles": c.get("compiles", 0),
+                      "disk_cache_hits": c.get("disk_cache_hits", 0)}))
+    return 0
+
+
+def chart(rows, path: str) -> None:
+    """Bars of each backend's ratio to eager CPU, per model."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no chart (make bench installs it)")
+        return
+    series = [("pjrt lazy", "pjrt_vs_eager"), ("pjrt compile", "pjrt_dynamo_vs_eager"),
+              ("pjrt compile + opt.step", "pjrt_dynamo_opt_vs_eager"), ("execute only (lazy)", "execute_only_vs_eager"),
+              ("inductor", "inductor_vs_eager")]
+    series = [(label, key) for label, key in series if any(r.get(key) for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    width = 0.8 / max(1, len(series))
+    for i, (label, key) in enumerate(series):
+        xs = [j + i * width for j in range(len(rows))]
+        ax.bar(xs, [r.get(key) or 0 for r in rows], width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(rows))])
+    ax.set_xticklabels([r["model"] for r in rows])
+    ax.set_ylabel("step time / eager CPU (lower is better)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
 
 
 def main(argv=None) -> int:
@@ -154,15 +277,25 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="small sizes only")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (inductor)")
+    p.add_argument("--no-first-step", action="store_true", help="skip the new-process first-step and warm-start runs")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.json"))
+    p.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)
+    p.add_argument("--mode", default="lazy", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if args.first_step:
+        return run_first_step(args.first_step, args.mode)
+
     rows = []
     print(f"torch {torch.__version__}, plugin {torch_pjrt._C._plugin_path() if torch_pjrt.device_count() else '?'}, "
           f"{os.cpu_count()} CPU(s), {platform.machine()}")
-    header = (f"{'model':<11} {'eager ms':>9} {'inductor':>9} {'x eager':>8} {'pjrt ms':>8} {'x eager':>8}"
-              f" {'dynamo-pjrt':>11} {'x eager':>8} {'checks':>8} {'1st pjrt s':>10} {'1st ind. s':>10} {'us/op':>6} {'ops/step':>8}")
+    header = (f"{'model':<10} {'eager ms':>8} {'ind.':>5} {'lazy':>5} {'exec':>5} {'comp':>5} {'c+opt':>5}"
+              f" {'exec':>5} {'prg':>3} {'us/call':>7} {'chk':>5} {'1st s':>5} {'warm':>5} {'1st c':>5}"
+              f" {'warm':>5} {'RSS MB':>6} {'dev MB':>6} {'us/op':>5} {'ops':>5}")
+    print("ratios to eager: ind. inductor; lazy pjrt lazy, exec its programs alone; comp torch.compile (model),"
+          " c+opt (model and opt.step), exec its programs alone; prg programs per step (compile);"
+          " us/call backend time per graph call; chk cost of checks; 1st s first step (new process),"
+          " warm its warm start / cold; 1st c, warm the same for compile")
     print(header)
     print("-" * len(header))
     for name, build, data, make_opt, loss_fn, clip in cases(args.quick):
@@ -176,26 +309,56 @@ def main(argv=None) -> int:
                 print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
         pj = time_pjrt(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
         unchecked = time_pjrt(build, data, make_opt, loss_fn, clip, args.steps, args.warmup, checks=False)
-        dyn, dyn_first = time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
+        dyn = time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
+        dyn_opt = time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, args.steps, args.warmup, compile_step=True)
+        starts = {}
+        if not args.no_first_step:
+            for mode in ("lazy", "compile"):
+                with tempfile.TemporaryDirectory() as cache:
+                    cold = first_step_in_new_process(name, mode, cache)
+                    warm = first_step_in_new_process(name, mode, cache)
+                starts[mode] = (cold, warm)
         row = {"model": name, "eager_step_s": eager, "inductor_step_s": ind, "inductor_first_step_s": ind_first,
                "pjrt_step_s": pj["step_s"], "pjrt_first_step_s": pj["first_step_s"],
                "pjrt_vs_eager": pj["step_s"] / eager, "inductor_vs_eager": (ind / eager) if ind else None,
-               "pjrt_dynamo_step_s": dyn, "pjrt_dynamo_first_step_s": dyn_first, "pjrt_dynamo_vs_eager": dyn / eager,
+               "execute_only_s": pj["execute_only_s"], "execute_only_vs_eager": pj["execute_only_s"] / eager,
+               "pjrt_programs_per_step": pj["programs_per_step"],
+               "pjrt_dynamo_step_s": dyn["step_s"], "pjrt_dynamo_first_step_s": dyn["first_step_s"],
+               "pjrt_dynamo_vs_eager": dyn["step_s"] / eager, "pjrt_dynamo": dyn,
+               "pjrt_dynamo_opt_step_s": dyn_opt["step_s"], "pjrt_dynamo_opt_vs_eager": dyn_opt["step_s"] / eager,
+               "pjrt_dynamo_opt": dyn_opt,
+               "dynamo_execute_only_vs_eager": dyn_opt["execute_only_s"] / eager,
                "trace_us_per_op": pj["trace_us_per_op"], "ops_per_step": pj["ops_per_step"],
                "pjrt_steady_state_compiles": pj["compiles_in_steady_state"], "pjrt_fallbacks": pj["fallbacks"],
                "pjrt_unchecked_step_s": unchecked["step_s"],
                "checks_cost": pj["step_s"] / unchecked["step_s"] - 1}
+        for mode, (cold, warm) in starts.items():
+            row[f"{mode}_cold_first_step_s"] = cold["first_step_s"]
+            row[f"{mode}_warm_first_step_s"] = warm["first_step_s"]
+            row[f"{mode}_warm_vs_cold"] = warm["first_step_s"] / cold["first_step_s"]
+            row[f"{mode}_peak_rss_bytes"] = cold["peak_rss_bytes"]
+            row[f"{mode}_peak_device_bytes"] = cold["peak_device_bytes"]
+            row[f"{mode}_warm_compiles"] = warm["compiles"]
         rows.append(row)
-        fmt = lambda v, s=1e3: f"{v * s:9.2f}" if v is not None else f"{'-':>9}"
-        print(f"{name:<11} {eager * 1e3:9.2f} {fmt(ind)} {fmt(row['inductor_vs_eager'], 1):>8}"
-              f" {pj['step_s'] * 1e3:8.2f} {row['pjrt_vs_eager']:8.2f} {dyn * 1e3:11.2f} {dyn / eager:8.2f}"
-              f" {row['checks_cost'] * 100:7.1f}%"
-              f" {pj['first_step_s']:10.2f}"
-              f" {fmt(ind_first, 1):>10} {pj['trace_us_per_op']:6.2f} {pj['ops_per_step']:8.0f}")
-    gpt = [r for r in rows if r["model"].startswith("gpt")]
+        r = lambda v: f"{v:5.2f}" if v is not None else f"{'-':>5}"
+        mb = lambda v: f"{v / 2**20:6.0f}" if v else f"{'-':>6}"
+        print(f"{name:<10} {eager * 1e3:8.2f} {r(row['inductor_vs_eager'])} {r(row['pjrt_vs_eager'])}"
+              f" {r(row['execute_only_vs_eager'])} {r(row['pjrt_dynamo_vs_eager'])} {r(row['pjrt_dynamo_opt_vs_eager'])}"
+              f" {r(row['dynamo_execute_only_vs_eager'])} {dyn['programs_per_step']:3.0f}"
+              f" {dyn['backend_us_per_call'] or 0:7.1f} {row['checks_cost'] * 100:4.0f}%"
+              f" {r(row.get('lazy_cold_first_step_s'))} {r(row.get('lazy_warm_vs_cold'))}"
+              f" {r(row.get('compile_cold_first_step_s'))} {r(row.get('compile_warm_vs_cold'))}"
+              f" {mb(row.get('lazy_peak_rss_bytes'))} {mb(row.get('lazy_peak_device_bytes'))}"
+              f" {pj['trace_us_per_op']:5.2f} {pj['ops_per_step']:5.0f}")
+        if dyn["refusals"] or dyn_opt["refusals"]:
+            print(f"  not replayed: {dyn['refusals'] or dyn_opt['refusals']}")
+    small = [r for r in rows if r["model"].endswith("small")]
     targets = {
-        "gpt_pjrt_faster_than_eager": all(r["pjrt_vs_eager"] < 1 for r in gpt),
-        "trace_under_5us_per_op": all(r["trace_us_per_op"] < 5 for r in rows),
+        "compile_at_most_eager_on_small_models": all(r["pjrt_dynamo_opt_vs_eager"] <= 1.0 for r in small),
+        "lazy_at_most_1.3x_eager_on_small_models": all(r["pjrt_vs_eager"] <= 1.3 for r in small),
+        "trace_under_1.5us_per_op": all(r["trace_us_per_op"] <= 1.5 for r in rows),
+        "first_step_under_2s_on_small_models": all(r.get("lazy_cold_first_step_s", 0) <= 2 for r in small),
+        "warm_start_under_30_percent": all(r.get(f"{m}_warm_vs_cold", 0) <= 0.3 for r in rows for m in ("lazy", "compile")),
         "no_steady_state_compiles": all(r["pjrt_steady_state_compiles"] == 0 for r in rows),
         "checks_under_3_percent": all(r["checks_cost"] < 0.03 for r in rows),
     }
@@ -204,6 +367,7 @@ def main(argv=None) -> int:
         json.dump({"torch": torch.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
                    "plugin": torch_pjrt.runtime.plugin_info(), "rows": rows, "targets": targets}, f, indent=2)
     print(f"wrote {args.out}")
+    chart(rows, os.path.splitext(args.out)[0] + ".png")
     return 0
 
 

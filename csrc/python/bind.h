@@ -20,5 +20,7 @@ void BindPjrt(pybind11::module_& m);
 void BindIr(pybind11::module_ m);
 // The pjrt PyTorch device (only in builds with torch).
 void BindTorch(pybind11::module_& m);
+// Recording and replaying torch.compile graphs (called by BindTorch).
+void BindReplay(pybind11::module_& m);
 
 }  // namespace tpj::python

@@ -83,6 +83,7 @@ void BindTorch(py::module_& m) {
   m.def("_derived_kernels", &aten::DerivedKernels,
         "(in-place or out= overload, functional overload) pairs whose kernel is derived (aten/derived.h).");
   m.def("_device_count", &aten::DeviceCount, py::call_guard<py::gil_scoped_release>());
+  BindReplay(m);
   m.def("_current_device", &aten::CurrentDevice);
   m.def("_set_device", &aten::SetCurrentDevice);
   m.def(

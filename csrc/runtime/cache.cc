@@ -170,7 +170,8 @@ void CompileCache::StoreDisk(const std::string& key, const pjrt::Executable& exe
   if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
 }
 
-std::string CompileCache::Fingerprint(const pjrt::Plugin& plugin, const std::string& platform_version) {
+std::string CompileCache::Fingerprint(const pjrt::Plugin& plugin, const std::string& platform_version,
+                                      const std::string& compiler_settings) {
   std::ostringstream os;
   os << plugin.attribute("xla_version") << "|" << plugin.major_version() << "." << plugin.minor_version() << "|"
      << platform_version << "|";
@@ -178,6 +179,7 @@ std::string CompileCache::Fingerprint(const pjrt::Plugin& plugin, const std::str
   if (::stat(plugin.path().c_str(), &st) == 0) {
     os << st.st_size << "|" << st.st_mtime;
   }
+  if (!compiler_settings.empty()) os << "|flags:" << compiler_settings;  // empty: the keys of earlier releases
   const std::string s = os.str();
   return "xla" + plugin.attribute("xla_version") + "-" + Hex(Fnv(s.data(), s.size()));
 }

@@ -6,7 +6,10 @@
 // checksum; an entry that fails any check, or that the plugin refuses to
 // load, is deleted and reported as a miss. The fingerprint covers the
 // plugin's XLA version, PJRT API version, platform version and the plugin
-// file's size and time, so another plugin never reads our entries.
+// file's size and time, so another plugin never reads our entries, and the
+// XLA_FLAGS in force (the plugin reads them once per process, so the memory
+// cache needs no such key; replica count and devices, the rest of the
+// compile options, are in every key).
 // Thread-safe.
 #pragma once
 
@@ -44,8 +47,10 @@ class CompileCache {
                                              std::vector<pjrt::ArgSpec> args, bool* corrupt);
   void StoreDisk(const std::string& key, const pjrt::Executable& exe);
 
-  // Fingerprint of a plugin for disk keys.
-  static std::string Fingerprint(const pjrt::Plugin& plugin, const std::string& platform_version);
+  // Fingerprint of a plugin and the compiler settings that are not in the
+  // program (`compiler_settings`: XLA_FLAGS) for disk keys.
+  static std::string Fingerprint(const pjrt::Plugin& plugin, const std::string& platform_version,
+                                 const std::string& compiler_settings);
 
  private:
   std::string PathFor(const std::string& key) const;

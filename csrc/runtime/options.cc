@@ -90,6 +90,10 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "warning"},
       {"TF_CPP_MIN_LOG_LEVEL", "XLA's log level (0 info ... 3 fatal); when set, TORCH_PJRT_LOG_LEVEL leaves it alone",
        "set from TORCH_PJRT_LOG_LEVEL"},
+      {"XLA_FLAGS",
+       "XLA's compiler flags, read by the plugin itself; part of the disk compile cache's directory name, so "
+       "programs compiled under other flags are never reused",
+       "unset"},
   };
   return vars;
 }
@@ -135,6 +139,7 @@ Options Options::FromEnvironment() {
   o.master_port = Get("MASTER_PORT");
   o.torchrun = !Get("TORCHELASTIC_RUN_ID").empty();
   o.plugin_log_level = LogLevel();
+  o.xla_flags = Get("XLA_FLAGS");
   if (o.rank >= o.world_size) {
     throw pjrt::Error(pjrt::Code::kInvalidArgument, "inconsistent launcher environment: RANK=" +
                                                         std::to_string(o.rank) + " with WORLD_SIZE=" +

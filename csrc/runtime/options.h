@@ -41,6 +41,9 @@ struct Options {
   // The PJRT plugin's own log lines: 0 info, 1 warning, 2 error, 3 fatal only
   // (TORCH_PJRT_LOG_LEVEL; default warning, so its informational lines are hidden).
   int plugin_log_level = 1;
+  // XLA_FLAGS: the plugin parses it itself (once per process); we only key
+  // the disk compile cache on it.
+  std::string xla_flags;
 
   // Reads every variable now. A malformed value throws pjrt::Error
   // (kInvalidArgument) naming the variable, the value and the fix.

@@ -116,7 +116,7 @@ void Runtime::Init() {
   }
   traces_.resize(client_->addressable_device_ids().size());
   for (Trace& t : traces_) ResetTrace(t);
-  fingerprint_ = CompileCache::Fingerprint(*plugin, client_->platform_version());
+  fingerprint_ = CompileCache::Fingerprint(*plugin, client_->platform_version(), options_.xla_flags);
   // An unusable directory costs a warning, never the run.
   if (!options_.cache_dir.empty()) {
     try {

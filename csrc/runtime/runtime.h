@@ -33,6 +33,7 @@
 #include "runtime/cache.h"
 #include "runtime/metrics.h"
 #include "runtime/options.h"
+#include "runtime/replay.h"
 #include "runtime/storage.h"
 #include "runtime/strided.h"
 
@@ -139,6 +140,33 @@ class Runtime {
   void Unregister(Storage* s);
   size_t pending_count(int device);
 
+  // --- replay of recorded programs (runtime/replay.h; torch.compile graphs) ---
+  // Before tracing a graph: syncs `device` when an input or the random state
+  // is pending, and gives every input storage a buffer. `inputs`: one per
+  // graph input, null where the input is not a storage.
+  RecordingStart BeginRecording(int device, const std::vector<Storage*>& inputs);
+  // After tracing it: syncs the device (always) and returns the program that
+  // sync launched as a function of `inputs` and `fresh` (the distinct
+  // storages of the graph's outputs that are not inputs), or null with
+  // *why_not set when the call cannot be replayed.
+  std::shared_ptr<const ReplayProgram> EndRecording(const RecordingStart& start, const std::vector<Storage*>& inputs,
+                                                    const std::vector<Storage*>& fresh, std::string* why_not);
+  // Launches `p` on `inputs` (same layout as recorded); `fresh` (new, empty
+  // storages) receive the graph's new outputs. False, with nothing launched,
+  // when the call does not match the recording. Throws TensorError when an
+  // input's value was lost.
+  bool Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
+
+  // --- execute only (bench): XLA's own time for a step's programs ---
+  // From now on, remember each launched program and its argument shapes
+  // (not the buffers: holding them would change donation decisions).
+  void StartLaunchLog();
+  // Stops remembering; runs the programs remembered since StartLaunchLog,
+  // in order, `iterations` times on fresh zero-filled arguments (uploaded
+  // before each timed iteration) and returns the mean seconds per iteration
+  // from the first launch to the last program's completion.
+  double ExecuteLoggedPrograms(int iterations);
+
   CompileCache& cache() { return cache_; }
   void InitializeDiskCache(const std::string& dir, bool readonly);
   // The StableHLO program that would compute `values` of `device`'s trace now.
@@ -224,6 +252,28 @@ class Runtime {
   // Recompile reasons wait here until the runtime lock is released: their
   // Python location needs the GIL, which must never be taken under the lock.
   void ReportDeferred();
+  // After a launch: remembers its completion event, bounds the lists.
+  void TrackLaunch(Trace& t, const DeviceBuffer& first_result);
+  // What SyncDevice launched, for EndRecording (set only while it records).
+  struct SyncCapture {
+    std::shared_ptr<pjrt::Executable> executable;
+    std::vector<DeviceBuffer> args;  // program arguments in order
+    std::vector<bool> donated;
+    std::vector<std::pair<Storage*, size_t>> writes;  // storage, program result
+    size_t num_outputs = 0;
+    size_t rng_output = SIZE_MAX;
+    size_t check_output = SIZE_MAX;
+    const pjrt::Buffer* rng_param = nullptr;
+  };
+  SyncCapture* capture_ = nullptr;
+  struct LoggedLaunch {
+    std::shared_ptr<pjrt::Executable> executable;
+    int device = 0;
+    std::vector<pjrt::ArgSpec> args;
+  };
+  void LogLaunch(int device, const std::shared_ptr<pjrt::Executable>& exe, const std::vector<pjrt::Buffer*>& args);
+  std::unique_ptr<std::vector<LoggedLaunch>> launch_log_;
+  std::vector<DeviceBuffer> zero_flags_;  // per device: an i32 0, the flag of a program without checks
   friend class TraceScope;
 
   std::recursive_mutex mu_;

@@ -270,6 +270,7 @@ void Runtime::SyncDevice(int device) {
         }
       }
     }
+    if (launch_log_ && n == 1) LogLaunch(device, exe, args[0]);
     auto t1 = std::chrono::steady_clock::now();
     outs = exe->ExecuteReplicated(args);
     m.AddTime("execute_launch", Seconds(t1));
@@ -302,11 +303,32 @@ void Runtime::SyncDevice(int device) {
     s->epoch_ = -1;
     s->outcome_ = outcome;
   }
+  if (capture_) {
+    SyncCapture& c = *capture_;
+    c.executable = exe;
+    for (int64_t p : used) c.args.push_back(t.params[p].buffer);
+    c.donated.assign(used.size(), false);
+    for (const ir::Alias& a : aliases) {
+      auto at = std::find(used.begin(), used.end(), a.param);
+      if (at != used.end()) c.donated[static_cast<size_t>(at - used.begin())] = true;
+    }
+    for (size_t i = 0; i < storages.size(); ++i) c.writes.emplace_back(storages[i], output_of[i]);
+    c.num_outputs = outputs.size();
+    c.rng_output = rng_output;
+    c.check_output = check_output;
+    c.rng_param = t.rng_buffer.get();
+  }
   if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
   ResetTrace(t);
-  for (int r = 0; r < n; ++r) {
+  for (int r = 1; r < n; ++r) {
     if (!per[r].empty()) t.inflight.push_back(per[r].front()->ReadyEvent());
   }
+  if (!shared.empty()) TrackLaunch(t, shared.front());
+  m.AddTime("sync", Seconds(t0));
+}
+
+void Runtime::TrackLaunch(Trace& t, const DeviceBuffer& first_result) {
+  t.inflight.push_back(first_result->ReadyEvent());
   if (t.inflight.size() > 256) {
     // bound the lists: drop the programs already finished, and outcomes
     // nobody can observe any more (their storages were overwritten or freed)
@@ -317,7 +339,6 @@ void Runtime::SyncDevice(int device) {
     t.inflight.swap(still);
     std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o.use_count() == 1; });
   }
-  m.AddTime("sync", Seconds(t0));
 }
 
 }  // namespace tpj::runtime

@@ -12,6 +12,18 @@ outputs are moved back to the CPU, so a CPU model compiled with
 ``backend="pjrt"`` runs on the device transparently (at the cost of copies on
 every call).
 
+Replay: the first call of each graph is traced as above, and the program its
+sync launched is recorded as a function of the graph's inputs (runtime
+``Replay``). Later calls run that executable directly from the inputs'
+buffers: no FX interpretation, lowering, IR or hashing. The runtime checks
+what it relies on (dtype, sizes, strides and storage offset of every input,
+its storage size, which inputs share a storage, pending inputs are launched
+first, donated buffers held by nobody else, check flags as recorded); a call
+that does not match is traced again and recorded anew. Input mutations stay
+in the graph (``keep_inference_input_mutations``), so the program writes the
+updated inputs, donating their buffers. Graphs with CPU fallback nodes, CPU
+tensor inputs or a sync during the trace are traced on every call.
+
 Nodes without a lowering do not fail the compile: they run on the CPU through
 the same fallback as the lazy device, counted in ``torch_pjrt.metrics``
 (``aten::<name>``); the program is split around them. ``explain(gm)`` lists
@@ -21,6 +33,7 @@ them ahead of time, and the metrics count ``dynamo_graphs``,
 
 from __future__ import annotations
 
+import time
 from typing import Callable, List, Sequence
 
 import torch
@@ -95,26 +108,94 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callab
     _C._metrics_add("dynamo_fallback_nodes", sum(1 for n in gm.graph.nodes
                                                  if n.op == "call_function" and str(n.target) in fallback))
 
-    def run(*args):
+    state: List = [None]  # (program, non-tensor inputs, non-tensor outputs, output type) once recorded
+    record = not fallback
+
+    def traced(args):
+        rec = _C._replay_begin(args) if record and replay else None
+        outs = gm(*args)
+        if rec is None:
+            _device.sync()  # one program per compiled graph, launched asynchronously
+            return outs
+        seq = isinstance(outs, (list, tuple))
+        flat = list(outs) if seq else [outs]
+        program, why = _C._replay_end(rec, args, flat)
+        if program is None:
+            _C._metrics_add("replay_refused", 1)
+            _refusals[why] = _refusals.get(why, 0) + 1
+            state[0] = None
+        else:
+            values = [(i, a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+            others = [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)]
+            state[0] = (program, values, others, type(outs) if seq else None)
+        return outs
+
+    def replayed(args):
+        """The recorded program's outputs on `args`, or None (not recorded, or not matching)."""
+        recorded = state[0]
+        if recorded is None or not replay:
+            return None
+        program, values, others, kind = recorded
+        for i, v in values:  # Python values (e.g. sizes) shape the program
+            if type(args[i]) is not type(v) or args[i] != v:
+                return None
+        out = _C._replay_run(program, args)
+        if out is None:
+            return None
+        for i, v in others:
+            out[i] = v
+        return out[0] if kind is None else (out if kind is list else kind(out))
+
+    def run_on_device(args):
+        out = replayed(args)
+        return traced(args) if out is None else out
+
+    def run(args):
+        out = replayed(args)  # the common case first: pjrt inputs, as recorded
+        if out is not None:
+            return out
         on_cpu = any(_is_cpu_tensor(a) and a.dim() > 0 for a in args) and not any(
             isinstance(a, torch.Tensor) and a.device.type == "pjrt" for a in args)
         if on_cpu:
             dev = _device.device()
             moved = [a.to(dev) if _is_cpu_tensor(a) else a for a in args]
-            outs = gm(*moved)
-            _device.sync()
+            outs = run_on_device(moved)
             return _map_tensors(outs, lambda t: t.cpu() if t.device.type == "pjrt" else t)
-        outs = gm(*args)
-        _device.sync()  # one program per compiled graph, launched asynchronously
-        return outs
+        return traced(args)
 
     def boxed(args):
+        t0 = time.perf_counter_ns()
         a = list(args)
         args.clear()
-        return run(*a)
+        out = run(a)
+        _calls[0] += 1
+        _calls[1] += time.perf_counter_ns() - t0
+        return out
 
     boxed._boxed_call = True  # AOTAutograd's boxed calling convention: args as one list
     return boxed
+
+
+# Whether compiled graphs replay their recorded program (bench and tests turn
+# it off to compare with tracing every call).
+replay = True
+# Calls of compiled graphs and the nanoseconds spent in them (entry to
+# return of the backend's function; Dynamo guards and AOTAutograd's
+# wrappers excluded); see call_stats().
+_calls = [0, 0]
+# Why graphs could not be recorded for replay, with counts.
+_refusals: dict = {}
+
+
+def call_stats(reset: bool = False) -> dict:
+    """``{"calls": n, "seconds": s, "refusals": {reason: count}}`` of the
+    compiled graphs' calls so far (the backend's own time per call is
+    seconds / calls); ``reset=True`` starts counting anew."""
+    out = {"calls": _calls[0], "seconds": _calls[1] / 1e9, "refusals": dict(_refusals)}
+    if reset:
+        _calls[0] = _calls[1] = 0
+        _refusals.clear()
+    return out
 
 
 def _map_tensors(x, fn):
@@ -130,8 +211,12 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence):
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
+    # keep_inference_input_mutations: in-place updates of inputs (BatchNorm's
+    # running statistics, a compiled optimizer's parameters) stay in the
+    # program, which donates the inputs' buffers to their new values.
     return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                        decompositions=core_aten_decompositions())(gm, example_inputs)
+                        decompositions=core_aten_decompositions(),
+                        keep_inference_input_mutations=True)(gm, example_inputs)
 
 
 def register() -> None:

@@ -14,9 +14,9 @@ PROGRAM = (
 )
 
 
-def run(cache_dir, via_api=False):
+def run(cache_dir, via_api=False, **extra_env):
     code = PROGRAM
-    env = {"TORCH_PJRT_CACHE_DIR": str(cache_dir)}
+    env = {"TORCH_PJRT_CACHE_DIR": str(cache_dir), **extra_env}
     if via_api:
         code = f"import torch_pjrt; torch_pjrt.runtime.initialize_cache({str(cache_dir)!r})\n" + PROGRAM
         env = {"TORCH_PJRT_CACHE_DIR": None}
@@ -42,6 +42,17 @@ def test_second_process_compiles_nothing(tmp_path):
     v2, compiles2, disk2, _ = run(tmp_path)
     assert compiles2 == 0 and disk2 == 1
     assert v1 == v2
+
+
+def test_xla_flags_are_part_of_the_disk_key(tmp_path):
+    # The plugin compiles differently under other XLA_FLAGS: a program
+    # compiled under one setting is never loaded under another.
+    _, compiles1, _, _ = run(tmp_path, XLA_FLAGS=None)
+    _, compiles2, disk2, _ = run(tmp_path, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    assert compiles1 == 1 and compiles2 == 1 and disk2 == 0
+    _, compiles3, disk3, _ = run(tmp_path, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    assert compiles3 == 0 and disk3 == 1
+    assert len({os.path.dirname(e) for e in entries(tmp_path)}) == 2
 
 
 def test_initialize_cache_api(tmp_path):

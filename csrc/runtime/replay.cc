@@ -1,0 +1,370 @@
+// Recording the program a traced graph launched, and replaying it on new
+// inputs (runtime/replay.h).
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "pjrt/error.h"
+#include "runtime/dtype_map.h"
+#include "runtime/runtime.h"
+
+namespace tpj::runtime {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& inputs) {
+  TraceScope scope;
+  global_id(device);
+  Trace& t = traces_[device];
+  // The recorded program must be the graph's alone: earlier pending work
+  // (inputs computed lazily, e.g. by an optimizer step) launches first.
+  if (t.rng_pending || !t.pending.empty()) SyncDevice(device);
+  RecordingStart start;
+  start.device = device;
+  for (Storage* s : inputs) {
+    if (s && s->device_ != device) {
+      throw pjrt::Error(pjrt::Code::kInvalidArgument, "expected all tensors to be on pjrt:" +
+                                                          std::to_string(device) + ", found one on pjrt:" +
+                                                          std::to_string(s->device_));
+    }
+    if (s && (!s->outcome_ || s->outcome_->error.empty())) Materialize(*s);  // lost values raise when read
+    start.buffers.push_back(s ? s->buffer_.get() : nullptr);
+    start.flags.push_back(s && s->outcome_ ? s->outcome_->flag.get() : nullptr);
+    start.nbytes.push_back(s ? s->nbytes_ : 0);
+    start.dtypes.push_back(s && s->dtype_ ? *s->dtype_ : ir::DType::U8);
+  }
+  start.epoch = t.epoch;
+  return start;
+}
+
+std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart& start,
+                                                           const std::vector<Storage*>& inputs,
+                                                           const std::vector<Storage*>& fresh, std::string* why_not) {
+  TraceScope scope;
+  const int device = start.device;
+  Trace& t = traces_.at(device);
+  auto refuse = [&](const std::string& why) -> std::shared_ptr<const ReplayProgram> {
+    *why_not = why;
+    SyncDevice(device);
+    return nullptr;
+  };
+  if (t.replicas > 1) return refuse("the device runs replicated programs");
+  if (t.epoch != start.epoch) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
+  if (t.pending.empty() && !t.rng_pending) return refuse("the graph computes nothing on the device");
+  if (inputs.size() != start.buffers.size()) return refuse("the inputs changed");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Storage* s = inputs[i];
+    if (!s) continue;
+    if (s->nbytes_ != start.nbytes[i] || !s->dtype_ || *s->dtype_ != start.dtypes[i]) {
+      return refuse("the graph resizes or retypes an input's storage");
+    }
+  }
+  SyncCapture capture;
+  capture_ = &capture;
+  try {
+    SyncDevice(device);
+  } catch (...) {
+    capture_ = nullptr;
+    throw;
+  }
+  capture_ = nullptr;
+  if (!capture.executable) {
+    *why_not = "nothing was launched";
+    return nullptr;
+  }
+
+  auto p = std::make_shared<ReplayProgram>();
+  p->device = device;
+  p->executable = capture.executable;
+  std::unordered_map<const pjrt::Buffer*, int> by_buffer, by_flag;
+  std::unordered_map<const Storage*, int> by_storage;
+  p->inputs.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ReplayProgram::Input& in = p->inputs[i];
+    Storage* s = inputs[i];
+    if (!s) continue;
+    in.storage = true;
+    in.nbytes = start.nbytes[i];
+    in.dtype = start.dtypes[i];
+    auto [it, inserted] = by_storage.emplace(s, static_cast<int>(i));
+    if (!inserted) in.same_as = it->second;
+    if (start.buffers[i]) by_buffer.emplace(start.buffers[i], static_cast<int>(i));
+    if (start.flags[i]) by_flag.emplace(start.flags[i], static_cast<int>(i));
+  }
+  std::unordered_map<const pjrt::Buffer*, int> flag_arg;
+  for (size_t k = 0; k < capture.args.size(); ++k) {
+    ReplayProgram::Arg a;
+    const pjrt::Buffer* b = capture.args[k].get();
+    a.donated = capture.donated[k];
+    if (auto it = by_buffer.find(b); it != by_buffer.end()) {
+      a.source = ReplayProgram::Source::kInput;
+      a.input = it->second;
+    } else if (auto f = by_flag.find(b); f != by_flag.end()) {
+      a.source = ReplayProgram::Source::kFlag;
+      a.input = f->second;
+      flag_arg.emplace(b, static_cast<int>(k));
+    } else if (b == capture.rng_param) {
+      a.source = ReplayProgram::Source::kRng;
+    } else {
+      a.source = ReplayProgram::Source::kConst;
+      a.constant = capture.args[k];
+      if (a.donated) {
+        *why_not = "the program reuses the buffer of a tensor that is not an input";
+        return nullptr;
+      }
+    }
+    p->args.push_back(std::move(a));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!start.flags[i]) continue;
+    auto it = flag_arg.find(start.flags[i]);
+    p->inputs[i].flag_arg = it == flag_arg.end() ? ReplayProgram::kFlagUnread : it->second;
+  }
+  std::unordered_map<const Storage*, int> fresh_index;
+  for (size_t k = 0; k < fresh.size(); ++k) fresh_index.emplace(fresh[k], static_cast<int>(k));
+  p->results.resize(capture.num_outputs);
+  p->fresh.assign(fresh.size(), ir::DType::U8);
+  std::vector<bool> fresh_written(fresh.size(), false);
+  for (const auto& [s, o] : capture.writes) {
+    if (auto it = by_storage.find(s); it != by_storage.end()) {
+      p->results[o].push_back({ReplayProgram::Target::kInput, it->second});
+    } else if (auto f = fresh_index.find(s); f != fresh_index.end()) {
+      p->results[o].push_back({ReplayProgram::Target::kFresh, f->second});
+      p->fresh[static_cast<size_t>(f->second)] = *s->dtype_;
+      fresh_written[static_cast<size_t>(f->second)] = true;
+    } else {
+      *why_not = "the graph writes a tensor that is neither an input nor an output";
+      return nullptr;
+    }
+  }
+  if (std::find(fresh_written.begin(), fresh_written.end(), false) != fresh_written.end()) {
+    *why_not = "an output of the graph is not computed by the program";
+    return nullptr;
+  }
+  if (capture.rng_output != SIZE_MAX) p->results[capture.rng_output].push_back({ReplayProgram::Target::kRng, -1});
+  if (capture.check_output != SIZE_MAX) {
+    p->results[capture.check_output].push_back({ReplayProgram::Target::kFlag, -1});
+    p->checked = true;
+  }
+  Metrics::Get().Add("replay_recordings");
+  return p;
+}
+
+bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh) {
+  // Not a TraceScope: a replay traces no op (traced_ops counts ATen ops).
+  struct Unlock {
+    Runtime& rt;
+    std::unique_lock<std::recursive_mutex> lock;
+    ~Unlock() {
+      lock.unlock();
+      try {
+        rt.ReportDeferred();  // of a sync of pending inputs
+      } catch (...) {        // a destructor must not throw; the reasons are reported by the next trace
+      }
+    }
+  } scope{*this, std::unique_lock<std::recursive_mutex>(mu_)};
+  auto t0 = std::chrono::steady_clock::now();
+  Metrics& m = Metrics::Get();
+  Trace& t = traces_.at(p.device);
+  if (t.replicas > 1 || inputs.size() != p.inputs.size() || fresh.size() != p.fresh.size()) return false;
+  // The storages, as recorded: the same sizes, the same aliasing between inputs.
+  bool pending = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ReplayProgram::Input& in = p.inputs[i];
+    Storage* s = inputs[i];
+    if (in.storage != (s != nullptr)) return false;
+    if (!s) continue;
+    if (s->device_ != p.device || s->nbytes_ != in.nbytes) return false;
+    if (in.same_as >= 0) {
+      if (inputs[static_cast<size_t>(in.same_as)] != s) return false;
+    } else {
+      for (size_t j = 0; j < i; ++j) {
+        if (inputs[j] == s) return false;
+      }
+    }
+    pending = pending || s->pending_;
+  }
+  bool uses_rng = false;
+  for (const ReplayProgram::Arg& a : p.args) uses_rng = uses_rng || a.source == ReplayProgram::Source::kRng;
+  if (pending || (uses_rng && t.rng_pending)) SyncDevice(p.device);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Storage* s = inputs[i];
+    if (!s) continue;
+    RaiseIfLost(*s);
+    if (!s->dtype_) s->dtype_ = p.inputs[i].dtype;
+    if (*s->dtype_ != p.inputs[i].dtype) return false;
+    if (!s->buffer_) Materialize(*s);
+  }
+  // Arguments.
+  std::vector<pjrt::Buffer*> args(p.args.size(), nullptr);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Storage* s = inputs[i];
+    if (!s) continue;
+    const pjrt::Buffer* flag = s->outcome_ ? s->outcome_->flag.get() : nullptr;
+    const int fa = p.inputs[i].flag_arg;
+    if (flag == nullptr || fa == ReplayProgram::kFlagUnread) continue;
+    if (fa == ReplayProgram::kNoFlag) return false;  // a check the program would not honour
+    pjrt::Buffer*& slot = args[static_cast<size_t>(fa)];
+    if (slot != nullptr && slot != flag) return false;
+    slot = s->outcome_->flag.get();
+  }
+  for (size_t k = 0; k < p.args.size(); ++k) {
+    const ReplayProgram::Arg& a = p.args[k];
+    switch (a.source) {
+      case ReplayProgram::Source::kInput: {
+        const DeviceBuffer& b = inputs[static_cast<size_t>(a.input)]->buffer_;
+        // A donated buffer must be this storage's alone (a pending trace or
+        // another storage that holds it would read freed memory).
+        if (a.donated && b.use_count() != 1) return false;
+        args[k] = b.get();
+        break;
+      }
+      case ReplayProgram::Source::kFlag:
+        if (args[k] == nullptr) {
+          if (zero_flags_.size() <= static_cast<size_t>(p.device)) zero_flags_.resize(traces_.size());
+          DeviceBuffer& zero = zero_flags_[static_cast<size_t>(p.device)];
+          if (!zero) {
+            const int32_t z = 0;
+            zero = Upload(&z, ir::DType::I32, {}, p.device);
+          }
+          args[k] = zero.get();
+        }
+        break;
+      case ReplayProgram::Source::kRng:
+        if (!t.rng_buffer) {
+          const uint64_t key[2] = {t.seed, 0};
+          t.rng_buffer = Upload(key, ir::DType::U64, {2}, p.device);
+        }
+        if (a.donated && t.rng_buffer.use_count() != 1) return false;
+        args[k] = t.rng_buffer.get();
+        break;
+      case ReplayProgram::Source::kConst:
+        args[k] = a.constant.get();
+        break;
+    }
+  }
+  std::vector<std::unique_ptr<pjrt::Buffer>> outs;
+  try {
+    if (launch_log_) LogLaunch(p.device, p.executable, args);
+    auto t1 = std::chrono::steady_clock::now();
+    outs = p.executable->Execute(args);
+    m.AddTime("execute_launch", Seconds(t1));
+  } catch (...) {
+    // As a failed sync: what the program would have written is lost.
+    std::string what = "unknown error";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    auto lost = std::make_shared<Outcome>();
+    lost->error = "the value of this pjrt tensor was lost: the program computing it failed to run (" + what +
+                  "). Compute it again (after freeing memory, if it was an out-of-memory error).";
+    for (const auto& rs : p.results) {
+      for (const ReplayProgram::Result& r : rs) {
+        if (r.target == ReplayProgram::Target::kInput) inputs[static_cast<size_t>(r.index)]->outcome_ = lost;
+      }
+    }
+    throw;
+  }
+  m.Add("executions");
+  m.Add("replays");
+  std::shared_ptr<Outcome> outcome;
+  std::vector<DeviceBuffer> results(outs.size());
+  for (size_t o = 0; o < outs.size(); ++o) results[o] = DeviceBuffer(std::move(outs[o]));
+  if (p.checked) {
+    outcome = std::make_shared<Outcome>();
+    for (size_t o = 0; o < p.results.size(); ++o) {
+      for (const ReplayProgram::Result& r : p.results[o]) {
+        if (r.target == ReplayProgram::Target::kFlag) outcome->flag = results[o];
+      }
+    }
+    t.unverified.push_back(outcome);
+  }
+  int64_t donated = 0;
+  for (const ReplayProgram::Arg& a : p.args) donated += a.donated ? 1 : 0;
+  if (donated) m.Add("donated_buffers", donated);
+  for (size_t o = 0; o < p.results.size() && o < results.size(); ++o) {
+    for (const ReplayProgram::Result& r : p.results[o]) {
+      Storage* s = nullptr;
+      switch (r.target) {
+        case ReplayProgram::Target::kInput:
+          s = inputs[static_cast<size_t>(r.index)];
+          break;
+        case ReplayProgram::Target::kFresh:
+          s = fresh[static_cast<size_t>(r.index)];
+          s->dtype_ = p.fresh[static_cast<size_t>(r.index)];
+          break;
+        case ReplayProgram::Target::kRng:
+          t.rng_buffer = results[o];
+          break;
+        case ReplayProgram::Target::kFlag:
+          break;
+      }
+      if (!s) continue;
+      s->buffer_ = results[o];
+      s->replicas_.clear();
+      s->outcome_ = outcome;
+    }
+  }
+  if (!results.empty()) TrackLaunch(t, results.front());
+  m.AddTime("replay", Seconds(t0));
+  return true;
+}
+
+void Runtime::StartLaunchLog() {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  launch_log_ = std::make_unique<std::vector<LoggedLaunch>>();
+}
+
+void Runtime::LogLaunch(int device, const std::shared_ptr<pjrt::Executable>& exe,
+                        const std::vector<pjrt::Buffer*>& args) {
+  LoggedLaunch l{exe, device, {}};
+  for (const pjrt::Buffer* b : args) l.args.push_back({b->element_type(), b->dims()});
+  launch_log_->push_back(std::move(l));
+}
+
+double Runtime::ExecuteLoggedPrograms(int iterations) {
+  std::vector<LoggedLaunch> log;
+  {
+    std::lock_guard<std::recursive_mutex> l(mu_);
+    if (launch_log_) log.swap(*launch_log_);
+    launch_log_.reset();
+  }
+  if (log.empty() || iterations < 1) return 0.0;
+  double total = 0.0;
+  for (int it = 0; it < iterations; ++it) {
+    std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> args(log.size());
+    for (size_t k = 0; k < log.size(); ++k) {
+      for (const pjrt::ArgSpec& a : log[k].args) {
+        int64_t numel = 1;
+        for (int64_t d : a.dims) numel *= d;
+        std::vector<uint8_t> zeros(static_cast<size_t>(numel) * ir::ByteSize(FromPjrt(a.type)), 0);
+        args[k].push_back(client_->BufferFromHost(zeros.data(), a.type, a.dims, global_id(log[k].device)));
+      }
+    }
+    for (auto& as : args) {
+      for (auto& b : as) b->AwaitReady();
+    }
+    std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> outs;
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t k = 0; k < log.size(); ++k) {
+      std::vector<pjrt::Buffer*> raw;
+      for (auto& b : args[k]) raw.push_back(b.get());
+      outs.push_back(log[k].executable->Execute(raw));
+    }
+    for (auto& os : outs) {
+      for (auto& b : os) b->AwaitReady();
+    }
+    total += Seconds(t0);
+  }
+  return total / iterations;
+}
+
+}  // namespace tpj::runtime

@@ -1,0 +1,72 @@
+// Replaying a recorded program: a graph that torch.compile hands the backend
+// is traced once (the lazy path), and the program its sync launched is
+// recorded as a function of the graph's input storages. Later calls run that
+// executable directly on the inputs' buffers: no tracing, no IR, no hashing.
+//
+// A recording says, for each program argument, where its buffer comes from
+// (an input storage, the check flag of an input's last program, the
+// device's random state, or a constant such as a cached scalar), and for
+// each program result which storage it becomes (an input written in place,
+// a fresh storage of a graph output, the random state, the check flag).
+// Runtime::Replay checks what it relies on and returns false, launching
+// nothing, when the call does not match the recording; the caller then
+// traces again (and records anew).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "pjrt/executable.h"
+#include "runtime/storage.h"
+
+namespace tpj::runtime {
+
+struct ReplayProgram {
+  enum class Source { kInput, kFlag, kRng, kConst };
+  struct Arg {
+    Source source = Source::kConst;
+    int input = -1;         // kInput, kFlag: the input it reads
+    DeviceBuffer constant;  // kConst
+    bool donated = false;   // the program reuses this buffer for a result
+  };
+  // What the program's input flags were when recorded.
+  static constexpr int kNoFlag = -1;       // the input had no check flag: one now means trace again
+  static constexpr int kFlagUnread = -2;   // it had one the program did not read
+  struct Input {
+    bool storage = false;  // a pjrt storage (else a value the caller checks)
+    int same_as = -1;      // an earlier input with the same storage, or -1 (distinct from all earlier)
+    size_t nbytes = 0;
+    ir::DType dtype = ir::DType::F32;
+    int flag_arg = kNoFlag;  // the argument its check flag feeds, or kNoFlag / kFlagUnread
+  };
+  enum class Target { kInput, kFresh, kRng, kFlag };
+  struct Result {
+    Target target;
+    int index = -1;  // kInput: input index; kFresh: fresh storage index
+  };
+
+  int device = 0;
+  std::shared_ptr<pjrt::Executable> executable;
+  std::vector<Arg> args;                   // per program argument
+  std::vector<Input> inputs;               // per graph input
+  std::vector<std::vector<Result>> results;  // per program result: the storages it becomes
+  std::vector<ir::DType> fresh;            // dtype of each fresh storage
+  bool checked = false;                    // one result is the check flag
+};
+
+// What BeginRecording saw of the inputs before the trace: their buffers and
+// check flags (an in-place write drops a storage's flag), and the trace epoch
+// (a sync during the trace, e.g. a CPU fallback, makes the call unrecordable).
+struct RecordingStart {
+  int device = 0;
+  int64_t epoch = 0;
+  std::vector<const pjrt::Buffer*> buffers;  // per input (null for non-storages)
+  std::vector<const pjrt::Buffer*> flags;
+  std::vector<size_t> nbytes;
+  std::vector<ir::DType> dtypes;
+};
+
+}  // namespace tpj::runtime

@@ -1,0 +1,229 @@
+"""torch.compile(backend="pjrt") replays the recorded program of each graph:
+results equal the traced path (dropout's random stream, BatchNorm's in-place
+statistics, checks compiled into the program), calls that do not match the
+recording are traced again, and the program count per steady training step
+stays what it is (counters of the runtime: programs, compiles, transfers)."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_pjrt
+from torch_pjrt import dynamo as pjrt_dynamo
+
+DEV = torch_pjrt.device()
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    pjrt_dynamo.replay = True
+    yield
+    pjrt_dynamo.replay = True
+    torch._dynamo.reset()
+
+
+class Net(nn.Module):
+    """Linear, BatchNorm (running statistics: input mutations), dropout (random)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.bn = nn.BatchNorm1d(32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(F.dropout(torch.relu(self.bn(self.fc1(x))), 0.25, self.training))
+
+
+def _data(n=4):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(n)]
+
+
+def _train(replay, steps=6, compile_step=False):
+    """Losses, final weights and BN statistics of a compiled training loop."""
+    torch._dynamo.reset()
+    pjrt_dynamo.replay = replay
+    torch.manual_seed(0)
+    model = Net().to(DEV)
+    torch_pjrt.manual_seed(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    cm = torch.compile(model, backend="pjrt")
+    opt_step = torch.compile(opt.step, backend="pjrt") if compile_step else opt.step
+    data = [(x.to(DEV), y.to(DEV)) for x, y in _data()]
+    losses = []
+    for s in range(steps):
+        x, y = data[s % len(data)]
+        loss = F.cross_entropy(cm(x), y)
+        loss.backward()
+        opt_step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+        losses.append(loss.detach())
+    state = {k: v.cpu() for k, v in model.state_dict().items()}
+    return [float(l.cpu()) for l in losses], state
+
+
+def test_replay_equals_tracing_every_call():
+    torch_pjrt.metrics.reset()
+    losses, state = _train(replay=True)
+    c = torch_pjrt.metrics.counters()
+    # Steps 1-3 record again as check flags appear on the parameters (the loss has an
+    # index check; the optimizer passes it on); from then on every call replays.
+    assert c.get("replays", 0) >= 2 * 3
+    ref_losses, ref_state = _train(replay=False)
+    assert losses == ref_losses  # bitwise: the same programs on the same buffers, the same random stream
+    for k in ref_state:
+        assert torch.equal(state[k], ref_state[k]), k
+    assert int(state["bn.num_batches_tracked"]) == 6
+
+
+def test_compiled_optimizer_step_replays_too():
+    losses, state = _train(replay=True, compile_step=True)
+    ref_losses, ref_state = _train(replay=False)
+    for a, b in zip(losses, ref_losses):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    for k in ref_state:
+        assert torch.allclose(state[k], ref_state[k], rtol=1e-5, atol=1e-6), k
+
+
+def _steady_counts(compile_model, compile_step, steps=3):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Net().to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    fwd = torch.compile(model, backend="pjrt") if compile_model else model
+    opt_step = torch.compile(opt.step, backend="pjrt") if compile_step else opt.step
+    x, y = (t.to(DEV) for t in _data(1)[0])
+
+    def step():
+        loss = F.cross_entropy(fwd(x), y)
+        loss.backward()
+        opt_step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+        return loss
+
+    for _ in range(3):  # first step, momentum buffers created, then steady
+        step()
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    pjrt_dynamo.call_stats(reset=True)
+    for _ in range(steps):
+        loss = step()
+    torch_pjrt.sync(wait=True)
+    c = torch_pjrt.metrics.counters()
+    per = lambda k: c.get(k, 0) / steps
+    loss.cpu()
+    return {k: per(k) for k in ("executions", "replays", "compiles", "cache_hits", "traced_ops", "bytes_to_device",
+                                "bytes_to_host")}
+
+
+# Host transfers per steady step: nothing is uploaded; the only bytes read
+# back are the check flags (one i32 per program with checks), read by the
+# final sync(wait=True).
+
+
+def test_steady_step_lazy_is_one_program():
+    c = _steady_counts(compile_model=False, compile_step=False)
+    assert c["executions"] == 1 and c["replays"] == 0 and c["compiles"] == 0
+    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
+    assert c["traced_ops"] > 50  # the whole step is traced
+
+
+def test_steady_step_compiled_model_replays_forward_and_backward():
+    c = _steady_counts(compile_model=True, compile_step=False)
+    # forward and backward replayed; two lazy programs: the loss and its
+    # gradient (traced outside the compiled model, launched when the backward
+    # reads them) and the optimizer (launched by the step's sync)
+    assert c["executions"] == 4 and c["replays"] == 2 and c["compiles"] == 0
+    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
+    lazy = _steady_counts(compile_model=False, compile_step=False)["traced_ops"]
+    assert c["traced_ops"] < lazy  # the model's ops are no longer traced
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+
+
+def test_steady_step_compiled_optimizer_is_replayed():
+    c = _steady_counts(compile_model=True, compile_step=True)
+    # forward, backward and optimizer replayed; the loss one lazy program
+    assert c["executions"] == 4 and c["replays"] == 3 and c["compiles"] == 0
+    assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
+    assert c["traced_ops"] < 10  # the loss alone
+
+
+def test_input_view_at_another_offset_is_traced_again():
+    f = torch.compile(lambda a: a * 2 + 1, backend="pjrt", dynamic=False)
+    base = torch.arange(12.0).to(DEV)
+    for _ in range(3):
+        assert torch.equal(f(base[:4]).cpu(), torch.arange(4.0) * 2 + 1)
+    # Dynamo does not guard storage offsets: the replay must not read base[0:4]
+    got = f(base[4:8]).cpu()
+    assert torch.equal(got, torch.arange(4.0, 8.0) * 2 + 1)
+
+
+def test_input_written_lazily_before_the_call_is_read_updated():
+    f = torch.compile(lambda a: a.sum(0), backend="pjrt")
+    a = torch.ones(3, 2).to(DEV)
+    for _ in range(2):
+        f(a)
+    a.mul_(3)  # pending when the replayed call starts
+    assert torch.equal(f(a).cpu(), torch.full((2,), 9.0))
+
+
+def test_in_place_update_of_an_input_is_donated_on_replay():
+    @torch.compile(backend="pjrt")
+    def update(p, g):
+        with torch.no_grad():
+            p.sub_(0.5 * g)
+
+    p = torch.zeros(64).to(DEV)
+    g = torch.ones(64).to(DEV)
+    for _ in range(3):
+        update(p, g)
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    update(p, g)
+    c = torch_pjrt.metrics.counters()
+    assert c.get("replays") == 1 and c.get("donated_buffers") == 1
+    assert torch.equal(p.cpu(), torch.full((64,), -2.0))
+
+
+def test_checks_compiled_into_the_program_hold_on_replay():
+    emb = nn.Embedding(10, 4).to(DEV)
+    f = torch.compile(lambda i: emb(i) * 2, backend="pjrt")
+    ok = torch.tensor([1, 2, 3]).to(DEV)
+    with torch.no_grad():
+        for _ in range(3):
+            f(ok).cpu()
+        torch_pjrt.metrics.reset()
+        out = f(torch.tensor([1, 12, 3]).to(DEV))
+        assert torch_pjrt.metrics.counters().get("replays") == 1
+        with pytest.raises(IndexError):
+            out.cpu()
+
+
+def test_compiled_adamw_replays_with_capturable_step_counters():
+    # AdamW's step counters are CPU tensors unless capturable=True (Dynamo
+    # sets it only for CUDA/XPU); CPU inputs make a graph trace every call.
+    def run(compiled):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = nn.Linear(8, 4).to(DEV)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True)
+        step = torch.compile(opt.step, backend="pjrt") if compiled else opt.step
+        x = torch.randn(4, 8).to(DEV)
+        for _ in range(5):
+            m(x).square().sum().backward()
+            step()
+            opt.zero_grad()
+            torch_pjrt.sync()
+        return m.weight.detach().cpu()
+
+    pjrt_dynamo.call_stats(reset=True)
+    torch_pjrt.metrics.reset()
+    got = run(True)
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+    assert torch_pjrt.metrics.counters().get("replays", 0) >= 3
+    assert torch.allclose(got, run(False), rtol=1e-5, atol=1e-6)
