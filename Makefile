@@ -22,6 +22,10 @@ BUILD         ?= build-$(notdir $(abspath $(VENV)))
 PKG_ROOT      := $(ROOT)/$(BUILD)/python
 endif
 PYENV         := $(if $(PKG_ROOT),PYTHONPATH=$(PKG_ROOT))
+# The editable install's import hook maps the package to the files it was
+# given: for another venv, the links in PKG_ROOT (else it would load the
+# source tree's _C, built for another torch).
+EDITABLE_ARGS := $(if $(PKG_ROOT),-C "wheel.packages=$(BUILD)/python/torch_pjrt;$(BUILD)/python/_torch_pjrt_autoload.py")
 
 .PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak models conformance conformance-special conformance-out clean test-install \
   plugin-venv test-plugin test-plugins bench-plugin bench-plugins
@@ -96,8 +100,9 @@ build: deps system-deps $(BUILD)/build.ninja
 	    case $$f in */_build_info.py) ;; *) ln -s $(ROOT)/$$f $(PKG_ROOT)/torch_pjrt/ ;; esac; \
 	  done; \
 	fi
-	@$(PYENV) $(VPY) -c "import importlib.metadata as m, torch_pjrt as t; assert m.version('torch-pjrt') == t.__version__" \
-	  2>/dev/null || $(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+	@$(PYENV) $(VPY) -c "import importlib.metadata as m, torch_pjrt as t; assert m.version('torch-pjrt') == t.__version__; \
+	  assert t.__file__.startswith('$(or $(PKG_ROOT),$(ROOT)/python)/'), t.__file__" \
+	  2>/dev/null || $(VPY) -m pip install -q --no-build-isolation --no-deps -e . $(EDITABLE_ARGS)
 	@$(PYENV) $(VPY) -c "import torch, torch_pjrt._C as c; print('make build: torch', torch.__version__, '->', c.__file__)"
 
 test-cpp: build
