@@ -62,8 +62,8 @@ def test_cholesky_batched_forward_backward(upper):
     compare(lambda x: torch.linalg.cholesky((x + x.mT) / 2, upper=upper), a)
 
 
-# torch 2.15 removed torch.cholesky (deprecated since 1.9): it raises before dispatch.
-HAS_OLD_CHOLESKY = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 15)
+# torch 2.14 removed torch.cholesky (deprecated since 1.9): it raises before dispatch.
+HAS_OLD_CHOLESKY = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 14)
 
 
 def test_cholesky_float64_and_old_api():
