@@ -4,11 +4,28 @@
 
 PYTHON        ?= python3
 VENV          ?= .venv
-BUILD         ?= build
 TORCH_VERSION ?= 2.13.0
-VPY           := $(VENV)/bin/python
+VPY           := $(abspath $(VENV))/bin/python
 ROOT          := $(abspath .)
-export PATH   := $(ROOT)/$(VENV)/bin:$(PATH)
+export PATH   := $(abspath $(VENV))/bin:$(PATH)
+# Another venv (another torch: `make test VENV=/work/venv215 TORCH_VERSION=2.15.0`)
+# builds in a directory of its own, build-<venv name>, and its _C goes into
+# PKG_ROOT=$(BUILD)/python/torch_pjrt next to links to the package's .py files
+# (as make test-asan does), so that builds for different torch versions never
+# replace each other's python/torch_pjrt/_C*.so. Its Python runs with
+# PYTHONPATH=$(PKG_ROOT). The default venv keeps build/ and the source tree.
+ifeq ($(abspath $(VENV)),$(ROOT)/.venv)
+BUILD         ?= build
+PKG_ROOT      :=
+else
+BUILD         ?= build-$(notdir $(abspath $(VENV)))
+PKG_ROOT      := $(ROOT)/$(BUILD)/python
+endif
+PYENV         := $(if $(PKG_ROOT),PYTHONPATH=$(PKG_ROOT))
+# The editable install's import hook maps the package to the files it was
+# given: for another venv, the links in PKG_ROOT (else it would load the
+# source tree's _C, built for another torch).
+EDITABLE_ARGS := $(if $(PKG_ROOT),-C "wheel.packages=$(BUILD)/python/torch_pjrt;$(BUILD)/python/_torch_pjrt_autoload.py")
 
 .PHONY: help deps system-deps build test test-cpp test-python test-asan demo bench soak models conformance conformance-special conformance-out clean test-install \
   plugin-venv test-plugin test-plugins bench-plugin bench-plugins
@@ -16,6 +33,8 @@ export PATH   := $(ROOT)/$(VENV)/bin:$(PATH)
 help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
 	@echo "make test       set up, build, run the C++ (CTest) and Python (pytest) tests"
+	@echo "make test VENV=<venv> TORCH_VERSION=<version>  the same against another torch (README, compatibility):"
+	@echo "                a fresh venv gets torch==<version>; the build goes to build-<venv name>"
 	@echo "make test-asan  C++ tests and the device/views/ops/faults Python tests under ASan+UBSan"
 	@echo "                (own build in $(BUILD)-asan; ~12 min on 2 cores from cold, ~6.5 with ccache; not in make test)"
 	@echo "make test-install  pip-install the checkout (or its sdist: INSTALL_FROM=sdist) into a fresh venv in"
@@ -41,9 +60,13 @@ $(VPY):
 
 # torch is installed only when missing: we build against whatever torch 2.x
 # is there. An unpinned `pip install torch` would pull a multi-GB CUDA build.
+# The requirements are installed with the venv's torch pinned, so that pip
+# never replaces it (a pip configuration that caps torch below it makes pip
+# fail instead: lift the cap for that one command, PIP_CONSTRAINT=/dev/null).
 $(VENV)/.deps-stamp: requirements.txt | $(VPY)
 	$(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install "torch==$(TORCH_VERSION)"
-	$(VPY) -m pip install -r requirements.txt
+	$(VPY) -m pip install -r requirements.txt \
+	  "torch==$$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VPY) -c 'import torch; print(torch.__version__.split("+")[0])')"
 	touch $@
 
 deps: $(VENV)/.deps-stamp
@@ -62,8 +85,8 @@ system-deps:
 SITE = $(shell $(VPY) -c "import site; print(site.getsitepackages()[0])")
 
 $(BUILD)/build.ninja: CMakeLists.txt tests/cpp/CMakeLists.txt | deps system-deps
-	cmake -S . -B $(BUILD) -G Ninja -DPython3_EXECUTABLE=$(ROOT)/$(VPY) \
-	  -DTPJ_TEST_SEARCH_PATH=$(SITE) \
+	cmake -S . -B $(BUILD) -G Ninja -DPython3_EXECUTABLE=$(VPY) \
+	  $(if $(PKG_ROOT),-DTPJ_PYTHON_DIR=$(PKG_ROOT)/torch_pjrt) -DTPJ_TEST_SEARCH_PATH=$(SITE) \
 	  -DTPJ_REFERENCE_HEADER=$(SITE)/xla_plugins/xla_cpu_pjrt/include/pjrt_c_api.h
 
 # The package is installed editable (scikit-build-core, pyproject.toml) over
@@ -72,14 +95,22 @@ $(BUILD)/build.ninja: CMakeLists.txt tests/cpp/CMakeLists.txt | deps system-deps
 # the package, its entry points and metadata, once per version.
 build: deps system-deps $(BUILD)/build.ninja
 	cmake --build $(BUILD)
-	@$(VPY) -c "import importlib.metadata as m, torch_pjrt as t; assert m.version('torch-pjrt') == t.__version__" \
-	  2>/dev/null || $(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+	@if [ -n "$(PKG_ROOT)" ]; then \
+	  find $(PKG_ROOT) -type l -delete && ln -s $(ROOT)/python/_torch_pjrt_autoload.py $(PKG_ROOT)/ && \
+	  for f in python/torch_pjrt/*.py; do \
+	    case $$f in */_build_info.py) ;; *) ln -s $(ROOT)/$$f $(PKG_ROOT)/torch_pjrt/ ;; esac; \
+	  done; \
+	fi
+	@$(PYENV) $(VPY) -c "import importlib.metadata as m, torch_pjrt as t; assert m.version('torch-pjrt') == t.__version__; \
+	  assert t.__file__.startswith('$(or $(PKG_ROOT),$(ROOT)/python)/'), t.__file__" \
+	  2>/dev/null || $(VPY) -m pip install -q --no-build-isolation --no-deps -e . $(EDITABLE_ARGS)
+	@$(PYENV) $(VPY) -c "import torch, torch_pjrt._C as c; print('make build: torch', torch.__version__, '->', c.__file__)"
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 
 test-python: build
-	$(VPY) -m pytest -q tests/python
+	$(PYENV) $(VPY) -m pytest -q tests/python
 
 test: test-cpp test-python
 
@@ -94,9 +125,10 @@ SAN_LOGS   := $(SAN)/sanitizer-logs
 # Python: the tests of the device, views and in-place ops, the lowerings and
 # the failure paths. Their subprocesses (fresh interpreters, fork, spawn)
 # inherit the environment below and run instrumented too. The whole suite
-# also passes under the sanitizers, but takes 10-17 minutes on 2 cores, and
-# two tests of test_import_safety fail there by design: they need the package
-# to sit in a source checkout (their rebuild hint names `make -C <checkout>`).
+# also passes under the sanitizers, but takes 10-17 minutes on 2 cores. (Two
+# tests of test_import_safety used to fail there: their rebuild hint names
+# `make -C <checkout>`, which the package now finds through its links to the
+# checkout's files; not rerun under the sanitizers since.)
 SAN_PYTESTS := tests/python/test_device.py tests/python/test_views_inplace.py \
   tests/python/test_ops.py tests/python/test_faults.py
 # Runtime options of both runs, each for a reason:
@@ -138,7 +170,7 @@ SAN_PYENV   = PYTHONPATH=$(ROOT)/$(SAN)/python LD_PRELOAD="$(SAN_PRELOAD)" \
 
 test-asan: deps system-deps
 	cmake -S . -B $(SAN) -G Ninja -DTPJ_SANITIZE=ON -DTPJ_PYTHON_DIR=$(ROOT)/$(SAN_PKG) \
-	  -DPython3_EXECUTABLE=$(ROOT)/$(VPY) -DTPJ_TEST_SEARCH_PATH=$(SITE)
+	  -DPython3_EXECUTABLE=$(VPY) -DTPJ_TEST_SEARCH_PATH=$(SITE)
 	cmake --build $(SAN)
 	cd $(SAN) && ASAN_OPTIONS=detect_leaks=1:$(SAN_ASAN) UBSAN_OPTIONS=$(SAN_UBSAN):halt_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(ROOT)/tests/cpp/lsan.supp:print_suppressions=0 \

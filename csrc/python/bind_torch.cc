@@ -36,6 +36,7 @@ py::dict OptionsDict(const runtime::Options& o) {
                   : o.fallback == runtime::FallbackMode::kWarn ? "warn"
                                                                : "allow";
   d["dist_timeout_s"] = o.dist_timeout_s;
+  d["compile_progress_s"] = o.compile_progress_s;
   d["rank"] = o.rank;
   d["world_size"] = o.world_size;
   d["local_rank"] = o.local_rank;

@@ -77,6 +77,10 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
       {"TORCH_PJRT_CHECKS",
        "0 turns off the checks compiled into programs (indices in range, integer divisors non-zero)", "1"},
       {"TORCH_PJRT_DIST_TIMEOUT", "seconds a multi-process collective or rendezvous waits for a peer", "60"},
+      {"TORCH_PJRT_COMPILE_PROGRESS",
+       "seconds after which a running compile is reported on stderr (with its op count and cache key), and again "
+       "when it ends; only with TORCH_PJRT_DEBUG=1 or TORCH_PJRT_LOG_LEVEL=info",
+       "5"},
       {"RANK", "global index of this process (set by the launcher)", "0"},
       {"WORLD_SIZE", "number of processes in the job", "1"},
       {"LOCAL_RANK", "index of this process on its host", "0"},
@@ -130,6 +134,18 @@ Options Options::FromEnvironment() {
     }
     if (used != t.size() || !(o.dist_timeout_s > 0)) Invalid("TORCH_PJRT_DIST_TIMEOUT", t, "a positive number of seconds");
   }
+  o.compile_progress_s = 5;
+  if (const std::string t = Get("TORCH_PJRT_COMPILE_PROGRESS"); !t.empty()) {
+    size_t used = 0;
+    try {
+      o.compile_progress_s = std::stod(t, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != t.size() || !(o.compile_progress_s >= 0)) {
+      Invalid("TORCH_PJRT_COMPILE_PROGRESS", t, "a number of seconds, 0 or more");
+    }
+  }
   o.rank = Int("RANK", 0).value_or(0);
   o.world_size = Int("WORLD_SIZE", 1).value_or(1);
   o.local_rank = Int("LOCAL_RANK", 0).value_or(0);
@@ -140,6 +156,7 @@ Options Options::FromEnvironment() {
   o.torchrun = !Get("TORCHELASTIC_RUN_ID").empty();
   o.plugin_log_level = LogLevel();
   o.xla_flags = Get("XLA_FLAGS");
+  if (!o.debug && o.plugin_log_level != 0) o.compile_progress_s = -1;  // reported only when asked for
   if (o.rank >= o.world_size) {
     throw pjrt::Error(pjrt::Code::kInvalidArgument, "inconsistent launcher environment: RANK=" +
                                                         std::to_string(o.rank) + " with WORLD_SIZE=" +

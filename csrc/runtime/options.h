@@ -29,6 +29,10 @@ struct Options {
   FallbackMode fallback = FallbackMode::kAllow;  // TORCH_PJRT_FALLBACK
   bool checks = true;                            // TORCH_PJRT_CHECKS ("0" turns index/divisor checks off)
   double dist_timeout_s = 60;                    // TORCH_PJRT_DIST_TIMEOUT
+  // A compile still running after this many seconds is reported on stderr,
+  // and again when it ends (TORCH_PJRT_COMPILE_PROGRESS, default 5); only
+  // when TORCH_PJRT_DEBUG is on or TORCH_PJRT_LOG_LEVEL is info: else < 0, never.
+  double compile_progress_s = -1;
   // Topology, as torchrun and torch_pjrt.launch set it.
   int64_t rank = 0;              // RANK
   int64_t world_size = 1;        // WORLD_SIZE: processes in the job

@@ -10,6 +10,7 @@
 #include "ir/hash.h"
 #include "ir/printer.h"
 #include "pjrt/plugin.h"
+#include "runtime/compile_watch.h"
 #include "runtime/dtype_map.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
@@ -127,7 +128,14 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   auto t0 = std::chrono::steady_clock::now();
   const std::string text = ir::PrintStableHlo(g);
   if (!options_.dump_dir.empty()) std::ofstream(options_.dump_dir + "/" + key + ".mlir") << text;
-  std::shared_ptr<pjrt::Executable> exe(runtime::CompileText(*client_, text, options, args));
+  std::shared_ptr<pjrt::Executable> exe;
+  {
+    size_t ops = 0;
+    for (const ir::Node& node : g.nodes) ops += node.op != ir::Op::Parameter;
+    CompileWatch watch(options_.compile_progress_s,
+                       "a program of " + std::to_string(ops) + " ops (cache key " + key + ")");
+    exe.reset(runtime::CompileText(*client_, text, options, args).release());
+  }
   m.AddTime("compile", Seconds(t0));
   m.Add("compiles");
   RecordProgramMemory(*exe);

@@ -29,8 +29,10 @@ class PjrtError(RuntimeError):
 
 
 def _source_tree() -> Optional[str]:
-    """The torch-pjrt checkout this package runs from, if it is one."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """The torch-pjrt checkout this package runs from, if it is one (also
+    through the links to its files that a build for another venv, or the
+    sanitizer build, puts next to its own _C: Makefile, PKG_ROOT)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     return root if os.path.isfile(os.path.join(root, "Makefile")) and os.path.isdir(os.path.join(root, "csrc")) else None
 
 
@@ -49,7 +51,12 @@ def rebuild_hint() -> str:
     (``_build_info.BUILT_BY``, ``SOURCE_DIR``)."""
     root = _source_tree()
     if root:
-        return f"rebuild it against the running torch with `make -C {root} build`, then restart Python"
+        import sys
+
+        # make's default venv is the checkout's .venv; another is named (VENV=).
+        venv = "" if os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(root, ".venv")) else \
+            f" VENV={sys.prefix}"
+        return f"rebuild it against the running torch with `make -C {root} build{venv}`, then restart Python"
     try:
         from torch_pjrt import _build_info
 

@@ -176,13 +176,18 @@ def broadcast_master_param(model: torch.nn.Module) -> None:
         broadcast(t.data if isinstance(t, torch.nn.Parameter) else t, 0)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, **step_kwargs):
-    """All-reduces the gradients (mean over participants), then steps."""
+def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """In place: each gradient of the optimizer's parameters becomes its mean over participants."""
     n = collective_size()
     grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     if n > 1:
         for g in grads:
             all_reduce(g, "sum", 1.0 / n)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, **step_kwargs):
+    """All-reduces the gradients (mean over participants), then steps."""
+    reduce_gradients(optimizer)
     return optimizer.step(**step_kwargs)
 
 
@@ -256,10 +261,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child(local_rank: int, fn: Callable, args: Sequence, env: dict) -> None:
+def _job_env(n: int, master_addr: str, master_port: str) -> dict:
+    """The torchrun environment of a job of ``n`` processes on this host, one
+    device each (what :func:`launch` gives its processes; the Lightning
+    strategy ``pjrt_ddp`` gives its processes the same)."""
+    o = runtime.options()
+    env = {
+        "WORLD_SIZE": str(n),
+        "LOCAL_WORLD_SIZE": str(n),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": master_port,
+        "_TPJ_RANK_BASE": "0",
+    }
+    if o["device"] in ("", "CPU") and o["cpu_device_count"] is None:
+        env["CPU_NUM_DEVICES"] = "1"
+    return env
+
+
+def _enter_job(env: dict, local_rank: int) -> None:
+    """In a started process, before anything opens a device: its place in the job."""
     os.environ.update(env)
     os.environ["RANK"] = str(int(env.get("_TPJ_RANK_BASE", "0")) + local_rank)
     os.environ["LOCAL_RANK"] = str(local_rank)
+
+
+def _child(local_rank: int, fn: Callable, args: Sequence, env: dict) -> None:
+    _enter_job(env, local_rank)
     fn(*args)
     _leave_process_group()
 
@@ -303,16 +331,7 @@ def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, star
     import torch.multiprocessing as mp
 
     n = nprocs or _default_nprocs()
-    env = {
-        "WORLD_SIZE": str(n),
-        "LOCAL_WORLD_SIZE": str(n),
-        "GROUP_RANK": "0",
-        "MASTER_ADDR": o["master_addr"] or "127.0.0.1",
-        "MASTER_PORT": o["master_port"] or str(_free_port()),
-        "_TPJ_RANK_BASE": "0",
-    }
-    if o["device"] in ("", "CPU") and o["cpu_device_count"] is None:
-        env["CPU_NUM_DEVICES"] = "1"
+    env = _job_env(n, o["master_addr"] or "127.0.0.1", o["master_port"] or str(_free_port()))
     try:
         mp.start_processes(_child, args=(fn, tuple(args), env), nprocs=n, join=True, start_method=start_method)
     except mp.ProcessExitedException as e:

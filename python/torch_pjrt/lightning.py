@@ -17,12 +17,17 @@ registers them: the accelerator ``"pjrt"`` and the strategy
   nothing device-specific.
 - Checkpoints are written from CPU copies of the tensors (as Lightning's XLA
   strategy does) and load back onto the device through ``load_state_dict``.
-- One device per process. ``devices=N`` with N > 1 is refused with an error
-  that says what to do: Lightning's multi-device strategies are built on
-  ``torch.distributed`` process groups (DDP), while pjrt runs data
-  parallelism either as one process per device with its own launcher
-  (``torch_pjrt.launch``) or as one replicated program within a process
-  (``torch_pjrt.replicated``); docs/lightning.md.
+- ``devices=N`` (N > 1, Trainer): the strategy ``"pjrt_ddp"``, one process
+  per device. Its launcher is Lightning's spawn launcher (as ``ddp_spawn``:
+  each ``fit``/``validate``/``test``/``predict`` starts N processes, and the
+  trained weights and logged metrics come back to the calling process); each
+  process enters the job as ``torch_pjrt.launch`` starts its processes (the
+  torchrun environment, one device each). Gradients are averaged over the
+  processes by ``torch_pjrt.distributed`` (gloo on host copies) between the
+  closure's backward and the optimizer's update; logged values with
+  ``sync_dist=True``, ``all_gather`` and barriers go through the same gloo
+  group. No ``DistributedDataParallel`` wrapper: it cannot reduce pjrt
+  tensors. Fabric with N > 1 is refused; docs/lightning.md.
 
 The accelerator reads what it needs from :mod:`torch_pjrt.runtime` (devices
 of this process, whether a plugin is installed).
@@ -49,22 +54,33 @@ from lightning.fabric.plugins.precision import MixedPrecision as _FabricMixedPre
 from lightning.fabric.strategies import STRATEGY_REGISTRY as _FABRIC_STRATEGIES
 from lightning.fabric.strategies import SingleDeviceStrategy as _FabricSingleDevice
 from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.fabric.utilities.distributed import _init_dist_connection
+from lightning.fabric.utilities.optimizer import _optimizers_to_device
+from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.accelerators import AcceleratorRegistry as _PL_ACCELERATORS
 from lightning.pytorch.plugins.precision import MixedPrecision as _PlMixedPrecision
+from lightning.pytorch.strategies import DDPStrategy as _PlDDP
 from lightning.pytorch.strategies import SingleDeviceStrategy as _PlSingleDevice
 from lightning.pytorch.strategies import StrategyRegistry as _PL_STRATEGIES
+from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+from lightning.pytorch.trainer.states import TrainerFn
 
-__all__ = ["PjrtAccelerator", "PjrtSingleDeviceStrategy", "PjrtFabricSingleDeviceStrategy"]
+from torch_pjrt import distributed
+
+__all__ = ["PjrtAccelerator", "PjrtSingleDeviceStrategy", "PjrtDDPStrategy", "PjrtFabricSingleDeviceStrategy"]
 
 NAME = "pjrt"
 STRATEGY = "pjrt_single"
+DDP_STRATEGY = "pjrt_ddp"
 
 
-_ONE_DEVICE = (
-    "accelerator='pjrt' trains on one device in one process, got {}: Lightning's multi-device strategies (DDP) "
-    "reduce gradients through torch.distributed, which cannot reduce pjrt tensors. Use devices=1, or train on "
-    "several devices outside Lightning with torch_pjrt.replicated (one process) or torch_pjrt.launch and "
+_FABRIC_ONE_DEVICE = (
+    "Fabric(accelerator='pjrt') runs on one device in one process, got {}: several devices are written for the "
+    "Trainer only (strategy 'pjrt_ddp'). Use devices=1, or torch_pjrt.launch and "
     "torch_pjrt.distributed.optimizer_step (one process per device); docs/lightning.md")
+_JOB_OF_PROCESSES = (
+    "strategy 'pjrt_single' in a job of {} processes (WORLD_SIZE): each process would train alone. Give the "
+    "Trainer devices=<processes per host> (strategy 'pjrt_ddp'), or start one process; docs/lightning.md")
 
 
 def _device_indices(devices: Union[int, str, List[int]]) -> List[int]:
@@ -87,7 +103,19 @@ def _device_indices(devices: Union[int, str, List[int]]) -> List[int]:
     if not indices:
         raise ValueError("accelerator='pjrt' needs at least one device: devices=1")
     if len(indices) > 1:
-        raise ValueError(_ONE_DEVICE.format(f"devices={devices!r}"))
+        # One process per device (pjrt_ddp): process i drives device i of
+        # this host, which it sees as its own device 0. Counted here only
+        # where that opens nothing: a GPU plugin would hold its devices in
+        # this process, which trains nothing (a missing one fails in the
+        # process that asks for it).
+        if indices != list(range(len(indices))):
+            raise ValueError(f"accelerator='pjrt' with several devices runs process i on device i: devices={devices!r} "
+                             f"is not 0..N-1; use devices={len(indices)}")
+        o = runtime.options()
+        on_cpu = o["device"] in ("", "CPU") and not o["plugin"]
+        if not on_cpu and torch_pjrt._C._initialized() and len(indices) > runtime.addressable_device_count():
+            raise ValueError(f"devices={devices!r}: this host has {runtime.addressable_device_count()} pjrt device(s)")
+        return indices
     count = runtime.addressable_device_count()
     for i in indices:
         if not 0 <= i < count:
@@ -102,8 +130,6 @@ class PjrtAccelerator(_pl.accelerators.Accelerator):
     def setup_device(self, device: torch.device) -> None:
         if device.type != NAME:
             raise ValueError(f"PjrtAccelerator got device {device}, expected a pjrt device")
-        if runtime.process_count() > 1:  # each process would train alone, silently
-            raise ValueError(_ONE_DEVICE.format(f"a job of {runtime.process_count()} processes (WORLD_SIZE)"))
         torch_pjrt.device(device.index or 0)  # starts the runtime: errors surface here, not mid-step
 
     def teardown(self) -> None:
@@ -167,6 +193,11 @@ class PjrtSingleDeviceStrategy(_PlSingleDevice):
     def precision_plugin(self, precision_plugin) -> None:
         self._precision_plugin = _pjrt_precision(precision_plugin, _PlMixedPrecision)
 
+    def setup_environment(self) -> None:
+        if runtime.process_count() > 1:  # each process would train alone, silently
+            raise ValueError(_JOB_OF_PROCESSES.format(runtime.process_count()))
+        super().setup_environment()
+
     def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
         out = super().optimizer_step(optimizer, closure, model, **kwargs)
         torch_pjrt.sync()
@@ -179,6 +210,117 @@ class PjrtSingleDeviceStrategy(_PlSingleDevice):
     @classmethod
     def register_strategies(cls, strategy_registry) -> None:
         strategy_registry.register(STRATEGY, cls, description="one pjrt device (torch-pjrt)")
+
+
+class _PjrtLauncher(_MultiProcessingLauncher):
+    """Lightning's spawn launcher (the calling process gets rank 0's results,
+    trained weights and logged metrics back, as with ``ddp_spawn``), whose
+    processes enter the job as ``torch_pjrt.launch`` starts its own: the
+    torchrun environment, one device each, set before anything opens a
+    device; the gloo group is left when the work is done."""
+
+    def __init__(self, strategy: "PjrtDDPStrategy") -> None:
+        super().__init__(strategy, start_method="spawn")
+        self._env: Dict[str, str] = {}
+
+    def launch(self, function, *args: Any, trainer=None, **kwargs: Any) -> Any:
+        cluster = self._strategy.cluster_environment
+        self._env = distributed._job_env(self._strategy.num_processes, cluster.main_address, str(cluster.main_port))
+        return super().launch(function, *args, trainer=trainer, **kwargs)
+
+    def _wrapping_function(self, process_idx: int, *args: Any, **kwargs: Any) -> None:
+        distributed._enter_job(self._env, process_idx)
+        super()._wrapping_function(process_idx, *args, **kwargs)
+        distributed._leave_process_group()
+
+
+class PjrtDDPStrategy(_PlDDP):
+    """Lightning Trainer on N pjrt devices, one process each (``devices=N``).
+
+    Lightning's DDP strategy without ``DistributedDataParallel`` (which
+    reduces through torch.distributed and cannot reduce pjrt tensors): rank
+    0's weights are broadcast at setup, the gradients are averaged over the
+    processes by :func:`torch_pjrt.distributed.reduce_gradients` after the
+    closure's backward, before the optimizer's update, and the step ends with
+    ``torch_pjrt.sync()``. Reductions of logged values, ``all_gather`` and
+    barriers use the job's gloo group on host copies."""
+
+    strategy_name = DDP_STRATEGY
+
+    def __init__(self, **kwargs: Any):
+        start_method = kwargs.pop("start_method", "spawn")
+        if start_method != "spawn":
+            raise ValueError(f"strategy 'pjrt_ddp' starts its processes with 'spawn', got start_method={start_method!r}: "
+                             "a process forked after the PJRT plugin started cannot use it")
+        super().__init__(start_method="spawn", **kwargs)
+
+    @_PlDDP.precision_plugin.setter
+    def precision_plugin(self, precision_plugin) -> None:
+        self._precision_plugin = _pjrt_precision(precision_plugin, _PlMixedPrecision)
+
+    @property
+    def root_device(self) -> torch.device:
+        return torch.device(NAME, 0)  # each process's one device
+
+    def _configure_launcher(self) -> None:
+        # Under torchrun the processes exist already, with their environment.
+        self._launcher = None if self.cluster_environment.creates_processes_externally else _PjrtLauncher(self)
+
+    def setup_distributed(self) -> None:
+        # DDP's, without its device_id (torch.distributed has no pjrt backend): gloo.
+        reset_seed()
+        self.set_world_ranks()
+        self._process_group_backend = self._process_group_backend or "gloo"
+        _init_dist_connection(self.cluster_environment, self._process_group_backend, timeout=self._timeout)
+
+    def setup(self, trainer) -> None:
+        if self._layer_sync is not None and trainer.state.fn == TrainerFn.FITTING:
+            raise ValueError("sync_batchnorm=True is not supported by strategy 'pjrt_ddp' (torch.nn.SyncBatchNorm "
+                             "reduces through torch.distributed): leave it off")
+        self.accelerator.setup(trainer)
+        self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        distributed.broadcast_master_param(self.model)  # every process starts from rank 0's weights
+        if trainer.state.fn == TrainerFn.FITTING:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if trainer.state.fn == TrainerFn.FITTING:
+            _optimizers_to_device(self.optimizers, self.root_device)
+
+    def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
+        def closure_then_reduce():
+            out = closure()
+            distributed.reduce_gradients(optimizer)
+            return out
+
+        out = super().optimizer_step(optimizer, closure_then_reduce, model, **kwargs)
+        torch_pjrt.sync()
+        return out
+
+    def reduce(self, tensor, group=None, reduce_op="mean"):
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == NAME:
+            return super().reduce(tensor.detach().cpu(), group, reduce_op).to(tensor.device)
+        return super().reduce(tensor, group, reduce_op)
+
+    def all_gather(self, tensor: torch.Tensor, group=None, sync_grads: bool = False) -> torch.Tensor:
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == NAME:
+            if sync_grads:
+                raise ValueError("all_gather(sync_grads=True) is not supported by strategy 'pjrt_ddp': the gather "
+                                 "runs on host copies, outside autograd")
+            return super().all_gather(tensor.detach().cpu(), group).to(tensor.device)
+        return super().all_gather(tensor, group, sync_grads)
+
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        torch_pjrt.sync()
+        super().barrier(*args, **kwargs)
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath, storage_options: Optional[Any] = None) -> None:
+        torch_pjrt.sync()
+        super().save_checkpoint(apply_to_collection(checkpoint, torch.Tensor, _to_cpu), filepath, storage_options)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry) -> None:
+        strategy_registry.register(DDP_STRATEGY, cls, description="one process per pjrt device (torch-pjrt)")
 
 
 class PjrtFabricSingleDeviceStrategy(_FabricSingleDevice):
@@ -213,17 +355,22 @@ def _is_pjrt(flag: Any) -> bool:
     return flag == NAME or isinstance(flag, PjrtAccelerator)
 
 
-def _patch_auto_strategy(connector_cls, strategy_cls) -> None:
+def _patch_auto_strategy(connector_cls, strategy_cls, ddp_cls=None) -> None:
     """Lightning's automatic strategy choice gives an accelerator it does not
-    know a single-device strategy on ``"cpu"``; for pjrt it must be ours. The
-    one hook Lightning offers is the connector's ``_choose_strategy``: wrap it."""
+    know a single-device strategy on ``"cpu"`` (or DDP for several devices);
+    for pjrt it must be ours. The one hook Lightning offers is the
+    connector's ``_choose_strategy``: wrap it."""
     original = connector_cls._choose_strategy
     if getattr(original, "_torch_pjrt", False):
         return
 
     def _choose_strategy(self):
-        if _is_pjrt(self._accelerator_flag) and self._num_nodes_flag <= 1:
-            return strategy_cls(device=self._parallel_devices[0])
+        if _is_pjrt(self._accelerator_flag):
+            if len(self._parallel_devices) == 1 and self._num_nodes_flag <= 1:
+                return strategy_cls(device=self._parallel_devices[0])
+            if ddp_cls is None:
+                raise ValueError(_FABRIC_ONE_DEVICE.format(f"{len(self._parallel_devices)} devices"))
+            return ddp_cls()
         return original(self)
 
     _choose_strategy._torch_pjrt = True
@@ -244,7 +391,9 @@ def register() -> None:
         PjrtSingleDeviceStrategy.register_strategies(_PL_STRATEGIES)
     if STRATEGY not in _FABRIC_STRATEGIES:
         PjrtFabricSingleDeviceStrategy.register_strategies(_FABRIC_STRATEGIES)
-    _patch_auto_strategy(_AcceleratorConnector, PjrtSingleDeviceStrategy)
+    if DDP_STRATEGY not in _PL_STRATEGIES:
+        PjrtDDPStrategy.register_strategies(_PL_STRATEGIES)
+    _patch_auto_strategy(_AcceleratorConnector, PjrtSingleDeviceStrategy, PjrtDDPStrategy)
     _patch_auto_strategy(_Connector, PjrtFabricSingleDeviceStrategy)
 
 

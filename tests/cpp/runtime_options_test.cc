@@ -91,6 +91,23 @@ TEST(Options, MalformedValuesNameTheVariable) {
   ExpectInvalid("TORCH_PJRT_DIST_TIMEOUT", "-1");
   ExpectInvalid("WORLD_SIZE", "0");
   ExpectInvalid("RANK", "-1");
+  ExpectInvalid("TORCH_PJRT_COMPILE_PROGRESS", "-1");
+  ExpectInvalid("TORCH_PJRT_COMPILE_PROGRESS", "soon");
+}
+
+TEST(Options, CompileProgressOnlyWhenAskedFor) {
+  Env env;
+  env.Set("TORCH_PJRT_COMPILE_PROGRESS", "2.5");
+  env.Set("TORCH_PJRT_DEBUG", "");
+  env.Set("TORCH_PJRT_LOG_LEVEL", "");
+  EXPECT_LT(Options::FromEnvironment().compile_progress_s, 0);  // off: no watcher
+  env.Set("TORCH_PJRT_DEBUG", "1");
+  EXPECT_DOUBLE_EQ(Options::FromEnvironment().compile_progress_s, 2.5);
+  env.Set("TORCH_PJRT_DEBUG", "0");
+  env.Set("TORCH_PJRT_LOG_LEVEL", "info");
+  EXPECT_DOUBLE_EQ(Options::FromEnvironment().compile_progress_s, 2.5);
+  env.Set("TORCH_PJRT_COMPILE_PROGRESS", "");
+  EXPECT_DOUBLE_EQ(Options::FromEnvironment().compile_progress_s, 5);
 }
 
 TEST(Options, InconsistentTopologyIsAnError) {

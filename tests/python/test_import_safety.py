@@ -5,6 +5,7 @@ built for another torch is reported at the first use of the device, with the
 rebuild command. Each case runs in a fresh interpreter."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -151,7 +152,11 @@ def test_the_rebuild_command_fits_how_the_package_was_installed(monkeypatch, tmp
 
     from torch_pjrt import _extension
 
-    assert "make -C " in _extension.rebuild_hint()  # this checkout (make build and the editable install)
+    hint = _extension.rebuild_hint()
+    assert "make -C " in hint  # this checkout (make build and the editable install)
+    # Another venv than the checkout's .venv is named: make builds for it in a directory of its own.
+    other_venv = os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(_extension._source_tree(), ".venv"))
+    assert (f" build VENV={sys.prefix}`" in hint) == other_venv, hint
     monkeypatch.setattr(_extension, "_source_tree", lambda: None)  # as installed into site-packages by pip
     info = types.ModuleType("torch_pjrt._build_info")
     info.TORCH_VERSION, info.CXX11_ABI, info.BUILT_BY, info.SOURCE_DIR = "2.0.0", 1, "pip", str(tmp_path)

@@ -188,11 +188,75 @@ def test_mixed_precision_uses_pjrt_autocast():
     assert out.dtype == torch.float32 and model.weight.dtype == torch.float32
 
 
-def test_several_devices_are_refused_with_what_to_do():
-    every = [-1] if torch_pjrt.runtime.addressable_device_count() > 1 else []
-    for devices in [2, [0, 1]] + every:
-        with pytest.raises(ValueError, match="one device in one process.*torch_pjrt.replicated"):
-            pl.Trainer(accelerator="pjrt", devices=devices)
+class SplitNet(Net):
+    """Net whose loaders give process r of n the batch slices r, r+n, ...
+    of the one-device loader's batches (8 rows)."""
+
+    def _loader(self):
+        n, rank = self.trainer.world_size, self.trainer.global_rank
+        sampler = torch.utils.data.distributed.DistributedSampler(_data(), n, rank, shuffle=False)
+        return DataLoader(_data(), batch_size=8 // n, sampler=sampler)
+
+    train_dataloader = val_dataloader = test_dataloader = predict_dataloader = _loader
+
+    def validation_step(self, batch, _):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.cross_entropy(self(x).float(), y), sync_dist=True)
+
+    def test_step(self, batch, _):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.cross_entropy(self(x).float(), y), sync_dist=True)
+
+    def on_predict_start(self):
+        self.predictions = []
+
+    def predict_step(self, batch, _):
+        out = super().predict_step(batch, _)
+        self.predictions.append(out.cpu())
+        return out
+
+    def on_predict_end(self):  # spawned processes return no predictions (Lightning): each writes its own
+        torch.save(torch.cat(self.predictions), f"{self.out_dir}/predictions{self.global_rank}.pt")
+
+
+def test_two_processes_match_one_device(cpu_20, tmp_path):
+    # devices=2: strategy pjrt_ddp, one process per device (spawned for each
+    # of fit, validate, test and predict), each on half of every batch.
+    trainer = pl.Trainer(accelerator="pjrt", devices=2, max_steps=20, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         use_distributed_sampler=False)
+    assert isinstance(trainer.strategy, tpl.PjrtDDPStrategy) and trainer.strategy.num_processes == 2
+    model = SplitNet()
+    model.out_dir = str(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model)
+        val = trainer.validate(model, verbose=False)[0]["val_loss"]
+        test = trainer.test(model, verbose=False)[0]["test_loss"]
+        trainer.predict(model)
+        preds = [torch.load(tmp_path / f"predictions{rank}.pt") for rank in (0, 1)]
+    assert [str(w.message) for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))] == []
+    # The weights rank 0 ended with came back: 20 steps of the gradient mean
+    # over two half batches end where 20 steps on whole batches end.
+    assert _max_diff(_weights(model), cpu_20) < 1e-5
+    # Validation and test means over both processes (sync_dist) are the
+    # one-device means; each process predicted its half of the rows.
+    one = _trainer("cpu")
+    assert abs(val - one.validate(model, _loader(), verbose=False)[0]["val_loss"]) < 1e-5
+    assert abs(test - one.test(model, _loader(), verbose=False)[0]["test_loss"]) < 1e-5
+    want = torch.cat(one.predict(model, _loader()))
+    for rank in (0, 1):
+        assert preds[rank].shape == want[rank::2].shape
+        assert torch.allclose(preds[rank], want[rank::2], rtol=1e-5, atol=1e-5)
+
+
+def test_bad_device_lists_are_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="runs process i on device i.*devices=2"):
+        pl.Trainer(accelerator="pjrt", devices=[1, 3])
+    with pytest.raises(ValueError, match="Fabric.*one device in one process.*pjrt_ddp"):
+        Fabric(accelerator="pjrt", devices=2)
+    with pytest.raises(ValueError, match="start_method='fork'"):
+        tpl.PjrtDDPStrategy(start_method="fork")
     assert pl.Trainer(accelerator="pjrt", logger=False).strategy.root_device == torch.device("pjrt", 0)  # devices="auto"
 
 
