@@ -148,13 +148,21 @@ def initialize_cache(path: str, readonly: bool = False) -> None:
     _C._initialize_cache(str(path), bool(readonly))
 
 
+def spmd_in_use() -> bool:
+    """Whether a device's programs run partitioned over an SPMD mesh
+    (``torch_pjrt.spmd``; docs/spmd.md)."""
+    if not _C._initialized():
+        return False
+    return bool(_C._spmd_in_use())
+
+
 def using_pjrt() -> bool:
     """Always True: the runtime is PJRT only (kept for code written against older runtimes)."""
     return True
 
 
 __all__ = [
-    "addressable_device_count", "capabilities", "device_type", "devices", "environment", "global_device_count",
+    "addressable_device_count", "capabilities", "spmd_in_use", "device_type", "devices", "environment", "global_device_count",
     "global_ordinal", "host_index", "initialize_cache", "local_ordinal", "local_process_count", "options",
     "plugin_info", "process_count", "process_index", "using_pjrt", "world_size",
 ]
