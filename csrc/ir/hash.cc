@@ -107,7 +107,7 @@ uint64_t Hash(const Graph& g, bool values) {
     h.Int(v.node);
     h.Int(v.index);
   }
-  h.Int(static_cast<int64_t>(g.output_shardings.size()));
+  if (!g.output_shardings.empty()) h.Int(static_cast<int64_t>(g.output_shardings.size()));  // SPMD only
   for (const std::string& s : g.output_shardings) {
     h.Int(static_cast<int64_t>(s.size()));
     h.Bytes(s.data(), s.size());

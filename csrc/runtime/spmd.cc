@@ -145,17 +145,17 @@ std::vector<std::shared_ptr<const Sharding>> Runtime::PinShardings(Trace& t, con
       pins[i] = cands[h];
       continue;
     }
+    // the value's logical shape: before its flattening reshape (rank-1 values are their own)
     const ir::Node& n = g.nodes[s->value_.node];
-    if (n.op == ir::Op::Reshape) {
-      const std::vector<int64_t>& dims = g.shape(n.operands[0]).dims;
-      for (const auto& c : cands) {
-        if (c->dims == dims) {
-          pins[i] = c;
-          break;
-        }
+    const std::vector<int64_t>& dims =
+        n.op == ir::Op::Reshape ? g.shape(n.operands[0]).dims : g.shape(s->value_).dims;
+    for (const auto& c : cands) {
+      if (c->dims == dims) {
+        pins[i] = c;
+        break;
       }
-      if (pins[i]) continue;
     }
+    if (pins[i]) continue;
     if (!last_replicated || last_replicated->numel() != numel) last_replicated = ReplicatedSharding(t.mesh, {numel});
     pins[i] = last_replicated;
   }

@@ -177,7 +177,10 @@ void Runtime::SyncDevice(int device) {
   auto param_index = [&](const pjrt::Buffer* b) -> int64_t {
     auto it = t.buffer_params.find(b);
     if (it == t.buffer_params.end()) return -1;
-    return ir::ParamIndex(t.builder->graph().nodes[it->second.node]);
+    const ir::Graph& graph = t.builder->graph();
+    const ir::Node* n = &graph.nodes[it->second.node];
+    if (n->op == ir::Op::Reshape) n = &graph.nodes[n->operands[0].node];  // SPMD: a piece read flat
+    return ir::ParamIndex(*n);
   };
   const bool replicated = t.replicas > 1;
   // SPMD: a storage's pieces are held by it (buffer_ and replicas_) and by

@@ -283,18 +283,18 @@ def distribute_module(module: torch.nn.Module, mesh: Mesh, spec_fn=None) -> torc
 
 
 def shard_module(module: torch.nn.Module, mesh: Mesh, axis: Union[str, Tuple[str, ...]], dim: int = 0) -> torch.nn.Module:
-    """FSDP-style: splits each parameter and buffer along dimension ``dim``
-    over mesh ``axis`` where that dimension divides evenly (others stay
-    replicated). Gradients and optimizer state take the same sharding (the
-    sharding rule of docs/spmd.md); XLA gathers weights where they are used."""
+    """FSDP-style: splits each parameter and buffer over mesh ``axis`` along
+    dimension ``dim``, or the first later dimension (cyclically) that divides
+    evenly; tensors with none stay replicated. Gradients and optimizer state
+    take the same sharding (the sharding rule of docs/spmd.md); XLA gathers
+    weights where they are used."""
     n = math.prod(mesh.axis_size(a) for a in ((axis,) if isinstance(axis, str) else axis))
 
     def spec(name: str, t: torch.Tensor):
-        if t.dim() == 0:
-            return None
-        d = dim if dim >= 0 else dim + t.dim()
-        if not 0 <= d < t.dim() or t.shape[d] % n:
-            return None
-        return [axis if i == d else None for i in range(t.dim())]
+        for k in range(t.dim()):
+            d = (dim + k) % t.dim()
+            if t.shape[d] % n == 0:
+                return [axis if i == d else None for i in range(t.dim())]
+        return None
 
     return distribute_module(module, mesh, spec)
