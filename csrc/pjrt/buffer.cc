@@ -170,8 +170,8 @@ void Event::AwaitInterruptible(std::unique_ptr<Event> event, const WaitCheck& ch
 namespace {
 
 std::mutex& TallyMu() {
-  static std::mutex mu;
-  return mu;
+  static auto* mu = new std::mutex();  // never destroyed, as the maps below
+  return *mu;
 }
 
 std::map<int, BufferBytes>& Tally() {
