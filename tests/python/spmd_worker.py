@@ -187,6 +187,14 @@ def misc(mesh):
     out["constraint_ok"] = torch.allclose(y.cpu(), a @ w.cpu(), atol=1e-4, rtol=1e-4)
     out["constraint_sharding"] = spmd.sharding_of(y).hlo
     out["constraint_bytes"] = spmd.shard_bytes(y)
+    # a view: mark_sharding refuses it, with_sharding_constraint copies it
+    c = spmd.with_sharding_constraint(x.t(), mesh, ("data", None))
+    out["view_constraint_ok"] = torch.equal(c.cpu(), a.t()) and spmd.sharding_of(c).hlo.startswith(f"{{devices=[{n},1]")
+    try:
+        spmd.mark_sharding(x.t(), mesh, ("data", None))
+        out["view_error"] = ""
+    except ValueError as e:
+        out["view_error"] = str(e)
     # memory: pieces of a 1 MiB tensor on each device
     torch_pjrt.sync(wait=True)
     before = [torch.pjrt.memory_allocated(i) for i in range(n)]

@@ -84,6 +84,7 @@ def test_semantics(result):
     assert m["constraint_in_program"] and m["constraint_ok"]
     assert m["constraint_sharding"] == f"{{devices=[1,{n}]{','.join(map(str, range(n)))}}}"
     assert m["constraint_bytes"] == [8 * n * 8 * n * 4 // n] * n
+    assert m["view_constraint_ok"] and "whole storage" in m["view_error"], m["view_error"]
     assert m["memory_growth"] == [m["memory_big_bytes"] // n] * n
     assert {"bytes_in_use", "allocated_bytes.all.current"} <= set(m["memory_stats_keys"])
     assert m["max_memory_ok"]
