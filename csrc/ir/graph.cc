@@ -168,13 +168,22 @@ std::vector<Value> Builder::AddNode(Op op, std::vector<Value> operands, Attrs at
   return out;
 }
 
-Value Builder::Parameter(const Shape& shape) {
+namespace {
+void CheckShardingText(const std::string& sharding) {
+  for (char c : sharding) {
+    if (c == '"' || c == '\\' || c < 0x20) throw Error("a sharding must not hold quotes, backslashes or control characters");
+  }
+}
+}  // namespace
+
+Value Builder::Parameter(const Shape& shape, const std::string& sharding) {
+  CheckShardingText(sharding);
   for (int64_t d : shape.dims) {
     if (d < 0) throw Error("Parameter " + shape.ToString() + ": dims must be >= 0");
   }
   const int32_t id = static_cast<int32_t>(g_.nodes.size());
   g_.nodes.push_back(
-      Node{Op::Parameter, {}, {shape}, ParameterAttrs{static_cast<int64_t>(g_.params.size())}, location_});
+      Node{Op::Parameter, {}, {shape}, ParameterAttrs{static_cast<int64_t>(g_.params.size()), sharding}, location_});
   g_.params.push_back(id);
   return Value{id, 0};
 }
@@ -510,11 +519,19 @@ std::vector<Value> Builder::CustomCall(const std::string& target, const std::vec
       throw Error("CustomCall @" + target + ": target and backend_config must not hold quotes, backslashes or control characters");
     }
   }
-  AddNode(Op::CustomCall, operands, CustomCallAttrs{target, backend_config});  // no results yet
+  AddNode(Op::CustomCall, operands, CustomCallAttrs{target, backend_config, ""});  // no results yet
   g_.nodes.back().results = results;
   const int32_t id = static_cast<int32_t>(g_.nodes.size() - 1);
   std::vector<Value> out;
   for (size_t i = 0; i < results.size(); ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
+  return out;
+}
+
+Value Builder::ShardingConstraint(Value x, const std::string& sharding) {
+  CheckShardingText(sharding);
+  const Shape s = shape(x);
+  Value out = CustomCall("Sharding", {x}, {s})[0];
+  std::get<CustomCallAttrs>(g_.nodes[out.node].attrs).sharding = sharding;
   return out;
 }
 

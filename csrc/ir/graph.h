@@ -106,8 +106,14 @@ struct ScatterDims {
 struct ParameterAttrs {
   static constexpr Op kOp = Op::Parameter;
   int64_t index = 0;  // position among the graph's parameters (%argN)
+  // SPMD programs: the HLO sharding of the argument ("{devices=[4,1]0,1,2,3}",
+  // "{replicated}"), printed as its mhlo.sharding; "" for none.
+  std::string sharding;
   template <class S, class F>
-  static void Fields(S& s, F&& f) { f("index", s.index); }
+  static void Fields(S& s, F&& f) {
+    f("index", s.index);
+    f("sharding", s.sharding);
+  }
 };
 
 struct ConstantAttrs {
@@ -403,10 +409,12 @@ struct CustomCallAttrs {
   static constexpr Op kOp = Op::CustomCall;
   std::string target;
   std::string backend_config;  // "" for none
+  std::string sharding;        // mhlo.sharding of the call ("" for none): @Sharding constraints
   template <class S, class F>
   static void Fields(S& s, F&& f) {
     f("target", s.target);
     f("backend_config", s.backend_config);
+    f("sharding", s.sharding);
   }
 };
 
@@ -455,6 +463,9 @@ struct Graph {
   std::vector<Alias> aliases;
   int num_replicas = 1;
   int num_partitions = 1;
+  // SPMD programs: the HLO sharding pinned on each output (mhlo.sharding of
+  // the result); empty, or one per output ("" for none).
+  std::vector<std::string> output_shardings;
 
   const Shape& shape(Value v) const { return nodes[v.node].results[v.index]; }
 };
@@ -477,7 +488,8 @@ class Builder {
   const Shape& shape(Value v) const;
   const Graph& graph() const { return g_; }
 
-  Value Parameter(const Shape& shape);
+  // `sharding`: an HLO sharding string for SPMD programs ("" for none).
+  Value Parameter(const Shape& shape, const std::string& sharding = "");
   // `bytes` holds shape.numel() elements (little-endian), or exactly one
   // element for a splat.
   Value Constant(const Shape& shape, std::vector<uint8_t> bytes);
@@ -568,6 +580,9 @@ class Builder {
   std::vector<Value> CustomCall(const std::string& target, const std::vector<Value>& operands,
                                 const std::vector<Shape>& results,
                                 const std::string& backend_config = "");
+
+  // SPMD: x constrained to the HLO sharding `sharding` (custom_call @Sharding).
+  Value ShardingConstraint(Value x, const std::string& sharding);
 
   // Finishes the graph. Aliases are checked (same shape, distinct outputs).
   Graph Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases = {});

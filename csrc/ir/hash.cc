@@ -107,6 +107,11 @@ uint64_t Hash(const Graph& g, bool values) {
     h.Int(v.node);
     h.Int(v.index);
   }
+  if (!g.output_shardings.empty()) h.Int(static_cast<int64_t>(g.output_shardings.size()));  // SPMD only
+  for (const std::string& s : g.output_shardings) {
+    h.Int(static_cast<int64_t>(s.size()));
+    h.Bytes(s.data(), s.size());
+  }
   h.Int(static_cast<int64_t>(g.aliases.size()));
   for (const Alias& a : g.aliases) {
     h.Int(a.param);

@@ -193,15 +193,21 @@ class Printer {
     for (size_t i = 0; i < g_.params.size(); ++i) {
       if (i) os_ << ", ";
       os_ << "%arg" << i << ": " << g_.nodes[g_.params[i]].results[0].ToString();
+      std::vector<std::string> attrs;
       for (const Alias& a : g_.aliases) {
-        if (a.param == static_cast<int64_t>(i)) {
-          os_ << " {tf.aliasing_output = " << a.output << " : i32}";
-        }
+        if (a.param == static_cast<int64_t>(i)) attrs.push_back("tf.aliasing_output = " + std::to_string(a.output) + " : i32");
       }
+      const std::string& sharding = std::get<ParameterAttrs>(g_.nodes[g_.params[i]].attrs).sharding;
+      if (!sharding.empty()) attrs.push_back("mhlo.sharding = \"" + sharding + "\"");
+      for (size_t k = 0; k < attrs.size(); ++k) os_ << (k ? ", " : " {") << attrs[k];
+      if (!attrs.empty()) os_ << "}";
     }
     os_ << ") -> (";
     for (size_t i = 0; i < g_.outputs.size(); ++i) {
       os_ << (i ? ", " : "") << g_.shape(g_.outputs[i]).ToString();
+      if (i < g_.output_shardings.size() && !g_.output_shardings[i].empty()) {
+        os_ << " {mhlo.sharding = \"" << g_.output_shardings[i] << "\"}";
+      }
     }
     os_ << ") {\n";
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
@@ -454,6 +460,7 @@ class Printer {
   Parts Text(const CustomCallAttrs& a, const Shapes&, const Shape&) {
     std::string attrs = "call_target_name = \"" + a.target + "\"";
     if (!a.backend_config.empty()) attrs += ", backend_config = \"" + a.backend_config + "\"";
+    if (!a.sharding.empty()) attrs += ", mhlo.sharding = \"" + a.sharding + "\"";
     return {"", attrs};
   }
 

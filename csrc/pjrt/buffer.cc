@@ -1,7 +1,10 @@
 #include "pjrt/buffer.h"
+#include "pjrt/buffer_bytes.h"
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
+#include <unordered_map>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -164,10 +167,66 @@ void Event::AwaitInterruptible(std::unique_ptr<Event> event, const WaitCheck& ch
 
 // ---------------------------------------------------------------- Buffer
 
+namespace {
+
+std::mutex& TallyMu() {
+  static auto* mu = new std::mutex();  // never destroyed, as the maps below
+  return *mu;
+}
+
+std::map<int, BufferBytes>& Tally() {
+  static auto* t = new std::map<int, BufferBytes>();  // never destroyed: buffers may outlive statics
+  return *t;
+}
+
+// What each counted buffer added: (device, bytes).
+std::unordered_map<const Buffer*, std::pair<int, int64_t>>& Counted() {
+  static auto* c = new std::unordered_map<const Buffer*, std::pair<int, int64_t>>();
+  return *c;
+}
+
+void Untally(const Buffer* buffer) {
+  std::lock_guard<std::mutex> l(TallyMu());
+  auto it = Counted().find(buffer);
+  if (it == Counted().end()) return;
+  BufferBytes& b = Tally()[it->second.first];
+  b.in_use -= it->second.second;
+  b.buffers -= 1;
+  Counted().erase(it);
+}
+
+}  // namespace
+
+BufferBytes LiveBufferBytes(int device_id) {
+  std::lock_guard<std::mutex> l(TallyMu());
+  auto it = Tally().find(device_id);
+  return it == Tally().end() ? BufferBytes{} : it->second;
+}
+
+void ResetPeakBufferBytes(int device_id) {
+  std::lock_guard<std::mutex> l(TallyMu());
+  BufferBytes& b = Tally()[device_id];
+  b.peak = b.in_use;
+}
+
 Buffer::Buffer(std::shared_ptr<Client> client, pjrt_abi::Buffer* buffer)
-    : client_(std::move(client)), buffer_(buffer) {}
+    : client_(std::move(client)), buffer_(buffer) {
+  if (buffer_ == nullptr) return;
+  try {
+    const int device = device_id();
+    const auto bytes = static_cast<int64_t>(on_device_size());
+    std::lock_guard<std::mutex> l(TallyMu());
+    BufferBytes& b = Tally()[device];
+    b.in_use += bytes;
+    b.buffers += 1;
+    if (b.in_use > b.peak) b.peak = b.in_use;
+    Counted()[this] = {device, bytes};
+  } catch (...) {  // a buffer the plugin cannot size (an error value) is not counted
+  }
+}
 
 Buffer::~Buffer() {
+  Untally(this);
   if (buffer_ == nullptr) return;
   auto a = pjrt_abi::make<pjrt_abi::BufferArgs>();
   a.buffer = buffer_;
@@ -216,6 +275,7 @@ bool Buffer::is_deleted() const {
 }
 
 void Buffer::Delete() {
+  Untally(this);
   auto a = pjrt_abi::make<pjrt_abi::BufferArgs>();
   a.buffer = buffer_;
   TPJ_CALL(client_->plugin(), PJRT_Buffer_Delete, &a);

@@ -41,6 +41,7 @@ std::string EncodeCompileOptions(const CompileOptions& o) {
   std::string build;
   VarintField(build, 4, o.num_replicas);
   VarintField(build, 5, o.num_partitions);
+  if (o.use_spmd_partitioning) VarintField(build, 6, 1);
   if (!o.device_ids.empty()) {
     // One computation (partition) entry per partition, each listing the
     // device of every replica.

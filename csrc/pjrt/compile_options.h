@@ -17,6 +17,9 @@ namespace tpj::pjrt {
 struct CompileOptions {
   int num_replicas = 1;     // >= 1
   int num_partitions = 1;   // >= 1
+  // XLA's SPMD partitioner turns the one program into num_partitions
+  // programs from the shardings on its arguments, results and constraints.
+  bool use_spmd_partitioning = false;
   // Global device ids, replica-major: device_ids[r * num_partitions + p].
   // Empty: the plugin's default assignment.
   std::vector<int> device_ids;

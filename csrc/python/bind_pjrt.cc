@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "ir/graph.h"
+#include "pjrt/buffer_bytes.h"
 #include "pjrt/discovery.h"
 #include "pjrt/executable.h"
 #include "python/bind.h"
@@ -197,6 +198,17 @@ void BindPjrt(py::module_& m) {
         return d;
       },
       py::arg("index"));
+  m.def(
+      "_buffer_bytes",
+      [](int index) {
+        const int id = runtime::Runtime::Get().global_id(index);
+        const pjrt::BufferBytes b = pjrt::LiveBufferBytes(id);
+        return std::make_tuple(b.in_use, b.peak, b.buffers);
+      },
+      py::arg("index"), "(bytes in use, peak bytes, buffer count) of our live buffers on pjrt device `index`.");
+  m.def(
+      "_reset_peak_buffer_bytes",
+      [](int index) { pjrt::ResetPeakBufferBytes(runtime::Runtime::Get().global_id(index)); }, py::arg("index"));
   m.def("register_plugin", &pjrt::RegisterPlugin, py::arg("name"), py::arg("path"));
   m.def("package_hint", &pjrt::PackageHint, py::arg("device"));
 

@@ -9,6 +9,7 @@
 #include "aten/collectives.h"
 #include "aten/derived.h"
 #include "aten/device.h"
+#include "aten/spmd.h"
 #include "aten/tensor.h"
 #include "python/bind.h"
 #include "runtime/metrics.h"
@@ -184,6 +185,34 @@ void BindTorch(py::module_& m) {
   m.def("_all_gather", &aten::AllGather, py::call_guard<py::gil_scoped_release>());
   m.def("_reduce_scatter", &aten::ReduceScatter, py::call_guard<py::gil_scoped_release>());
   m.def("_broadcast_", &aten::Broadcast_, py::call_guard<py::gil_scoped_release>());
+
+  // --- SPMD sharding over a mesh (torch_pjrt.spmd) -------------------------
+  auto sharding_args = [](std::vector<int> devices, std::vector<int64_t> tiles, int64_t replicate,
+                          std::vector<int> tile_devices) {
+    return aten::ShardingArgs{std::move(devices), std::move(tiles), replicate, std::move(tile_devices)};
+  };
+  m.def(
+      "_spmd_distribute",
+      [=](const at::Tensor& cpu, std::vector<int> devices, std::vector<int64_t> tiles, int64_t replicate,
+          std::vector<int> tile_devices) {
+        return aten::Distribute(cpu, sharding_args(devices, tiles, replicate, tile_devices));
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_spmd_mark_sharding",
+      [=](const at::Tensor& t, std::vector<int> devices, std::vector<int64_t> tiles, int64_t replicate,
+          std::vector<int> tile_devices) {
+        aten::MarkSharding(t, sharding_args(devices, tiles, replicate, tile_devices));
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("_spmd_sharding_of", &aten::ShardingOf, py::call_guard<py::gil_scoped_release>());
+  m.def("_spmd_shard_bytes", &aten::ShardBytes, py::call_guard<py::gil_scoped_release>());
+  m.def("_spmd_set_mesh", [](int device, std::vector<int> devices) { runtime::Runtime::Get().SetMesh(device, devices); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_spmd_mesh", [](int device) { return runtime::Runtime::Get().Mesh(device); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_spmd_in_use", [] { return runtime::Runtime::Initialized() && runtime::Runtime::Get().SpmdInUse(); },
+        py::call_guard<py::gil_scoped_release>());
 
   m.def("_is_pending", &aten::IsPending, py::call_guard<py::gil_scoped_release>());
   m.def("_has_buffer", &aten::HasBuffer, py::call_guard<py::gil_scoped_release>());

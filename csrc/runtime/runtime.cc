@@ -156,6 +156,10 @@ void Runtime::SetReplicas(int n) {
   }
   Trace& t = traces_.at(0);
   if (t.replicas == n) return;
+  if (n > 1 && !t.mesh.empty()) {
+    throw pjrt::Error(pjrt::Code::kFailedPrecondition,
+                      "torch_pjrt.replicated() cannot start while pjrt:0 runs an SPMD mesh (torch_pjrt.spmd)");
+  }
   try {
     SyncDevice(0);
   } catch (...) {

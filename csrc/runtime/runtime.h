@@ -89,6 +89,26 @@ class Runtime {
   void SetReplicas(int n);
   int replicas() const { return traces_.empty() ? 1 : traces_[0].replicas; }
 
+  // --- SPMD (runtime/spmd.cc) ---
+  // Makes `device`'s trace one program over the mesh `devices` (local
+  // indices, devices[0] == device), partitioned by XLA's SPMD partitioner:
+  // every storage it reads or writes is sharded (Storage::sharding), one
+  // buffer per mesh device. Syncs the device first when the mesh changes;
+  // an empty list ends it.
+  void SetMesh(int device, std::vector<int> devices);
+  std::vector<int> Mesh(int device);
+  bool SpmdInUse();
+  // Uploads each piece of `data` (the storage's whole contents, dense, as
+  // sharding->dims elements of `dtype`) straight to its device.
+  void DistributeTo(Storage& s, const void* data, ir::DType dtype, std::shared_ptr<const Sharding> sharding);
+  // The storage's contents take `sharding` in the next program (a
+  // constraint on its value; the partitioner moves data device to device).
+  void Reshard(Storage& s, ir::DType dtype, std::shared_ptr<const Sharding> sharding);
+  // `x` (a value of `device`'s trace) constrained to `sharding`.
+  ir::Value ShardingConstraint(int device, ir::Value x, const Sharding& sharding);
+  // Bytes of the storage's buffer on each mesh position (one entry when unsharded).
+  std::vector<int64_t> ShardBytes(Storage& s);
+
   // --- random state ---
   void ManualSeed(int device, uint64_t seed);
   uint64_t InitialSeed(int device) const;
@@ -188,7 +208,8 @@ class Runtime {
     DeviceBuffer buffer;         // device data
     ir::DType dtype = ir::DType::F32;
     std::string description;     // how a tensor read it, for recompile reasons
-    std::vector<DeviceBuffer> per_replica;  // replicated programs: one per replica
+    std::vector<DeviceBuffer> per_replica;  // replicated programs: one per replica; SPMD: one per mesh position
+    std::shared_ptr<const Sharding> sharding;  // SPMD: of a storage's pieces
   };
   struct Trace {
     std::unique_ptr<ir::Builder> builder;
@@ -210,6 +231,7 @@ class Runtime {
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;
     int replicas = 1;  // > 1: the trace is one program over this many devices
+    std::vector<int> mesh;  // SPMD: non-empty, one program partitioned over these local devices
   };
   // Steady state: a trace identical to an earlier one (same nodes, outputs,
   // donations) reuses its executable and argument order without pruning or
@@ -222,6 +244,13 @@ class Runtime {
 
   void Init();
   void ResetTrace(Trace& t);
+  // SPMD: a storage's pieces as a parameter of a mesh trace (flat value);
+  // a storage of one device joins the mesh replicated (device-to-device copies).
+  ir::Value ShardedRead(Storage& s, ir::DType dtype);
+  // SPMD: the sharding each pending storage's value is pinned to (runtime/spmd.cc).
+  std::vector<std::shared_ptr<const Sharding>> PinShardings(Trace& t, const std::vector<Storage*>& storages);
+  // SPMD: the whole contents of a sharded storage into `dst`, piece by piece.
+  void Gather(const Sharding& sh, size_t item, const std::vector<DeviceBuffer>& pieces, void* dst);
   // A device buffer as a parameter of the current trace (memoized per
   // buffer). With per-replica buffers, replica r of a replicated program
   // reads replicas[r]; without, every replica gets a copy of `buffer`.
@@ -246,8 +275,10 @@ class Runtime {
   // Throws TensorError when a read of `s` must fail. Caller holds mu().
   void RaiseIfLost(const Storage& s) const;
   int32_t CheckId(ErrorKind kind, const std::string& what);
+  // `args`: the argument buffers' types and dims (SPMD: the pieces'); empty: the graph's parameters.
   std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,
-                                                  const std::vector<std::string>& param_desc);
+                                                  const std::vector<std::string>& param_desc,
+                                                  std::vector<pjrt::ArgSpec> args = {});
   void ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g, const std::vector<std::string>& param_desc);
   // Recompile reasons wait here until the runtime lock is released: their
   // Python location needs the GIL, which must never be taken under the lock.

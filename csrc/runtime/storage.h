@@ -15,6 +15,7 @@
 #include "ir/dtype.h"
 #include "ir/graph.h"
 #include "pjrt/buffer.h"
+#include "runtime/sharding.h"
 
 namespace tpj::runtime {
 
@@ -71,6 +72,10 @@ class Storage {
   bool pending() const { return pending_; }
   // Whether materialized contents exist on the device. Caller holds the runtime lock.
   bool has_buffer() const { return static_cast<bool>(buffer_); }
+  // SPMD: how the buffers split the contents over a mesh (replicas_[p] holds
+  // mesh position p's piece, buffer_ == replicas_[0]), and the sharding a
+  // pending value takes; null for a storage of one device. Caller holds the runtime lock.
+  const std::shared_ptr<const Sharding>& sharding() const { return sharding_; }
 
  private:
   friend class Runtime;
@@ -85,6 +90,7 @@ class Storage {
   int64_t epoch_ = -1;  // the trace epoch value_ belongs to
   bool pending_ = false;
   std::shared_ptr<Outcome> outcome_;  // of the program that computed buffer_
+  std::shared_ptr<const Sharding> sharding_;  // SPMD (see sharding())
 };
 
 }  // namespace tpj::runtime

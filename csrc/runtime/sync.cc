@@ -101,21 +101,31 @@ void Runtime::AwaitLaunched() noexcept {
 }
 
 std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key,
-                                                         const std::vector<std::string>& param_desc) {
+                                                         const std::vector<std::string>& param_desc,
+                                                         std::vector<pjrt::ArgSpec> args) {
   Metrics& m = Metrics::Get();
   if (auto exe = cache_.Lookup(key)) {
     m.Add("cache_hits");
     return exe;
   }
-  std::vector<pjrt::ArgSpec> args;
-  for (int32_t id : g.params) {
-    const ir::Shape& s = g.nodes[id].results[0];
-    args.push_back({ToPjrt(s.dtype), s.dims});
+  if (args.empty()) {
+    for (int32_t id : g.params) {
+      const ir::Shape& s = g.nodes[id].results[0];
+      args.push_back({ToPjrt(s.dtype), s.dims});
+    }
   }
   pjrt::CompileOptions options;
-  const int n = traces_.at(device).replicas;
-  options.num_replicas = n;
-  for (int r = 0; r < n; ++r) options.device_ids.push_back(global_id(device + r));
+  const Trace& trace = traces_.at(device);
+  if (!trace.mesh.empty()) {
+    // SPMD: one replica of num_partitions partitions; partition p runs on mesh device p.
+    options.num_partitions = static_cast<int>(trace.mesh.size());
+    options.use_spmd_partitioning = true;
+    for (int d : trace.mesh) options.device_ids.push_back(global_id(d));
+  } else {
+    const int n = trace.replicas;
+    options.num_replicas = n;
+    for (int r = 0; r < n; ++r) options.device_ids.push_back(global_id(device + r));
+  }
   bool corrupt = false;
   if (auto exe = cache_.LoadDisk(key, *client_, options, args, &corrupt)) {
     m.Add("disk_cache_hits");
@@ -154,24 +164,41 @@ void Runtime::SyncDevice(int device) {
   std::sort(storages.begin(), storages.end(), [](const Storage* a, const Storage* b) {
     return a->value_.node != b->value_.node ? a->value_.node < b->value_.node : a->value_.index < b->value_.index;
   });
+  // SPMD: every result is pinned to a sharding (PinShardings) and emitted
+  // in its logical shape.
+  const bool spmd = !t.mesh.empty();
+  std::vector<std::shared_ptr<const Sharding>> pins;
+  if (spmd) pins = PinShardings(t, storages);
   std::vector<ir::Value> outputs;
+  std::vector<std::string> output_shardings;
   std::vector<size_t> output_of(storages.size());
   for (size_t i = 0; i < storages.size(); ++i) {
-    const ir::Value v = storages[i]->value_;
-    auto at = std::find(outputs.begin(), outputs.end(), v);
-    output_of[i] = static_cast<size_t>(at - outputs.begin());
-    if (at == outputs.end()) outputs.push_back(v);
+    ir::Value v = storages[i]->value_;
+    std::string sharding;
+    if (spmd) {
+      v = t.builder->Reshape(v, pins[i]->dims);
+      sharding = pins[i]->hlo;
+    }
+    size_t at = 0;
+    while (at < outputs.size() && !(outputs[at] == v && (!spmd || output_shardings[at] == sharding))) ++at;
+    output_of[i] = at;
+    if (at == outputs.size()) {
+      outputs.push_back(v);
+      if (spmd) output_shardings.push_back(sharding);
+    }
   }
   size_t rng_output = SIZE_MAX;
   if (t.rng_pending) {
     rng_output = outputs.size();
     outputs.push_back(t.rng_value);
+    if (spmd) output_shardings.push_back("{replicated}");
   }
   size_t check_output = SIZE_MAX;
   if (t.check_code.valid() && !storages.empty()) {
     check_output = outputs.size();
     // Replicated: a check that failed on any replica fails the program (replica 0's flag is read).
     outputs.push_back(t.replicas > 1 ? t.builder->AllReduce(t.check_code, ir::ReduceKind::Max) : t.check_code);
+    if (spmd) output_shardings.push_back("{replicated}");
   }
   // Donation: a parameter buffer held only by this trace and by the one
   // storage that gets a new value in this program is reused for that value.
@@ -180,21 +207,36 @@ void Runtime::SyncDevice(int device) {
   auto param_index = [&](const pjrt::Buffer* b) -> int64_t {
     auto it = t.buffer_params.find(b);
     if (it == t.buffer_params.end()) return -1;
-    return ir::ParamIndex(t.builder->graph().nodes[it->second.node]);
+    const ir::Graph& graph = t.builder->graph();
+    const ir::Node* n = &graph.nodes[it->second.node];
+    if (n->op == ir::Op::Reshape) n = &graph.nodes[n->operands[0].node];  // SPMD: a piece read flat
+    return ir::ParamIndex(*n);
   };
   const bool replicated = t.replicas > 1;
+  // SPMD: a storage's pieces are held by it (buffer_ and replicas_) and by
+  // its parameter (buffer and per_replica); donated per piece when nobody
+  // else holds any, into a result of the same sharding.
+  auto only_holders = [&](const Storage* s) {
+    if (!spmd) return s->buffer_.use_count() == 2;
+    if (!s->sharding_ || s->replicas_.size() != t.mesh.size() || s->buffer_.use_count() != 4) return false;
+    for (size_t p = 1; p < s->replicas_.size(); ++p) {
+      if (s->replicas_[p].use_count() != 2) return false;
+    }
+    return true;
+  };
   for (size_t i = 0; i < storages.size() && !replicated; ++i) {
     Storage* s = storages[i];
-    if (!s->buffer_ || s->buffer_.use_count() != 2 || output_aliased[output_of[i]]) continue;
+    if (!s->buffer_ || !only_holders(s) || output_aliased[output_of[i]]) continue;
     const int64_t p = param_index(s->buffer_.get());
     if (p < 0) continue;
+    if (spmd && (!t.params[p].sharding || t.params[p].sharding->hlo != pins[i]->hlo)) continue;
     if (t.builder->shape(outputs[output_of[i]]) != t.builder->graph().nodes[t.builder->graph().params[p]].results[0]) {
       continue;
     }
     aliases.push_back({p, static_cast<int64_t>(output_of[i])});
     output_aliased[output_of[i]] = true;
   }
-  if (!replicated && t.rng_pending && t.rng_buffer && t.rng_buffer.use_count() == 2) {
+  if (!replicated && !spmd && t.rng_pending && t.rng_buffer && t.rng_buffer.use_count() == 2) {
     const int64_t p = param_index(t.rng_buffer.get());
     if (p >= 0) aliases.push_back({p, static_cast<int64_t>(rng_output)});
   }
@@ -229,6 +271,8 @@ void Runtime::SyncDevice(int device) {
   for (const ir::Alias& a : aliases) mix((static_cast<uint64_t>(a.param) << 32) ^ static_cast<uint64_t>(a.output));
   mix(static_cast<uint64_t>(global_id(device)));
   mix(static_cast<uint64_t>(t.replicas));
+  for (int d : t.mesh) mix(static_cast<uint64_t>(global_id(d)) + 0x5bd1e995ull);
+  for (const std::string& sh : output_shardings) mix(std::hash<std::string>{}(sh));
 
   std::vector<int64_t> used;
   std::shared_ptr<pjrt::Executable> exe;
@@ -241,15 +285,25 @@ void Runtime::SyncDevice(int device) {
     m.AddTime("graph_build", Seconds(t0));
   } else {
     ir::Graph g = ir::Extract(t.builder->graph(), outputs, aliases, &used);
+    g.output_shardings = output_shardings;
     num_aliases = g.aliases.size();
     std::ostringstream key;
     key << std::hex << ir::ProgramHash(g) << "-d" << std::dec << global_id(device);
     if (replicated) key << "-r" << t.replicas;
+    if (spmd) {
+      key << "-p";
+      for (int d : t.mesh) key << "." << global_id(d);
+    }
     m.AddTime("graph_build", Seconds(t0));
     try {
       std::vector<std::string> desc;
-      for (int64_t p : used) desc.push_back(t.params[p].description);
-      exe = GetExecutable(device, g, key.str(), desc);
+      std::vector<pjrt::ArgSpec> args;
+      for (int64_t p : used) {
+        desc.push_back(t.params[p].description);
+        // SPMD: each partition's argument is its piece
+        if (spmd) args.push_back({ToPjrt(t.params[p].dtype), t.params[p].buffer->dims()});
+      }
+      exe = GetExecutable(device, g, key.str(), desc, std::move(args));
     } catch (...) {
       abandon("compile");
       throw;
@@ -259,7 +313,7 @@ void Runtime::SyncDevice(int device) {
   }
 
   // Arguments per replica: per-replica buffers, else copies of the one buffer.
-  const int n = t.replicas;
+  const int n = spmd ? static_cast<int>(t.mesh.size()) : t.replicas;
   std::vector<DeviceBuffer> keep_alive;
   std::vector<std::vector<std::unique_ptr<pjrt::Buffer>>> outs;
   try {
@@ -273,7 +327,7 @@ void Runtime::SyncDevice(int device) {
         } else if (r == 0) {
           args[r].push_back(base.get());
         } else {
-          keep_alive.push_back(DeviceBuffer(base->CopyToDevice(global_id(device + r))));
+          keep_alive.push_back(DeviceBuffer(base->CopyToDevice(global_id(spmd ? t.mesh[r] : device + r))));
           args[r].push_back(keep_alive.back().get());
         }
       }
@@ -304,9 +358,10 @@ void Runtime::SyncDevice(int device) {
     Storage* s = storages[i];
     s->buffer_ = shared[output_of[i]];
     s->replicas_.clear();
-    if (replicated) {
+    if (replicated || spmd) {
       for (int r = 0; r < n; ++r) s->replicas_.push_back(per[r][output_of[i]]);
     }
+    s->sharding_ = spmd ? pins[i] : nullptr;
     s->pending_ = false;
     s->epoch_ = -1;
     s->outcome_ = outcome;

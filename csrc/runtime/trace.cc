@@ -9,7 +9,7 @@
 namespace tpj::runtime {
 
 void Runtime::ResetTrace(Trace& t) {
-  t.builder = std::make_unique<ir::Builder>(t.replicas);
+  t.builder = std::make_unique<ir::Builder>(t.replicas, t.mesh.empty() ? 1 : static_cast<int>(t.mesh.size()));
   t.epoch += 1;
   t.params.clear();
   t.buffer_params.clear();
@@ -46,7 +46,9 @@ ir::Value Runtime::FreshParam(int device, const DeviceBuffer& buffer, ir::DType 
   p.buffer = buffer;
   p.dtype = dtype;
   t.params.push_back(std::move(p));
-  return t.builder->Parameter({dtype, buffer->dims()});
+  // SPMD: a buffer of one device (numbers, random state, check flags) is
+  // copied to every mesh device at launch; the program reads it replicated.
+  return t.builder->Parameter({dtype, buffer->dims()}, t.mesh.empty() ? "" : "{replicated}");
 }
 
 void Runtime::DescribeRead(Storage& s, ir::Value flat, const std::function<std::string()>& description) {
@@ -80,6 +82,8 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
   ir::Value v;
   if (s.pending_ && s.epoch_ == t.epoch) {
     v = s.value_;
+  } else if (s.buffer_ && (!t.mesh.empty() || s.sharding_)) {
+    v = ShardedRead(s, have);
   } else if (s.buffer_) {
     v = BufferParam(s.device_, s.buffer_, have, s.replicas_.empty() ? nullptr : &s.replicas_);
   } else {
@@ -121,6 +125,7 @@ void Runtime::Grow(Storage& s, size_t nbytes, ir::DType dtype) {
   s.nbytes_ = nbytes;
   s.buffer_.reset();
   s.replicas_.clear();
+  s.sharding_.reset();
   AssignFlat(s, grown);
 }
 

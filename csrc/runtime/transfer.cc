@@ -31,6 +31,7 @@ void Runtime::SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype) {
   }
   s.buffer_ = std::move(buffer);
   s.replicas_.clear();
+  s.sharding_.reset();
   s.dtype_ = dtype;
   s.epoch_ = -1;
   s.outcome_.reset();
@@ -113,6 +114,7 @@ void Runtime::Download(Storage& s, void* dst) { DownloadReplicas(s, {dst}); }
 size_t Runtime::ReplicaCount(Storage& s) {
   TraceScope scope;
   Materialize(s);  // a pending value of a replicated trace gets its replicas here
+  if (s.sharding_) return 1;  // SPMD: the pieces of one value
   return s.replicas_.empty() ? 1 : s.replicas_.size();
 }
 
@@ -148,11 +150,15 @@ void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
   std::vector<DeviceBuffer> buffers;
   std::shared_ptr<Outcome> outcome;
   size_t nbytes = 0;
+  std::shared_ptr<const Sharding> sharding;
+  size_t item = 0;
   {
     TraceScope scope;  // reports recompile reasons once the lock is released
     RaiseIfLost(s);
     DeviceBuffer first = Materialize(s);
     outcome = s.outcome_;
+    sharding = s.sharding_;
+    item = ir::ByteSize(*s.dtype_);
     buffers = s.replicas_.empty() ? std::vector<DeviceBuffer>{first} : s.replicas_;
     nbytes = static_cast<size_t>(first->element_count()) * ir::ByteSize(*s.dtype_);
   }
@@ -162,6 +168,11 @@ void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
                                                         std::to_string(buffers.size()));
   }
   Verify(outcome, /*again=*/true);
+  if (sharding) {  // SPMD: the pieces put together
+    if (dsts.size() != 1) throw pjrt::Error(pjrt::Code::kInvalidArgument, "a sharded storage has one value");
+    Gather(*sharding, item, buffers, dsts[0]);
+    return;
+  }
   for (size_t r = 0; r < dsts.size(); ++r) CopyToHost(buffers[r], dsts[r], nbytes);
 }
 

@@ -302,6 +302,18 @@ def _make_device_module() -> types.ModuleType:
     m.set_rng_state = set_rng_state
     m.get_rng_state_all = get_rng_state_all
     m.set_rng_state_all = set_rng_state_all
+    def _memory(fn_name: str):
+        def call(device=None):
+            from torch_pjrt import runtime
+            return getattr(runtime, fn_name)(_index(device))
+        call.__name__ = fn_name
+        return call
+
+    # per device: the plugin's statistics where it reports them, else our buffers' sizes
+    m.memory_allocated = _memory("memory_allocated")
+    m.max_memory_allocated = _memory("max_memory_allocated")
+    m.reset_peak_memory_stats = _memory("reset_peak_memory_stats")
+    m.memory_stats = _memory("device_memory_stats")
     m.is_initialized = lambda: _C._initialized()
     m._is_in_bad_fork = _in_bad_fork
     m._lazy_init = lazy_init

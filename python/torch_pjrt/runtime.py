@@ -116,6 +116,40 @@ def memory_stats(index: int = 0) -> Optional[Dict[str, int]]:
     return _C._memory_stats(index)
 
 
+def memory_allocated(index: int = 0) -> int:
+    """Bytes of the buffers torch_pjrt holds on pjrt device ``index`` now
+    (sharded tensors count their piece on each device), counted from the
+    buffers' sizes: available on every plugin."""
+    _device._configure_once()
+    return int(_C._buffer_bytes(index)[0])
+
+
+def max_memory_allocated(index: int = 0) -> int:
+    """The most ``memory_allocated(index)`` was since the start or the last
+    ``reset_peak_memory_stats(index)``."""
+    _device._configure_once()
+    return int(_C._buffer_bytes(index)[1])
+
+
+def reset_peak_memory_stats(index: int = 0) -> None:
+    _device._configure_once()
+    _C._reset_peak_buffer_bytes(index)
+
+
+def device_memory_stats(index: int = 0) -> Dict[str, int]:
+    """``memory_stats(index)`` where the plugin reports statistics, else our
+    buffers' counts: ``bytes_in_use``, ``peak_bytes_in_use``, ``num_buffers``
+    and torch's names ``allocated_bytes.all.current`` /
+    ``allocated_bytes.all.peak``."""
+    stats = dict(memory_stats(index) or {})
+    if not stats:
+        in_use, peak, count = _C._buffer_bytes(index)
+        stats = {"bytes_in_use": int(in_use), "peak_bytes_in_use": int(peak), "num_buffers": int(count)}
+    stats.setdefault("allocated_bytes.all.current", stats.get("bytes_in_use", 0))
+    stats.setdefault("allocated_bytes.all.peak", stats.get("peak_bytes_in_use", stats.get("bytes_in_use", 0)))
+    return stats
+
+
 def capabilities() -> Dict[str, object]:
     """What this runtime can do here; test these instead of ``hasattr``.
 
@@ -148,13 +182,22 @@ def initialize_cache(path: str, readonly: bool = False) -> None:
     _C._initialize_cache(str(path), bool(readonly))
 
 
+def spmd_in_use() -> bool:
+    """Whether a device's programs run partitioned over an SPMD mesh
+    (``torch_pjrt.spmd``; docs/spmd.md)."""
+    if not _C._initialized():
+        return False
+    return bool(_C._spmd_in_use())
+
+
 def using_pjrt() -> bool:
     """Always True: the runtime is PJRT only (kept for code written against older runtimes)."""
     return True
 
 
 __all__ = [
-    "addressable_device_count", "capabilities", "device_type", "devices", "environment", "global_device_count",
+    "addressable_device_count", "capabilities", "spmd_in_use", "memory_allocated", "max_memory_allocated",
+    "reset_peak_memory_stats", "device_memory_stats", "device_type", "devices", "environment", "global_device_count",
     "global_ordinal", "host_index", "initialize_cache", "local_ordinal", "local_process_count", "options",
     "plugin_info", "process_count", "process_index", "using_pjrt", "world_size",
 ]
