@@ -205,6 +205,17 @@ void Assign(const at::Tensor& dst, ir::Value v) {
 }
 
 ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype) {
+  // The common dtypes convert on the stack (Scalar::to checks overflow as
+  // fill_ does); a CPU tensor per number cost an allocation and a dispatch.
+  auto& rt = runtime::Runtime::Get();
+  switch (dtype) {
+    case at::kFloat: { const float v = s.to<float>(); return rt.ScalarValue(device, ir::DType::F32, &v); }
+    case at::kDouble: { const double v = s.to<double>(); return rt.ScalarValue(device, ir::DType::F64, &v); }
+    case at::kLong: { const int64_t v = s.to<int64_t>(); return rt.ScalarValue(device, ir::DType::I64, &v); }
+    case at::kInt: { const int32_t v = s.to<int32_t>(); return rt.ScalarValue(device, ir::DType::I32, &v); }
+    case at::kBool: { const uint8_t v = s.to<bool>() ? 1 : 0; return rt.ScalarValue(device, ir::DType::Bool, &v); }
+    default: break;
+  }
   at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(dtype));
   return runtime::Runtime::Get().ScalarValue(device, ToIr(dtype), host.const_data_ptr());
 }

@@ -147,6 +147,13 @@ void Builder::CheckValue(Value v) const {
 }
 
 std::vector<Value> Builder::AddNode(Op op, std::vector<Value> operands, Attrs attrs) {
+  const int32_t id = AppendNode(op, std::move(operands), std::move(attrs));
+  std::vector<Value> out;
+  for (size_t i = 0; i < g_.nodes[id].results.size(); ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
+  return out;
+}
+
+int32_t Builder::AppendNode(Op op, std::vector<Value> operands, Attrs attrs) {
   std::vector<Shape> in;
   in.reserve(operands.size());
   for (Value v : operands) {
@@ -160,12 +167,9 @@ std::vector<Value> Builder::AddNode(Op op, std::vector<Value> operands, Attrs at
     if (location_.empty()) throw;
     throw Error(std::string(e.what()) + " (at " + location_ + ")");
   }
-  Node n{op, std::move(operands), std::move(results), std::move(attrs), location_};
   const int32_t id = static_cast<int32_t>(g_.nodes.size());
-  std::vector<Value> out;
-  for (size_t i = 0; i < n.results.size(); ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
-  g_.nodes.push_back(std::move(n));
-  return out;
+  g_.nodes.push_back(Node{op, std::move(operands), std::move(results), std::move(attrs), location_});
+  return id;
 }
 
 namespace {

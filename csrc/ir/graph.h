@@ -482,6 +482,10 @@ class Builder {
   // Collectives span `num_replicas` replicas unless given explicit groups.
   explicit Builder(int num_replicas = 1, int num_partitions = 1);
 
+  // Room for `nodes` nodes without regrowing: a trace that repeats the
+  // previous one (a training step) then never moves its nodes.
+  void Reserve(size_t nodes) { g_.nodes.reserve(nodes); }
+
   // Location attached to the nodes added from now on ("" for none).
   void SetLocation(std::string loc) { location_ = std::move(loc); }
 
@@ -590,14 +594,16 @@ class Builder {
  private:
   // Checks and appends one node; returns its results.
   std::vector<Value> AddNode(Op op, std::vector<Value> operands, Attrs attrs);
+  // The same, returning the node's id (no vector of results).
+  int32_t AppendNode(Op op, std::vector<Value> operands, Attrs attrs);
   // A node of an op without attributes.
   Value Add(Op op, std::vector<Value> operands) {
-    return AddNode(op, std::move(operands), std::monostate{})[0];
+    return Value{AppendNode(op, std::move(operands), std::monostate{}), 0};
   }
   // A node of op A::kOp.
   template <class A>
   Value Add(std::vector<Value> operands, A attrs) {
-    return AddNode(A::kOp, std::move(operands), std::move(attrs))[0];
+    return Value{AppendNode(A::kOp, std::move(operands), std::move(attrs)), 0};
   }
   void CheckValue(Value v) const;
   Graph g_;

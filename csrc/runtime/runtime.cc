@@ -247,8 +247,12 @@ TraceScope::~TraceScope() {
   Metrics& m = Metrics::Get();
   m.trace_ns += NowNs() - start_ns_;
   m.traced_ops += 1;
+  // Checked while the lock is still held: an op with nothing to report
+  // (nearly all of them) does not take the lock a second time.
+  Runtime& rt = Runtime::Get();
+  const bool deferred = !rt.unreported_.empty() || !rt.debug_lines_.empty() || !rt.unlocated_checks_.empty();
   lock_.unlock();
-  Runtime::Get().ReportDeferred();
+  if (deferred) rt.ReportDeferred();
 }
 
 }  // namespace tpj::runtime

@@ -9,7 +9,9 @@
 namespace tpj::runtime {
 
 void Runtime::ResetTrace(Trace& t) {
+  const size_t last = t.builder ? t.builder->graph().nodes.size() : 0;
   t.builder = std::make_unique<ir::Builder>(t.replicas, t.mesh.empty() ? 1 : static_cast<int>(t.mesh.size()));
+  t.builder->Reserve(last);
   t.epoch += 1;
   t.params.clear();
   t.buffer_params.clear();
