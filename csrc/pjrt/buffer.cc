@@ -4,7 +4,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
-#include <unordered_map>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -179,22 +178,6 @@ std::map<int, BufferBytes>& Tally() {
   return *t;
 }
 
-// What each counted buffer added: (device, bytes).
-std::unordered_map<const Buffer*, std::pair<int, int64_t>>& Counted() {
-  static auto* c = new std::unordered_map<const Buffer*, std::pair<int, int64_t>>();
-  return *c;
-}
-
-void Untally(const Buffer* buffer) {
-  std::lock_guard<std::mutex> l(TallyMu());
-  auto it = Counted().find(buffer);
-  if (it == Counted().end()) return;
-  BufferBytes& b = Tally()[it->second.first];
-  b.in_use -= it->second.second;
-  b.buffers -= 1;
-  Counted().erase(it);
-}
-
 }  // namespace
 
 BufferBytes LiveBufferBytes(int device_id) {
@@ -220,13 +203,23 @@ Buffer::Buffer(std::shared_ptr<Client> client, pjrt_abi::Buffer* buffer)
     b.in_use += bytes;
     b.buffers += 1;
     if (b.in_use > b.peak) b.peak = b.in_use;
-    Counted()[this] = {device, bytes};
+    tally_device_ = device;
+    tally_bytes_ = bytes;
   } catch (...) {  // a buffer the plugin cannot size (an error value) is not counted
   }
 }
 
+void Buffer::Untally() {
+  std::lock_guard<std::mutex> l(TallyMu());
+  if (tally_device_ < 0) return;
+  BufferBytes& b = Tally()[tally_device_];
+  b.in_use -= tally_bytes_;
+  b.buffers -= 1;
+  tally_device_ = -1;
+}
+
 Buffer::~Buffer() {
-  Untally(this);
+  Untally();
   if (buffer_ == nullptr) return;
   auto a = pjrt_abi::make<pjrt_abi::BufferArgs>();
   a.buffer = buffer_;
@@ -275,7 +268,7 @@ bool Buffer::is_deleted() const {
 }
 
 void Buffer::Delete() {
-  Untally(this);
+  Untally();
   auto a = pjrt_abi::make<pjrt_abi::BufferArgs>();
   a.buffer = buffer_;
   TPJ_CALL(client_->plugin(), PJRT_Buffer_Delete, &a);

@@ -86,8 +86,13 @@ class Buffer {
   const std::shared_ptr<Client>& client() const { return client_; }
 
  private:
+  void Untally();  // takes back what the constructor counted, once
+
   std::shared_ptr<Client> client_;
   pjrt_abi::Buffer* buffer_;
+  // What this buffer adds to its device's LiveBufferBytes while counted.
+  int tally_device_ = -1;  // -1: not counted
+  int64_t tally_bytes_ = 0;
 };
 
 }  // namespace tpj::pjrt
