@@ -82,9 +82,9 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "when it ends; only with TORCH_PJRT_DEBUG=1 or TORCH_PJRT_LOG_LEVEL=info",
        "5"},
       {"RANK", "global index of this process (set by the launcher)", "0"},
-      {"WORLD_SIZE", "number of processes in the job", "1"},
+      {"WORLD_SIZE", "number of processes in the job", "`RANK` + 1"},
       {"LOCAL_RANK", "index of this process on its host", "0"},
-      {"LOCAL_WORLD_SIZE", "processes on this host", "1"},
+      {"LOCAL_WORLD_SIZE", "processes on this host", "`LOCAL_RANK` + 1"},
       {"GROUP_RANK", "index of this host", "0"},
       {"MASTER_ADDR", "rendezvous host (torch.distributed TCPStore)", ""},
       {"MASTER_PORT", "rendezvous port", ""},
@@ -146,10 +146,13 @@ Options Options::FromEnvironment() {
       Invalid("TORCH_PJRT_COMPILE_PROGRESS", t, "a number of seconds, 0 or more");
     }
   }
+  // A size that is not given is the smallest one consistent with the rank:
+  // launchers other than torchrun (Lightning's spawn strategies, for one) set
+  // LOCAL_RANK without LOCAL_WORLD_SIZE. Only sizes given are checked.
   o.rank = Int("RANK", 0).value_or(0);
-  o.world_size = Int("WORLD_SIZE", 1).value_or(1);
+  o.world_size = Int("WORLD_SIZE", 1).value_or(o.rank + 1);
   o.local_rank = Int("LOCAL_RANK", 0).value_or(0);
-  o.local_world_size = Int("LOCAL_WORLD_SIZE", 1).value_or(1);
+  o.local_world_size = Int("LOCAL_WORLD_SIZE", 1).value_or(o.local_rank + 1);
   o.group_rank = Int("GROUP_RANK", 0).value_or(0);
   o.master_addr = Get("MASTER_ADDR");
   o.master_port = Get("MASTER_PORT");

@@ -33,6 +33,10 @@ class Env {
     }
     ::setenv(name.c_str(), value.c_str(), 1);
   }
+  void Unset(const std::string& name) {
+    Set(name, "");  // saves the old value
+    ::unsetenv(name.c_str());
+  }
 
  private:
   std::map<std::string, std::pair<std::string, bool>> saved_;
@@ -69,6 +73,19 @@ TEST(Options, ParsesValues) {
   EXPECT_DOUBLE_EQ(o.dist_timeout_s, 2.5);
   EXPECT_EQ(o.rank, 1);
   EXPECT_EQ(o.world_size, 2);
+}
+
+TEST(Options, SizesNotGivenAreTheSmallestConsistentWithTheRank) {
+  // Lightning's spawn strategies set LOCAL_RANK and RANK but no sizes.
+  Env env;
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) env.Unset(name);
+  env.Set("LOCAL_RANK", "1");
+  env.Set("RANK", "3");
+  const Options o = Options::FromEnvironment();
+  EXPECT_EQ(o.local_world_size, 2);
+  EXPECT_EQ(o.world_size, 4);
+  env.Set("LOCAL_WORLD_SIZE", "1");  // given, and inconsistent: still an error
+  EXPECT_THROW(Options::FromEnvironment(), pjrt::Error);
 }
 
 void ExpectInvalid(const std::string& name, const std::string& value) {
