@@ -24,6 +24,23 @@ std::string Upper(std::string s) {
                                                       "': fix or unset it");
 }
 
+// A number of seconds: positive, or also 0 when `zero_ok`.
+std::optional<double> Seconds(const char* name, bool zero_ok) {
+  const std::string v = Get(name);
+  if (v.empty()) return std::nullopt;
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != v.size() || !(zero_ok ? x >= 0 : x > 0)) {
+    Invalid(name, v, zero_ok ? "a number of seconds, 0 or more" : "a positive number of seconds");
+  }
+  return x;
+}
+
 std::optional<int64_t> Int(const char* name, int64_t min) {
   const std::string v = Get(name);
   if (v.empty()) return std::nullopt;
@@ -125,27 +142,8 @@ Options Options::FromEnvironment() {
   const std::string checks = Get("TORCH_PJRT_CHECKS");
   if (!checks.empty() && checks != "0" && checks != "1") Invalid("TORCH_PJRT_CHECKS", checks, "0 or 1");
   o.checks = checks != "0";
-  if (const std::string t = Get("TORCH_PJRT_DIST_TIMEOUT"); !t.empty()) {
-    size_t used = 0;
-    try {
-      o.dist_timeout_s = std::stod(t, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != t.size() || !(o.dist_timeout_s > 0)) Invalid("TORCH_PJRT_DIST_TIMEOUT", t, "a positive number of seconds");
-  }
-  o.compile_progress_s = 5;
-  if (const std::string t = Get("TORCH_PJRT_COMPILE_PROGRESS"); !t.empty()) {
-    size_t used = 0;
-    try {
-      o.compile_progress_s = std::stod(t, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != t.size() || !(o.compile_progress_s >= 0)) {
-      Invalid("TORCH_PJRT_COMPILE_PROGRESS", t, "a number of seconds, 0 or more");
-    }
-  }
+  o.dist_timeout_s = Seconds("TORCH_PJRT_DIST_TIMEOUT", false).value_or(o.dist_timeout_s);
+  o.compile_progress_s = Seconds("TORCH_PJRT_COMPILE_PROGRESS", true).value_or(5);
   // A size that is not given is the smallest one consistent with the rank:
   // launchers other than torchrun (Lightning's spawn strategies, for one) set
   // LOCAL_RANK without LOCAL_WORLD_SIZE. Only sizes given are checked.

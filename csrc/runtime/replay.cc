@@ -256,16 +256,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
     m.AddTime("execute_launch", Seconds(t1));
   } catch (...) {
     // As a failed sync: what the program would have written is lost.
-    std::string what = "unknown error";
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    auto lost = std::make_shared<Outcome>();
-    lost->error = "the value of this pjrt tensor was lost: the program computing it failed to run (" + what +
-                  "). Compute it again (after freeing memory, if it was an out-of-memory error).";
+    auto lost = LostToCurrentException("run");
     for (const auto& rs : p.results) {
       for (const ReplayProgram::Result& r : rs) {
         if (r.target == ReplayProgram::Target::kInput) inputs[static_cast<size_t>(r.index)]->outcome_ = lost;

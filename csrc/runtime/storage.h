@@ -52,6 +52,11 @@ struct Outcome {
   bool reported = false;  // raised once already: sync(wait=True) does not raise it again
 };
 
+// The Outcome of a program that failed to `stage` ("compile", "run"): every
+// storage it would have written raises this when read. Call it inside a
+// catch block: the message names the exception being handled.
+std::shared_ptr<Outcome> LostToCurrentException(const char* stage);
+
 // `nbytes` bytes held flat (rank 1) as elements of one dtype, fixed by the
 // first typed use. The contents are, in order of precedence: a pending value
 // of the device's current trace; else the device buffer; else zeros (never

@@ -44,6 +44,20 @@ void RecordProgramMemory(const pjrt::Executable& exe) {
 
 }  // namespace
 
+std::shared_ptr<Outcome> LostToCurrentException(const char* stage) {
+  std::string what = "unknown error";
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  auto lost = std::make_shared<Outcome>();
+  lost->error = std::string("the value of this pjrt tensor was lost: the program computing it failed to ") + stage +
+                " (" + what + "). Compute it again (after freeing memory, if it was an out-of-memory error).";
+  return lost;
+}
+
 void Runtime::SyncAll(const SyncOptions& options) {
   std::vector<int> all(traces_.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
@@ -245,16 +259,7 @@ void Runtime::SyncDevice(int device) {
   // buffers included) raises the failure when read, until overwritten.
   // Storages it only read keep their values.
   auto abandon = [&](const char* stage) {
-    std::string what = "unknown error";
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    auto lost = std::make_shared<Outcome>();
-    lost->error = std::string("the value of this pjrt tensor was lost: the program computing it failed to ") + stage +
-                  " (" + what + "). Compute it again (after freeing memory, if it was an out-of-memory error).";
+    auto lost = LostToCurrentException(stage);
     for (Storage* s : storages) {
       s->pending_ = false;
       s->epoch_ = -1;
