@@ -1,9 +1,11 @@
 #include "ir/graph.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
+#include "ir/hash.h"
 #include "ir/infer.h"
 
 namespace tpj::ir {
@@ -146,30 +148,75 @@ void Builder::CheckValue(Value v) const {
   }
 }
 
-std::vector<Value> Builder::AddNode(Op op, std::vector<Value> operands, Attrs attrs) {
-  const int32_t id = AppendNode(op, std::move(operands), std::move(attrs));
+std::vector<Value> Builder::AddNode(Op op, Operands operands, Attrs attrs) {
+  const int32_t id = AppendNode(op, operands, std::move(attrs));
   std::vector<Value> out;
   for (size_t i = 0; i < g_.nodes[id].results.size(); ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
   return out;
 }
 
-int32_t Builder::AppendNode(Op op, std::vector<Value> operands, Attrs attrs) {
-  std::vector<Shape> in;
-  in.reserve(operands.size());
-  for (Value v : operands) {
-    CheckValue(v);
-    in.push_back(g_.shape(v));
+int32_t Builder::Emit(Op op, Operands operands, Attrs attrs, const Shape* given, size_t num_given, bool infer) {
+  const auto id = static_cast<int32_t>(g_.nodes.size());
+  if (repeating_ && static_cast<size_t>(id) < prev_.size()) {
+    // Every node before this one is the previous graph's, so the same op on
+    // the same operands with the same attributes infers the same results.
+    Node& old = prev_[id];
+    const size_t inferred = old.results.size() - std::min(old.results.size(), num_given);
+    if (old.op == op && std::equal(old.operands.begin(), old.operands.end(), operands.begin(), operands.end()) &&
+        (infer || inferred == 0) && old.results.size() == inferred + num_given &&
+        std::equal(given, given + num_given, old.results.begin() + static_cast<std::ptrdiff_t>(inferred)) &&
+        SameAttrs(old.attrs, attrs)) {
+      if (old.location != location_) old.location = location_;
+      g_.nodes.push_back(std::move(old));
+      return id;
+    }
   }
+  repeating_ = false;
   std::vector<Shape> results;
-  try {
-    results = InferResults(op, in, attrs);
-  } catch (const Error& e) {
-    if (location_.empty()) throw;
-    throw Error(std::string(e.what()) + " (at " + location_ + ")");
+  if (infer) {
+    std::vector<Shape> in;
+    in.reserve(operands.size());
+    for (Value v : operands) {
+      CheckValue(v);
+      in.push_back(g_.shape(v));
+    }
+    try {
+      results = InferResults(op, in, attrs);
+    } catch (const Error& e) {
+      if (location_.empty()) throw;
+      throw Error(std::string(e.what()) + " (at " + location_ + ")");
+    }
+  } else {
+    for (Value v : operands) CheckValue(v);
   }
-  const int32_t id = static_cast<int32_t>(g_.nodes.size());
-  g_.nodes.push_back(Node{op, std::move(operands), std::move(results), std::move(attrs), location_});
+  results.insert(results.end(), given, given + num_given);
+  g_.nodes.push_back(
+      Node{op, std::vector<Value>(operands.begin(), operands.end()), std::move(results), std::move(attrs), location_});
   return id;
+}
+
+void Builder::Restart() {
+  prev_hashed_ = hashed_nodes_ == g_.nodes.size();
+  prev_hash_ = hash_;
+  hashed_nodes_ = SIZE_MAX;
+  prev_.clear();  // nodes taken over are moved-from shells; the rest were not repeated
+  prev_.swap(g_.nodes);
+  g_.nodes.reserve(prev_.size());
+  g_.params.clear();
+  g_.outputs.clear();
+  g_.aliases.clear();
+  g_.output_shardings.clear();
+  location_.clear();
+  repeating_ = true;
+}
+
+uint64_t Builder::Fingerprint() {
+  if (hashed_nodes_ != g_.nodes.size()) {
+    const bool same = repeating_ && prev_hashed_ && g_.nodes.size() == prev_.size();
+    hash_ = same ? prev_hash_ : ProgramHash(g_);
+    hashed_nodes_ = g_.nodes.size();
+  }
+  return hash_;
 }
 
 namespace {
@@ -185,9 +232,8 @@ Value Builder::Parameter(const Shape& shape, const std::string& sharding) {
   for (int64_t d : shape.dims) {
     if (d < 0) throw Error("Parameter " + shape.ToString() + ": dims must be >= 0");
   }
-  const int32_t id = static_cast<int32_t>(g_.nodes.size());
-  g_.nodes.push_back(
-      Node{Op::Parameter, {}, {shape}, ParameterAttrs{static_cast<int64_t>(g_.params.size()), sharding}, location_});
+  const int32_t id =
+      Emit(Op::Parameter, {}, ParameterAttrs{static_cast<int64_t>(g_.params.size()), sharding}, &shape, 1, false);
   g_.params.push_back(id);
   return Value{id, 0};
 }
@@ -204,9 +250,7 @@ Value Builder::Constant(const Shape& shape, std::vector<uint8_t> bytes) {
     throw Error(os.str());
   }
   ConstantAttrs a{std::make_shared<const std::vector<uint8_t>>(std::move(bytes))};
-  const int32_t id = static_cast<int32_t>(g_.nodes.size());
-  g_.nodes.push_back(Node{Op::Constant, {}, {shape}, std::move(a), location_});
-  return Value{id, 0};
+  return Value{Emit(Op::Constant, {}, std::move(a), &shape, 1, false), 0};
 }
 
 Value Builder::ScalarConstant(DType dtype, double value) {
@@ -248,9 +292,8 @@ Value Builder::Convert(Value x, DType to) {
     const std::vector<int64_t>& dims = shape(x).dims;
     return Select(x, Full(to, dims, 1), Full(to, dims, 0));
   }
-  Value v = Add(Op::Convert, {x});
-  g_.nodes[v.node].results[0].dtype = to;
-  return v;
+  const Shape out{to, shape(x).dims};
+  return Value{Emit(Op::Convert, {x}, std::monostate{}, &out, 1, false), 0};
 }
 
 Value Builder::Bitcast(Value x, DType to) {
@@ -314,13 +357,11 @@ Value Builder::Bitcast(Value x, DType to) {
     split.push_back(k);
     x = Reshape(x, split);
   }
-  Value v = Add(Op::BitcastConvert, {x});
-  Shape& out = g_.nodes[v.node].results[0];
-  out.dtype = to;
-  out.dims = dims;
+  Shape out{to, dims};
+  if (have > want) out.dims.push_back(static_cast<int64_t>(have / want));
+  Value v{Emit(Op::BitcastConvert, {x}, std::monostate{}, &out, 1, false), 0};
   if (have > want) {
     const int64_t k = static_cast<int64_t>(have / want);
-    out.dims.push_back(k);
     if (dims.empty()) return v;
     dims.back() *= k;
     return Reshape(v, dims);
@@ -400,9 +441,7 @@ Value Builder::Iota(const Shape& shape, int64_t dim) {
   if (shape.dtype == DType::Bool || IsComplex(shape.dtype)) {
     throw Error("Iota " + shape.ToString() + ": needs an integer or floating-point dtype");
   }
-  const int32_t id = static_cast<int32_t>(g_.nodes.size());
-  g_.nodes.push_back(Node{Op::Iota, {}, {shape}, IotaAttrs{dim}, location_});
-  return Value{id, 0};
+  return Value{Emit(Op::Iota, {}, IotaAttrs{dim}, &shape, 1, false), 0};
 }
 
 Value Builder::DotGeneral(Value lhs, Value rhs, const DotDims& dims) {
@@ -482,10 +521,8 @@ std::vector<Value> Builder::RngBitGenerator(Value state, const Shape& bits) {
     throw Error("RngBitGenerator: bits must have an unsigned integer dtype, got " +
                 bits.ToString());
   }
-  std::vector<Value> out = AddNode(Op::RngBitGenerator, {state}, RngBitGeneratorAttrs{});
-  g_.nodes[out[0].node].results.push_back(bits);
-  out.push_back(Value{out[0].node, 1});
-  return out;
+  const int32_t id = Emit(Op::RngBitGenerator, {state}, RngBitGeneratorAttrs{}, &bits, 1, true);
+  return {Value{id, 0}, Value{id, 1}};
 }
 
 Value Builder::AllReduce(Value x, ReduceKind kind, std::vector<std::vector<int64_t>> groups) {
@@ -511,6 +548,12 @@ Value Builder::TriangularSolve(Value a, Value b, bool left_side, bool lower, boo
 std::vector<Value> Builder::CustomCall(const std::string& target, const std::vector<Value>& operands,
                                        const std::vector<Shape>& results,
                                        const std::string& backend_config) {
+  return CustomCallNode(target, operands, results, backend_config, "");
+}
+
+std::vector<Value> Builder::CustomCallNode(const std::string& target, const std::vector<Value>& operands,
+                                           const std::vector<Shape>& results, const std::string& backend_config,
+                                           const std::string& sharding) {
   if (target.empty()) throw Error("CustomCall needs a target name");
   if (results.empty()) throw Error("CustomCall @" + target + " needs at least one result");
   for (const Shape& s : results) {
@@ -523,9 +566,8 @@ std::vector<Value> Builder::CustomCall(const std::string& target, const std::vec
       throw Error("CustomCall @" + target + ": target and backend_config must not hold quotes, backslashes or control characters");
     }
   }
-  AddNode(Op::CustomCall, operands, CustomCallAttrs{target, backend_config, ""});  // no results yet
-  g_.nodes.back().results = results;
-  const int32_t id = static_cast<int32_t>(g_.nodes.size() - 1);
+  const int32_t id = Emit(Op::CustomCall, operands, CustomCallAttrs{target, backend_config, sharding}, results.data(),
+                         results.size(), false);
   std::vector<Value> out;
   for (size_t i = 0; i < results.size(); ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
   return out;
@@ -534,9 +576,7 @@ std::vector<Value> Builder::CustomCall(const std::string& target, const std::vec
 Value Builder::ShardingConstraint(Value x, const std::string& sharding) {
   CheckShardingText(sharding);
   const Shape s = shape(x);
-  Value out = CustomCall("Sharding", {x}, {s})[0];
-  std::get<CustomCallAttrs>(g_.nodes[out.node].attrs).sharding = sharding;
-  return out;
+  return CustomCallNode("Sharding", {x}, {s}, "", sharding)[0];
 }
 
 Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::vector<Alias>& aliases,
@@ -619,6 +659,9 @@ Graph Builder::Build(const std::vector<Value>& outputs, const std::vector<Alias>
   g_ = Graph{};
   g_.num_replicas = g.num_replicas;
   g_.num_partitions = g.num_partitions;
+  prev_.clear();
+  repeating_ = false;
+  hashed_nodes_ = SIZE_MAX;
   return g;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -482,9 +483,17 @@ class Builder {
   // Collectives span `num_replicas` replicas unless given explicit groups.
   explicit Builder(int num_replicas = 1, int num_partitions = 1);
 
-  // Room for `nodes` nodes without regrowing: a trace that repeats the
-  // previous one (a training step) then never moves its nodes.
-  void Reserve(size_t nodes) { g_.nodes.reserve(nodes); }
+  // Starts a new graph (same replica and partition counts, room for as many
+  // nodes as the last one), keeping the nodes of the one so far aside: while the new graph repeats them node for
+  // node (same op, operands, attributes and given result shapes), each node
+  // is taken over instead of built again (no shape inference, no
+  // allocation), and a graph that repeats the previous one entirely keeps
+  // its Fingerprint without hashing. A training step traced again is such a
+  // graph; the first node that differs ends the reuse for the rest of it.
+  void Restart();
+
+  // ProgramHash of the graph so far (no outputs, no aliases).
+  uint64_t Fingerprint();
 
   // Location attached to the nodes added from now on ("" for none).
   void SetLocation(std::string loc) { location_ = std::move(loc); }
@@ -592,22 +601,62 @@ class Builder {
   Graph Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases = {});
 
  private:
+  // The operands of a node being made, read during the call only: a node
+  // taken over from the previous graph (Restart) copies none of them.
+  class Operands {
+   public:
+    // The list's array lives to the end of the full expression of the call.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
+    Operands(std::initializer_list<Value> l) : p_(l.begin()), n_(l.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+    Operands(const std::vector<Value>& v) : p_(v.data()), n_(v.size()) {}
+    const Value* begin() const { return p_; }
+    const Value* end() const { return p_ + n_; }
+    size_t size() const { return n_; }
+
+   private:
+    const Value* p_;
+    size_t n_;
+  };
   // Checks and appends one node; returns its results.
-  std::vector<Value> AddNode(Op op, std::vector<Value> operands, Attrs attrs);
+  std::vector<Value> AddNode(Op op, Operands operands, Attrs attrs);
   // The same, returning the node's id (no vector of results).
-  int32_t AppendNode(Op op, std::vector<Value> operands, Attrs attrs);
+  int32_t AppendNode(Op op, Operands operands, Attrs attrs) {
+    return Emit(op, operands, std::move(attrs), nullptr, 0, true);
+  }
+  // The one place nodes are made. Results: the inferred ones (`infer`)
+  // followed by the `num_given` shapes at `given`. Takes over the previous
+  // graph's node at this position when it is the same (see Restart).
+  int32_t Emit(Op op, Operands operands, Attrs attrs, const Shape* given, size_t num_given, bool infer);
+  std::vector<Value> CustomCallNode(const std::string& target, const std::vector<Value>& operands,
+                                    const std::vector<Shape>& results, const std::string& backend_config,
+                                    const std::string& sharding);
   // A node of an op without attributes.
-  Value Add(Op op, std::vector<Value> operands) {
-    return Value{AppendNode(op, std::move(operands), std::monostate{}), 0};
+  Value Add(Op op, Operands operands) {
+    return Value{AppendNode(op, operands, std::monostate{}), 0};
   }
   // A node of op A::kOp.
   template <class A>
-  Value Add(std::vector<Value> operands, A attrs) {
-    return Value{AppendNode(A::kOp, std::move(operands), std::move(attrs)), 0};
+  Value Add(Operands operands, A attrs) {
+    return Value{AppendNode(A::kOp, operands, std::move(attrs)), 0};
   }
   void CheckValue(Value v) const;
   Graph g_;
   std::string location_;
+  // Restart: the previous graph's nodes (those taken over are left moved
+  // from), whether the graph so far repeats them, and their fingerprint.
+  std::vector<Node> prev_;
+  bool repeating_ = false;
+  bool prev_hashed_ = false;
+  uint64_t prev_hash_ = 0;
+  // Fingerprint of the first hashed_nodes_ nodes (the graph grows only by appending).
+  size_t hashed_nodes_ = SIZE_MAX;
+  uint64_t hash_ = 0;
 };
 
 }  // namespace tpj::ir

@@ -120,7 +120,47 @@ uint64_t Hash(const Graph& g, bool values) {
   return h.Finish();
 }
 
+// Field-by-field equality of two structs of one type: Fields walks `a`;
+// each member of `b` is the one at the same offset.
+struct FieldEqual {
+  const char* a;
+  const char* b;
+  bool same = true;
+
+  template <class T>
+  void operator()(const char*, const T& x) {
+    if (same) same = Equal(x, *reinterpret_cast<const T*>(b + (reinterpret_cast<const char*>(&x) - a)));
+  }
+  template <class T>
+  static bool Equal(const T& x, const T& y) {
+    if constexpr (HasFields<T>::value) {
+      FieldEqual e{reinterpret_cast<const char*>(&x), reinterpret_cast<const char*>(&y)};
+      T::Fields(x, e);
+      return e.same;
+    } else if constexpr (std::is_same_v<T, std::shared_ptr<const std::vector<uint8_t>>>) {
+      return x == y || (x && y && *x == *y);
+    } else {
+      return x == y;
+    }
+  }
+};
+
 }  // namespace
+
+bool SameAttrs(const Attrs& a, const Attrs& b) {
+  if (a.index() != b.index()) return false;
+  return std::visit(
+      [&](const auto& x) {
+        using A = std::decay_t<decltype(x)>;
+        if constexpr (HasFields<A>::value) {
+          return FieldEqual::Equal(x, std::get<A>(b));
+        } else {
+          static_assert(std::is_empty_v<A>, "an attribute struct with members lists them in Fields");
+          return true;
+        }
+      },
+      a);
+}
 
 uint64_t ProgramHash(const Graph& g) { return Hash(g, true); }
 uint64_t ShapeBlindHash(const Graph& g) { return Hash(g, false); }

@@ -23,4 +23,8 @@ uint64_t ProgramHash(const Graph& graph);
 // the shapes (sizes, slice bounds, padding, dimension numbers).
 uint64_t ShapeBlindHash(const Graph& graph);
 
+// Whether two attribute values are the same alternative with equal fields
+// (every field Fields lists; constant bytes compared by value).
+bool SameAttrs(const Attrs& a, const Attrs& b);
+
 }  // namespace tpj::ir

@@ -270,7 +270,7 @@ void Runtime::SyncDevice(int device) {
 
   // The trace's own hash (all nodes, not only live ones) plus what this sync
   // asks of it identifies the program without pruning it.
-  uint64_t trace_key = ir::ProgramHash(t.builder->graph());
+  uint64_t trace_key = t.builder->Fingerprint();
   auto mix = [&trace_key](uint64_t v) { trace_key = (trace_key ^ v) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull; };
   for (const ir::Value& v : outputs) mix((static_cast<uint64_t>(v.node) << 8) ^ static_cast<uint64_t>(v.index));
   for (const ir::Alias& a : aliases) mix((static_cast<uint64_t>(a.param) << 32) ^ static_cast<uint64_t>(a.output));

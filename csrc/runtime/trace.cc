@@ -9,9 +9,12 @@
 namespace tpj::runtime {
 
 void Runtime::ResetTrace(Trace& t) {
-  const size_t last = t.builder ? t.builder->graph().nodes.size() : 0;
-  t.builder = std::make_unique<ir::Builder>(t.replicas, t.mesh.empty() ? 1 : static_cast<int>(t.mesh.size()));
-  t.builder->Reserve(last);
+  const int partitions = t.mesh.empty() ? 1 : static_cast<int>(t.mesh.size());
+  if (t.builder && t.builder->graph().num_replicas == t.replicas && t.builder->graph().num_partitions == partitions) {
+    t.builder->Restart();  // a step traced again takes over the last trace's nodes
+  } else {
+    t.builder = std::make_unique<ir::Builder>(t.replicas, partitions);
+  }
   t.epoch += 1;
   t.params.clear();
   t.buffer_params.clear();

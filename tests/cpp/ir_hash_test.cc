@@ -1,9 +1,12 @@
 // ProgramHash sees every attribute field, shape, dtype, constant byte and
 // wire; ShapeBlindHash sees ops and wiring, parameter numbering and the enum
 // and bool attributes, but no shapes, dtypes, constant values or other
-// integer attributes. No plugin needed.
+// integer attributes. SameAttrs sees every attribute field, and a Builder
+// restarted on a graph builds exactly what a fresh one builds (Restart). No
+// plugin needed.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -17,9 +20,9 @@
 namespace tpj::ir {
 namespace {
 
-// A valid graph with a node of every attribute type (std::monostate included).
-Graph EveryAttributeGraph() {
-  Builder b(4);
+// Adds a node of every attribute type (std::monostate included) to `b`
+// (of 4 replicas); returns values to output.
+std::vector<Value> AddEveryAttribute(Builder& b) {
   auto x = b.Parameter({DType::F32, {2, 3}});
   auto y = b.Parameter({DType::F32, {2, 3}});
   auto c = b.Constant({DType::F32, {2}}, {0, 0, 128, 63, 0, 0, 0, 64});
@@ -70,6 +73,14 @@ Graph EveryAttributeGraph() {
   auto sq = b.Parameter({DType::F32, {3, 3}});
   out.push_back(b.TriangularSolve(b.Cholesky(sq, true), sq, true, true, false, false));
   out.push_back(b.CustomCall("Eigh", {sq}, {{DType::F32, {3, 3}}, {DType::F32, {3}}}, "1,1,100,1e-06")[1]);
+  out.push_back(b.ShardingConstraint(x, "{replicated}"));
+  return out;
+}
+
+// A valid graph with a node of every attribute type (std::monostate included).
+Graph EveryAttributeGraph() {
+  Builder b(4);
+  const std::vector<Value> out = AddEveryAttribute(b);
   return b.Build(out);
 }
 
@@ -247,6 +258,110 @@ TEST(Hash, ProgramHashSeesEveryAttributeFieldAndShapeBlindHashOnlyChoices) {
     }
   }
   EXPECT_GE(variants, 60u);  // 78 leaves today, nested dimension structs included
+}
+
+TEST(Hash, SameAttrsSeesEveryField) {
+  const Graph base = EveryAttributeGraph();
+  size_t variants = 0;
+  for (size_t id = 0; id < base.nodes.size(); ++id) {
+    const Node copy = base.nodes[id];
+    EXPECT_TRUE(SameAttrs(base.nodes[id].attrs, copy.attrs)) << OpName(copy.op);
+    Node scratch = base.nodes[id];
+    ChangeOneField count(-1);
+    VisitAttrs(scratch, count);
+    for (int leaf = 0; leaf < count.seen; ++leaf) {
+      Node changed = base.nodes[id];
+      ChangeOneField change(leaf);
+      VisitAttrs(changed, change);
+      ++variants;
+      EXPECT_FALSE(SameAttrs(base.nodes[id].attrs, changed.attrs)) << OpName(changed.op) << " " << change.changed;
+    }
+  }
+  EXPECT_GE(variants, 60u);
+  EXPECT_FALSE(SameAttrs(Attrs{std::monostate{}}, Attrs{IotaAttrs{0}}));
+}
+
+// Builds `first`, then after Restart `second`, in one builder: the graph
+// must be node for node what a fresh builder makes of `second`, and its
+// Fingerprint that graph's ProgramHash.
+void ExpectRestartBuilds(const std::function<void(Builder&)>& first, const std::function<void(Builder&)>& second) {
+  Builder b(4), fresh(4);
+  first(b);
+  b.Fingerprint();
+  b.Restart();
+  second(b);
+  second(fresh);
+  const Graph& g = b.graph();
+  const Graph& f = fresh.graph();
+  ASSERT_EQ(g.nodes.size(), f.nodes.size());
+  for (size_t i = 0; i < f.nodes.size(); ++i) {
+    EXPECT_EQ(g.nodes[i].op, f.nodes[i].op) << "node " << i;
+    EXPECT_EQ(g.nodes[i].operands, f.nodes[i].operands) << "node " << i;
+    EXPECT_EQ(g.nodes[i].results, f.nodes[i].results) << "node " << i << " " << OpName(f.nodes[i].op);
+    EXPECT_TRUE(SameAttrs(g.nodes[i].attrs, f.nodes[i].attrs)) << "node " << i << " " << OpName(f.nodes[i].op);
+  }
+  EXPECT_EQ(g.params, f.params);
+  EXPECT_EQ(b.Fingerprint(), ProgramHash(f));
+  EXPECT_EQ(b.Fingerprint(), ProgramHash(g));
+}
+
+TEST(Restart, ARepeatedGraphIsTakenOverWithItsFingerprint) {
+  auto every = [](Builder& b) { AddEveryAttribute(b); };
+  ExpectRestartBuilds(every, every);
+  // Twice over: the nodes taken over are taken over again.
+  Builder b(4);
+  AddEveryAttribute(b);
+  const uint64_t fp = b.Fingerprint();
+  for (int i = 0; i < 2; ++i) {
+    b.Restart();
+    AddEveryAttribute(b);
+    EXPECT_EQ(b.Fingerprint(), fp);
+    EXPECT_EQ(ProgramHash(b.graph()), fp);
+  }
+}
+
+TEST(Restart, WhatDiffersIsBuiltAgainFromThereOn) {
+  auto every = [](Builder& b) { AddEveryAttribute(b); };
+  // Shorter, longer, empty.
+  auto head = [](Builder& b) { b.Unary(Op::Neg, b.Parameter({DType::F32, {2, 3}})); };
+  ExpectRestartBuilds(every, head);
+  ExpectRestartBuilds(head, every);
+  ExpectRestartBuilds(every, [](Builder&) {});
+  // Results that are given, not inferred: each builder call below makes a
+  // node whose op, operands and attributes are the same for both variants.
+  auto convert = [](DType to) {
+    return [to](Builder& b) { b.Unary(Op::Neg, b.Convert(b.Parameter({DType::F32, {4}}), to)); };
+  };
+  ExpectRestartBuilds(convert(DType::F64), convert(DType::I32));
+  auto bitcast = [](DType to) {
+    return [to](Builder& b) {
+      auto v = b.Bitcast(b.Parameter({DType::F32, {4}}), to);
+      b.Binary(Op::Add, v, v);
+    };
+  };
+  ExpectRestartBuilds(bitcast(DType::I32), bitcast(DType::U8));
+  ExpectRestartBuilds(bitcast(DType::U8), bitcast(DType::I32));
+  auto rng = [](int64_t n) {
+    return [n](Builder& b) { b.RngBitGenerator(b.Parameter({DType::U64, {2}}), {DType::U32, {n}}); };
+  };
+  ExpectRestartBuilds(rng(4), rng(5));
+  auto custom = [](int64_t n) {
+    return [n](Builder& b) {
+      auto sq = b.Parameter({DType::F32, {3, 3}});
+      b.CustomCall("Eigh", {sq}, {{DType::F32, {3, 3}}, {DType::F32, {n}}}, "");
+    };
+  };
+  ExpectRestartBuilds(custom(3), custom(4));
+  auto sharded = [](const char* s) {
+    return [s](Builder& b) { b.Unary(Op::Neg, b.ShardingConstraint(b.Parameter({DType::F32, {4}}), s)); };
+  };
+  ExpectRestartBuilds(sharded("{replicated}"), sharded("{maximal device=0}"));
+  auto param = [](int64_t n) { return [n](Builder& b) { b.Unary(Op::Neg, b.Parameter({DType::F32, {n}})); }; };
+  ExpectRestartBuilds(param(2), param(3));
+  auto constant = [](double v) { return [v](Builder& b) { b.Unary(Op::Neg, b.Full(DType::F32, {2}, v)); }; };
+  ExpectRestartBuilds(constant(1), constant(2));
+  auto iota = [](int64_t n) { return [n](Builder& b) { b.Unary(Op::Neg, b.Iota({DType::F32, {n}}, 0)); }; };
+  ExpectRestartBuilds(iota(2), iota(3));
 }
 
 TEST(Hash, EqualGraphsHashEqualLocationsAside) {

@@ -67,6 +67,27 @@ def test_one_sync_runs_one_program_for_all_pending_tensors():
     torch.testing.assert_close(d.cpu(), (a.cpu() * 2) @ (a.cpu() + 1))
 
 
+def test_a_trace_repeating_the_last_one_in_part_computes_its_own_values():
+    # A trace takes over the nodes of the previous one while they repeat
+    # (ir::Builder::Restart); these repeat it up to a node that differs in
+    # the dtype it converts to, a number, a shape or the program's length.
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    xd = x.to(DEV)
+    steps = [
+        lambda t: (t * 2).to(torch.float64) + 1,
+        lambda t: (t * 2).to(torch.int32) + 1,
+        lambda t: (t * 2).to(torch.int32) + 3,
+        lambda t: (t * 2).view(torch.int32) + 3,
+        lambda t: (t * 2)[:, :2].sum(0),
+        lambda t: (t * 2)[:1].sum(0),
+        lambda t: t * 2,
+        lambda t: (t * 2)[:1].sum(0),
+    ]
+    for step in steps * 2:
+        want, got = step(x), step(xd).cpu()
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
 def test_item_and_print_materialize():
     x = torch.arange(5.0, device=DEV) * 3
     assert x.sum().item() == 30.0
