@@ -137,7 +137,12 @@ ir::Value ValMemory(const at::Tensor& t) {
     for (int64_t i = 0; i < t.dim(); ++i) desc += (i ? "," : "") + std::to_string(t.size(i));
     return desc + "]";
   });
-  return runtime::ReadStrided(rt.builder(s.device()), flat, ViewOf(t));
+  ir::Builder& b = rt.builder(s.device());
+  // The common case, the whole storage in order, without a strided view.
+  if (t.is_contiguous() && t.storage_offset() == 0 && t.numel() > 0 && t.numel() == b.shape(flat).dims.at(0)) {
+    return b.Reshape(flat, t.sizes().vec());
+  }
+  return runtime::ReadStrided(b, flat, ViewOf(t));
 }
 
 ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype) {
@@ -174,9 +179,10 @@ at::Tensor Empty(at::IntArrayRef sizes, at::ScalarType dtype, int device) {
 
 at::Tensor Wrap(ir::Value v, int device) {
   ir::Builder& b = B(device);
-  const ir::Shape shape = b.shape(v);
+  const ir::Shape& shape = b.shape(v);  // read before the reshape below adds a node
   at::Tensor t = Empty(shape.dims, ToAten(shape.dtype), device);
-  runtime::Runtime::Get().AssignFlat(StorageOf(t), b.Reshape(v, {shape.numel()}));
+  const int64_t numel = shape.numel();
+  runtime::Runtime::Get().AssignFlat(StorageOf(t), b.Reshape(v, {numel}));
   return t;
 }
 

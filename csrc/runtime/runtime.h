@@ -315,9 +315,22 @@ class Runtime {
   CompileCache cache_;
   std::string fingerprint_;
   std::unordered_map<uint64_t, Plan> plans_;  // by trace key
-  // ScalarValue's buffers, least recently inserted first out.
-  std::map<std::tuple<int, ir::DType, std::string>, DeviceBuffer> scalars_;
-  std::list<std::tuple<int, ir::DType, std::string>> scalar_order_;
+  // ScalarValue's buffers by (device, dtype, the number's bytes, zero
+  // padded), least recently inserted first out.
+  struct ScalarKey {
+    int device;
+    ir::DType dtype;
+    std::array<uint64_t, 2> bits;
+    bool operator==(const ScalarKey& o) const { return device == o.device && dtype == o.dtype && bits == o.bits; }
+  };
+  struct ScalarKeyHash {
+    size_t operator()(const ScalarKey& k) const {
+      return std::hash<uint64_t>{}(k.bits[0] * 0x9e3779b97f4a7c15ull ^ k.bits[1] ^
+                                   (static_cast<uint64_t>(k.device) << 8 | static_cast<uint64_t>(k.dtype)) << 48);
+    }
+  };
+  std::unordered_map<ScalarKey, DeviceBuffer, ScalarKeyHash> scalars_;
+  std::list<ScalarKey> scalar_order_;
   // ShapeBlindHash -> signature of the last compiled graph with it.
   std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;
   std::vector<RecompileReason> unreported_;

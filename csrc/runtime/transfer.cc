@@ -1,6 +1,8 @@
 // Host <-> device transfers: every copy between host memory and a device
 // buffer goes through Upload or CopyToHost, which count bytes_to_device and
 // bytes_to_host.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "pjrt/error.h"
@@ -44,7 +46,8 @@ void Runtime::UploadTo(Storage& s, const void* data, ir::DType dtype) {
 
 ir::Value Runtime::ScalarValue(int device, ir::DType dtype, const void* bytes) {
   std::lock_guard<std::recursive_mutex> l(mu_);
-  auto key = std::make_tuple(device, dtype, std::string(static_cast<const char*>(bytes), ir::ByteSize(dtype)));
+  ScalarKey key{device, dtype, {0, 0}};
+  std::memcpy(key.bits.data(), bytes, std::min(ir::ByteSize(dtype), sizeof(key.bits)));
   auto it = scalars_.find(key);
   if (it == scalars_.end()) {
     it = scalars_.emplace(key, Upload(bytes, dtype, {}, device)).first;
