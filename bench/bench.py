@@ -150,6 +150,11 @@ def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup, checks=True):
         "first_step_s": first,
         "execute_only_s": execute_only,
         "programs_per_step": c.get("executions", 0) / steps,
+        # The definition: host time of a step (first op to the return
+        # of sync) per traced op; and the part of it spent in torch-pjrt's
+        # own C++ (lowering, IR, sync), the rest being Python, PyTorch's
+        # dispatch and autograd.
+        "step_us_per_op": per_step / (ops / steps) * 1e6 if ops else 0.0,
         "trace_us_per_op": t.get("trace", 0.0) / ops * 1e6 if ops else 0.0,
         "ops_per_step": ops / steps,
         "compiles_in_steady_state": c.get("compiles", 0),
@@ -291,11 +296,12 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} CPU(s), {platform.machine()}")
     header = (f"{'model':<10} {'eager ms':>8} {'ind.':>5} {'lazy':>5} {'exec':>5} {'comp':>5} {'c+opt':>5}"
               f" {'exec':>5} {'prg':>3} {'us/call':>7} {'chk':>5} {'1st s':>5} {'warm':>5} {'1st c':>5}"
-              f" {'warm':>5} {'RSS MB':>6} {'dev MB':>6} {'us/op':>5} {'ops':>5}")
+              f" {'warm':>5} {'RSS MB':>6} {'dev MB':>6} {'us/op':>5} {'ours':>5} {'ops':>5}")
     print("ratios to eager: ind. inductor; lazy pjrt lazy, exec its programs alone; comp torch.compile (model),"
           " c+opt (model and opt.step), exec its programs alone; prg programs per step (compile);"
           " us/call backend time per graph call; chk cost of checks; 1st s first step (new process),"
-          " warm its warm start / cold; 1st c, warm the same for compile")
+          " warm its warm start / cold; 1st c, warm the same for compile; us/op lazy step host time per traced op,"
+          " ours the part in torch-pjrt's C++")
     print(header)
     print("-" * len(header))
     for name, build, data, make_opt, loss_fn, clip in cases(args.quick):
@@ -328,7 +334,8 @@ def main(argv=None) -> int:
                "pjrt_dynamo_opt_step_s": dyn_opt["step_s"], "pjrt_dynamo_opt_vs_eager": dyn_opt["step_s"] / eager,
                "pjrt_dynamo_opt": dyn_opt,
                "dynamo_execute_only_vs_eager": dyn_opt["execute_only_s"] / eager,
-               "trace_us_per_op": pj["trace_us_per_op"], "ops_per_step": pj["ops_per_step"],
+               "step_us_per_op": pj["step_us_per_op"], "trace_us_per_op": pj["trace_us_per_op"],
+               "ops_per_step": pj["ops_per_step"],
                "pjrt_steady_state_compiles": pj["compiles_in_steady_state"], "pjrt_fallbacks": pj["fallbacks"],
                "pjrt_unchecked_step_s": unchecked["step_s"],
                "checks_cost": pj["step_s"] / unchecked["step_s"] - 1}
@@ -349,14 +356,14 @@ def main(argv=None) -> int:
               f" {r(row.get('lazy_cold_first_step_s'))} {r(row.get('lazy_warm_vs_cold'))}"
               f" {r(row.get('compile_cold_first_step_s'))} {r(row.get('compile_warm_vs_cold'))}"
               f" {mb(row.get('lazy_peak_rss_bytes'))} {mb(row.get('lazy_peak_device_bytes'))}"
-              f" {pj['trace_us_per_op']:5.2f} {pj['ops_per_step']:5.0f}")
+              f" {pj['step_us_per_op']:5.1f} {pj['trace_us_per_op']:5.1f} {pj['ops_per_step']:5.0f}")
         if dyn["refusals"] or dyn_opt["refusals"]:
             print(f"  not replayed: {dyn['refusals'] or dyn_opt['refusals']}")
     small = [r for r in rows if r["model"].endswith("small")]
     targets = {
         "compile_at_most_eager_on_small_models": all(r["pjrt_dynamo_opt_vs_eager"] <= 1.0 for r in small),
         "lazy_at_most_1.3x_eager_on_small_models": all(r["pjrt_vs_eager"] <= 1.3 for r in small),
-        "trace_under_1.5us_per_op": all(r["trace_us_per_op"] <= 1.5 for r in rows),
+        "trace_under_1.5us_per_op": all(r["step_us_per_op"] <= 1.5 for r in rows),
         "first_step_under_2s_on_small_models": all(r.get("lazy_cold_first_step_s", 0) <= 2 for r in small),
         "warm_start_under_30_percent": all(r.get(f"{m}_warm_vs_cold", 0) <= 0.3 for r in rows for m in ("lazy", "compile")),
         "no_steady_state_compiles": all(r["pjrt_steady_state_compiles"] == 0 for r in rows),
