@@ -484,12 +484,13 @@ class Builder {
   explicit Builder(int num_replicas = 1, int num_partitions = 1);
 
   // Starts a new graph (same replica and partition counts, room for as many
-  // nodes as the last one), keeping the nodes of the one so far aside: while the new graph repeats them node for
-  // node (same op, operands, attributes and given result shapes), each node
-  // is taken over instead of built again (no shape inference, no
-  // allocation), and a graph that repeats the previous one entirely keeps
-  // its Fingerprint without hashing. A training step traced again is such a
-  // graph; the first node that differs ends the reuse for the rest of it.
+  // nodes as the last one), keeping the nodes of the one so far aside:
+  // while the new graph repeats them node for node (same op, operands,
+  // attributes and given result shapes), each node is taken over instead of
+  // built again (no shape inference, no allocation), and a graph that
+  // repeats the previous one entirely keeps its Fingerprint without
+  // hashing. A training step traced again is such a graph; the first node
+  // that differs ends the reuse for the rest of it.
   void Restart();
 
   // ProgramHash of the graph so far (no outputs, no aliases).
