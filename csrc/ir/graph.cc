@@ -201,6 +201,8 @@ void Builder::Restart() {
   hashed_nodes_ = SIZE_MAX;
   prev_.clear();  // nodes taken over are moved-from shells; the rest were not repeated
   prev_.swap(g_.nodes);
+  // The room of a far longer trace before is given back, not kept for good.
+  if (g_.nodes.capacity() > 2 * prev_.size() + 1024) std::vector<Node>().swap(g_.nodes);
   g_.nodes.reserve(prev_.size());
   g_.params.clear();
   g_.outputs.clear();

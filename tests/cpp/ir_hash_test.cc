@@ -364,6 +364,21 @@ TEST(Restart, WhatDiffersIsBuiltAgainFromThereOn) {
   ExpectRestartBuilds(iota(2), iota(3));
 }
 
+TEST(Restart, TheRoomOfALongTraceIsGivenBack) {
+  Builder b;
+  auto chain = [&b](int n) {
+    Value v = b.Parameter({DType::F32, {2}});
+    for (int i = 0; i < n; ++i) v = b.Unary(Op::Neg, v);
+  };
+  chain(20000);
+  for (int i = 0; i < 3; ++i) {
+    b.Restart();
+    chain(10);
+  }
+  EXPECT_EQ(b.graph().nodes.size(), 11u);
+  EXPECT_LT(b.graph().nodes.capacity(), 5000u);
+}
+
 TEST(Hash, EqualGraphsHashEqualLocationsAside) {
   EXPECT_EQ(ProgramHash(EveryAttributeGraph()), ProgramHash(EveryAttributeGraph()));
   EXPECT_EQ(ShapeBlindHash(EveryAttributeGraph()), ShapeBlindHash(EveryAttributeGraph()));
