@@ -24,35 +24,35 @@ std::string Upper(std::string s) {
                                                       "': fix or unset it");
 }
 
-// A number of seconds: positive, or also 0 when `zero_ok`.
-std::optional<double> Seconds(const char* name, bool zero_ok) {
+// The number `name` holds, read whole by `parse` (stod or stoll), or none
+// when unset; an error naming `want` unless it reads whole and is `ok`.
+template <class T, class Parse, class Ok>
+std::optional<T> Number(const char* name, Parse parse, Ok ok, const char* want) {
   const std::string v = Get(name);
   if (v.empty()) return std::nullopt;
   size_t used = 0;
-  double x = 0;
+  T x{};
   try {
-    x = std::stod(v, &used);
+    x = parse(v, &used);
   } catch (...) {
     used = 0;
   }
-  if (used != v.size() || !(zero_ok ? x >= 0 : x > 0)) {
-    Invalid(name, v, zero_ok ? "a number of seconds, 0 or more" : "a positive number of seconds");
-  }
+  if (used != v.size() || !ok(x)) Invalid(name, v, want);
   return x;
 }
 
+// A number of seconds: positive, or also 0 when `zero_ok`.
+std::optional<double> Seconds(const char* name, bool zero_ok) {
+  return Number<double>(
+      name, [](const std::string& v, size_t* used) { return std::stod(v, used); },
+      [zero_ok](double x) { return zero_ok ? x >= 0 : x > 0; },
+      zero_ok ? "a number of seconds, 0 or more" : "a positive number of seconds");
+}
+
 std::optional<int64_t> Int(const char* name, int64_t min) {
-  const std::string v = Get(name);
-  if (v.empty()) return std::nullopt;
-  size_t used = 0;
-  int64_t n = 0;
-  try {
-    n = std::stoll(v, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != v.size() || n < min) Invalid(name, v, min > 0 ? "a positive integer" : "a non-negative integer");
-  return n;
+  return Number<int64_t>(
+      name, [](const std::string& v, size_t* used) { return static_cast<int64_t>(std::stoll(v, used)); },
+      [min](int64_t n) { return n >= min; }, min > 0 ? "a positive integer" : "a non-negative integer");
 }
 
 int LogLevel() {

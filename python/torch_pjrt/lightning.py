@@ -179,7 +179,16 @@ def _to_cpu(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.cpu() if tensor.device.type == NAME else tensor
 
 
-class PjrtSingleDeviceStrategy(_PlSingleDevice):
+class _CpuCheckpoints:
+    """Strategy mixin: a checkpoint is written after the pending work has
+    run, with its tensors on the CPU (loadable without torch-pjrt)."""
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath, storage_options: Optional[Any] = None) -> None:
+        torch_pjrt.sync()
+        super().save_checkpoint(apply_to_collection(checkpoint, torch.Tensor, _to_cpu), filepath, storage_options)
+
+
+class PjrtSingleDeviceStrategy(_CpuCheckpoints, _PlSingleDevice):
     """Lightning Trainer on one pjrt device."""
 
     strategy_name = STRATEGY
@@ -202,10 +211,6 @@ class PjrtSingleDeviceStrategy(_PlSingleDevice):
         out = super().optimizer_step(optimizer, closure, model, **kwargs)
         torch_pjrt.sync()
         return out
-
-    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath, storage_options: Optional[Any] = None) -> None:
-        torch_pjrt.sync()
-        super().save_checkpoint(apply_to_collection(checkpoint, torch.Tensor, _to_cpu), filepath, storage_options)
 
     @classmethod
     def register_strategies(cls, strategy_registry) -> None:
@@ -234,7 +239,7 @@ class _PjrtLauncher(_MultiProcessingLauncher):
         distributed._leave_process_group()
 
 
-class PjrtDDPStrategy(_PlDDP):
+class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
     """Lightning Trainer on N pjrt devices, one process each (``devices=N``).
 
     Lightning's DDP strategy without ``DistributedDataParallel`` (which
@@ -313,10 +318,6 @@ class PjrtDDPStrategy(_PlDDP):
     def barrier(self, *args: Any, **kwargs: Any) -> None:
         torch_pjrt.sync()
         super().barrier(*args, **kwargs)
-
-    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath, storage_options: Optional[Any] = None) -> None:
-        torch_pjrt.sync()
-        super().save_checkpoint(apply_to_collection(checkpoint, torch.Tensor, _to_cpu), filepath, storage_options)
 
     @classmethod
     def register_strategies(cls, strategy_registry) -> None:

@@ -29,6 +29,18 @@ def run_python(code: str, timeout: int = 300, **env) -> subprocess.CompletedProc
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=timeout)
 
 
+def first_use_error(**env) -> subprocess.CompletedProcess:
+    """Creates a pjrt tensor in a fresh interpreter with `env`; prints the
+    PjrtError it raises, if any."""
+    return run_python("""
+import torch, torch_pjrt
+try:
+    torch.ones(2, device="pjrt")
+except torch_pjrt.PjrtError as e:
+    print(e)
+""", **env)
+
+
 @pytest.fixture
 def run_module():
     """Runs `python -m torch_pjrt ...` in a subprocess with extra env vars."""

@@ -6,7 +6,7 @@ start. Off, nothing is written (and no watcher thread is started)."""
 
 import re
 
-from conftest import run_python
+from conftest import first_use_error, run_python
 
 # A step of a 12-layer MLP, forward, backward and Adam: a program of a few
 # hundred ops that compiles in tenths of a second on the CPU plugin.
@@ -64,12 +64,6 @@ def test_silent_when_off_or_below_the_threshold(tmp_path):
 
 
 def test_a_malformed_threshold_is_an_error_naming_it():
-    r = run_python("""
-import torch, torch_pjrt
-try:
-    torch.ones(2, device="pjrt")
-except torch_pjrt.PjrtError as e:
-    print(e)
-""", TORCH_PJRT_COMPILE_PROGRESS="soon")
+    r = first_use_error(TORCH_PJRT_COMPILE_PROGRESS="soon")
     assert r.returncode == 0, r.stderr
     assert "TORCH_PJRT_COMPILE_PROGRESS" in r.stdout and "'soon'" in r.stdout

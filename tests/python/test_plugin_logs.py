@@ -7,7 +7,7 @@ the plugin's own log level; stderr itself is never redirected."""
 
 import pytest
 
-from conftest import _is_cpu, run_python
+from conftest import _is_cpu, first_use_error, run_python
 
 pytestmark = pytest.mark.skipif(not _is_cpu(), reason="the log lines checked are the XLA CPU plugin's")
 
@@ -49,12 +49,6 @@ subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('TF_CPP_M
 
 
 def test_a_malformed_level_is_an_error_at_first_use():
-    r = run_python("""
-import torch, torch_pjrt
-try:
-    torch.ones(2, device="pjrt")
-except torch_pjrt.PjrtError as e:
-    print(e)
-""", TORCH_PJRT_LOG_LEVEL="loud")
+    r = first_use_error(TORCH_PJRT_LOG_LEVEL="loud")
     assert r.returncode == 0, r.stderr
     assert "TORCH_PJRT_LOG_LEVEL must be one of info, warning, error, fatal, got 'loud'" in r.stdout
