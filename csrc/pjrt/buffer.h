@@ -85,8 +85,11 @@ class Buffer {
 
   const std::shared_ptr<Client>& client() const { return client_; }
 
+  // Takes back what the constructor counted in LiveBufferBytes, once: the
+  // destructor does, or an owner that keeps a buffer it no longer uses.
+  void Untally();
+
  private:
-  void Untally();  // takes back what the constructor counted, once
 
   std::shared_ptr<Client> client_;
   pjrt_abi::Buffer* buffer_;

@@ -251,6 +251,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   std::vector<std::unique_ptr<pjrt::Buffer>> outs;
   try {
     if (launch_log_) LogLaunch(p.device, p.executable, args);
+    t.retired.clear();  // the last launch has let go of them by now
     auto t1 = std::chrono::steady_clock::now();
     outs = p.executable->Execute(args);
     m.AddTime("execute_launch", Seconds(t1));
@@ -299,6 +300,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
           break;
       }
       if (!s) continue;
+      Retire(t, s->buffer_);
       s->buffer_ = results[o];
       s->replicas_.clear();
       s->outcome_ = outcome;

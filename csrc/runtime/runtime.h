@@ -227,6 +227,12 @@ class Runtime {
     // the last one alone says nothing) and reads their checks. Events, not
     // buffers: holding a buffer would change donation decisions.
     std::vector<std::unique_ptr<pjrt::Event>> inflight;
+    // Buffers a launch took whose last reference went after it: dropped at
+    // the next launch or wait. Dropped at once, each would wait inside the
+    // plugin for the launch in flight to let go of it (measured: the main
+    // thread blocked there on every step). Last references only: no storage
+    // sees them, so no donation decision does.
+    std::vector<DeviceBuffer> retired;
     std::vector<std::shared_ptr<Outcome>> unverified;
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;
@@ -244,6 +250,8 @@ class Runtime {
 
   void Init();
   void ResetTrace(Trace& t);
+  // Lets go of `b`; its last reference waits in `t.retired` (see there).
+  static void Retire(Trace& t, DeviceBuffer& b);
   // SPMD: a storage's pieces as a parameter of a mesh trace (flat value);
   // a storage of one device joins the mesh replicated (device-to-device copies).
   ir::Value ShardedRead(Storage& s, ir::DType dtype);

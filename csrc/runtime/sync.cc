@@ -67,6 +67,7 @@ void Runtime::SyncAll(const SyncOptions& options) {
 void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) {
   std::vector<std::unique_ptr<pjrt::Event>> events;
   std::vector<std::shared_ptr<Outcome>> outcomes;
+  std::vector<DeviceBuffer> retired;  // dropped once the launches are done
   {
     TraceScope scope;  // reports deferred recompile reasons once the lock is released
     for (int d : devices) SyncDevice(d);
@@ -75,8 +76,10 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
       Trace& t = traces_.at(d);
       for (auto& e : t.inflight) events.push_back(std::move(e));
       for (auto& o : t.unverified) outcomes.push_back(std::move(o));
+      for (auto& b : t.retired) retired.push_back(std::move(b));
       t.inflight.clear();
       t.unverified.clear();
+      t.retired.clear();
     }
   }
   // Outside the lock: the wait check may take the GIL.
@@ -93,6 +96,7 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
     }
   }
   Metrics::Get().AddTime("execute_wait", Seconds(t0));
+  retired.clear();
   for (const auto& o : outcomes) Verify(o, /*again=*/false);
 }
 
@@ -338,6 +342,7 @@ void Runtime::SyncDevice(int device) {
       }
     }
     if (launch_log_ && n == 1) LogLaunch(device, exe, args[0]);
+    t.retired.clear();  // the last launch has let go of them by now
     auto t1 = std::chrono::steady_clock::now();
     outs = exe->ExecuteReplicated(args);
     m.AddTime("execute_launch", Seconds(t1));
@@ -361,6 +366,7 @@ void Runtime::SyncDevice(int device) {
   }
   for (size_t i = 0; i < storages.size(); ++i) {
     Storage* s = storages[i];
+    Retire(t, s->buffer_);
     s->buffer_ = shared[output_of[i]];
     s->replicas_.clear();
     if (replicated || spmd) {

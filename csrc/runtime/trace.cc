@@ -16,12 +16,24 @@ void Runtime::ResetTrace(Trace& t) {
     t.builder = std::make_unique<ir::Builder>(t.replicas, partitions);
   }
   t.epoch += 1;
+  for (Param& p : t.params) {
+    Retire(t, p.buffer);
+    for (DeviceBuffer& b : p.per_replica) Retire(t, b);
+  }
   t.params.clear();
   t.buffer_params.clear();
   t.pending.clear();
   t.rng_pending = false;
   t.rng_value = ir::Value{};
   t.check_code = ir::Value{};
+}
+
+void Runtime::Retire(Trace& t, DeviceBuffer& b) {
+  if (b && b.use_count() == 1) {
+    b->Untally();  // memory_allocated() counts what tensors hold
+    t.retired.push_back(std::move(b));
+  }
+  b.reset();
 }
 
 ir::Builder& Runtime::builder(int device) {

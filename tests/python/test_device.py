@@ -117,6 +117,23 @@ def test_buffers_are_donated_when_overwritten():
     torch.testing.assert_close(other.cpu(), p * 2)
 
 
+def test_memory_allocated_counts_what_tensors_hold_across_donating_steps():
+    torch_pjrt.sync(wait=True)
+    base = torch_pjrt.runtime.memory_allocated()
+    p = torch.zeros(1 << 14, device=DEV)
+    torch_pjrt.sync(wait=True)
+    for step in range(3):
+        p.add_(1)  # the old buffer is donated to the new value
+        scratch = p * 2  # read and dropped within the step
+        del scratch
+        torch_pjrt.sync()  # no wait: the launch may still be in flight
+        assert torch_pjrt.runtime.memory_allocated() - base == p.numel() * 4, step
+    torch_pjrt.sync(wait=True)
+    assert torch.equal(p.cpu(), torch.full((1 << 14,), 3.0))
+    del p
+    assert torch_pjrt.runtime.memory_allocated() == base
+
+
 def test_exception_mid_step_leaves_device_usable():
     x = torch.randn(3, 4).to(DEV)
     with pytest.raises(RuntimeError):
