@@ -233,11 +233,15 @@ pjrt_abi::BufferType Buffer::element_type() const {
   return a.type;
 }
 
-std::vector<int64_t> Buffer::dims() const {
-  auto a = pjrt_abi::make<pjrt_abi::BufferDimensionsArgs>();
-  a.buffer = buffer_;
-  TPJ_CALL(client_->plugin(), PJRT_Buffer_Dimensions, &a);
-  return std::vector<int64_t>(a.dims, a.dims + a.num_dims);
+const std::vector<int64_t>& Buffer::dims() const {
+  if (!has_dims_) {
+    auto a = pjrt_abi::make<pjrt_abi::BufferDimensionsArgs>();
+    a.buffer = buffer_;
+    TPJ_CALL(client_->plugin(), PJRT_Buffer_Dimensions, &a);
+    dims_.assign(a.dims, a.dims + a.num_dims);
+    has_dims_ = true;
+  }
+  return dims_;
 }
 
 int64_t Buffer::element_count() const {

@@ -58,7 +58,7 @@ class Buffer {
 
   pjrt_abi::Buffer* handle() const { return buffer_; }
   pjrt_abi::BufferType element_type() const;
-  std::vector<int64_t> dims() const;
+  const std::vector<int64_t>& dims() const;  // asked once: a buffer's shape never changes
   int64_t element_count() const;
   size_t on_device_size() const;
   int device_id() const;       // global id of the device holding it
@@ -96,6 +96,8 @@ class Buffer {
   // What this buffer adds to its device's LiveBufferBytes while counted.
   int tally_device_ = -1;  // -1: not counted
   int64_t tally_bytes_ = 0;
+  mutable std::vector<int64_t> dims_;
+  mutable bool has_dims_ = false;
 };
 
 }  // namespace tpj::pjrt
