@@ -227,10 +227,14 @@ Buffer::~Buffer() {
 }
 
 pjrt_abi::BufferType Buffer::element_type() const {
-  auto a = pjrt_abi::make<pjrt_abi::BufferElementTypeArgs>();
-  a.buffer = buffer_;
-  TPJ_CALL(client_->plugin(), PJRT_Buffer_ElementType, &a);
-  return a.type;
+  if (!has_type_) {
+    auto a = pjrt_abi::make<pjrt_abi::BufferElementTypeArgs>();
+    a.buffer = buffer_;
+    TPJ_CALL(client_->plugin(), PJRT_Buffer_ElementType, &a);
+    type_ = a.type;
+    has_type_ = true;
+  }
+  return type_;
 }
 
 const std::vector<int64_t>& Buffer::dims() const {
@@ -258,10 +262,13 @@ size_t Buffer::on_device_size() const {
 }
 
 int Buffer::device_id() const {
-  auto a = pjrt_abi::make<pjrt_abi::BufferDeviceArgs>();
-  a.buffer = buffer_;
-  TPJ_CALL(client_->plugin(), PJRT_Buffer_Device, &a);
-  return client_->DeviceFromHandle(a.device).id;
+  if (device_ < 0) {
+    auto a = pjrt_abi::make<pjrt_abi::BufferDeviceArgs>();
+    a.buffer = buffer_;
+    TPJ_CALL(client_->plugin(), PJRT_Buffer_Device, &a);
+    device_ = client_->DeviceFromHandle(a.device).id;
+  }
+  return device_;
 }
 
 bool Buffer::is_deleted() const {

@@ -57,8 +57,9 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   pjrt_abi::Buffer* handle() const { return buffer_; }
+  // Type, dims and device are asked of the plugin once: they never change.
   pjrt_abi::BufferType element_type() const;
-  const std::vector<int64_t>& dims() const;  // asked once: a buffer's shape never changes
+  const std::vector<int64_t>& dims() const;
   int64_t element_count() const;
   size_t on_device_size() const;
   int device_id() const;       // global id of the device holding it
@@ -98,6 +99,9 @@ class Buffer {
   int64_t tally_bytes_ = 0;
   mutable std::vector<int64_t> dims_;
   mutable bool has_dims_ = false;
+  mutable pjrt_abi::BufferType type_{};
+  mutable bool has_type_ = false;
+  mutable int device_ = -1;  // -1: not asked yet
 };
 
 }  // namespace tpj::pjrt

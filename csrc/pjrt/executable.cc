@@ -111,7 +111,7 @@ void Executable::CheckArgs(const std::vector<std::vector<Buffer*>>& args) const 
       if (!args_.empty()) {
         const ArgSpec& want = args_[i];
         const auto type = b->element_type();
-        const auto dims = b->dims();
+        const auto& dims = b->dims();
         if (type != want.type || dims != want.dims) {
           throw Error(Code::kInvalidArgument,
                       "argument " + std::to_string(i) + " has type " + TypeName(type) +
