@@ -229,16 +229,20 @@ ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype) {
 ir::Value Const(int device, double v, at::ScalarType dtype) { return B(device).ScalarConstant(ToIr(dtype), v); }
 
 ir::Value ExtremeConst(int device, at::ScalarType dtype, bool lowest) {
-  at::Tensor host = at::empty({}, at::TensorOptions().dtype(dtype));
-  if (at::isFloatingType(dtype)) {
-    host.fill_(lowest ? -INFINITY : INFINITY);
-  } else {
-    AT_DISPATCH_INTEGRAL_TYPES_AND(at::kBool, dtype, "extreme_const", [&] {
-      host.fill_(lowest ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
-    });
-  }
-  std::vector<uint8_t> bytes(host.nbytes());
-  std::memcpy(bytes.data(), host.const_data_ptr(), bytes.size());
+  // Straight from the type's limits: a host tensor here cost a trip through
+  // the dispatcher on every max/min reduction traced.
+  std::vector<uint8_t> bytes;
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "extreme_const", [&] {
+    using limits = std::numeric_limits<scalar_t>;
+    scalar_t v;
+    if constexpr (limits::has_infinity) {
+      v = lowest ? -limits::infinity() : limits::infinity();
+    } else {
+      v = lowest ? limits::lowest() : limits::max();
+    }
+    bytes.resize(sizeof(scalar_t));
+    std::memcpy(bytes.data(), &v, sizeof(scalar_t));
+  });
   return B(device).Constant({ToIr(dtype), {}}, std::move(bytes));
 }
 
