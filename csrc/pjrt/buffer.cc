@@ -226,25 +226,30 @@ Buffer::~Buffer() {
   TPJ_CALL_NOTHROW(client_->plugin(), PJRT_Buffer_Destroy, &a);
 }
 
+void Buffer::AskFacts() const {
+  std::call_once(facts_, [this] {
+    auto t = pjrt_abi::make<pjrt_abi::BufferElementTypeArgs>();
+    t.buffer = buffer_;
+    TPJ_CALL(client_->plugin(), PJRT_Buffer_ElementType, &t);
+    auto d = pjrt_abi::make<pjrt_abi::BufferDimensionsArgs>();
+    d.buffer = buffer_;
+    TPJ_CALL(client_->plugin(), PJRT_Buffer_Dimensions, &d);
+    auto v = pjrt_abi::make<pjrt_abi::BufferDeviceArgs>();
+    v.buffer = buffer_;
+    TPJ_CALL(client_->plugin(), PJRT_Buffer_Device, &v);
+    type_ = t.type;
+    dims_.assign(d.dims, d.dims + d.num_dims);
+    device_ = client_->DeviceFromHandle(v.device).id;
+  });
+}
+
 pjrt_abi::BufferType Buffer::element_type() const {
-  if (!has_type_) {
-    auto a = pjrt_abi::make<pjrt_abi::BufferElementTypeArgs>();
-    a.buffer = buffer_;
-    TPJ_CALL(client_->plugin(), PJRT_Buffer_ElementType, &a);
-    type_ = a.type;
-    has_type_ = true;
-  }
+  AskFacts();
   return type_;
 }
 
 const std::vector<int64_t>& Buffer::dims() const {
-  if (!has_dims_) {
-    auto a = pjrt_abi::make<pjrt_abi::BufferDimensionsArgs>();
-    a.buffer = buffer_;
-    TPJ_CALL(client_->plugin(), PJRT_Buffer_Dimensions, &a);
-    dims_.assign(a.dims, a.dims + a.num_dims);
-    has_dims_ = true;
-  }
+  AskFacts();
   return dims_;
 }
 
@@ -262,12 +267,7 @@ size_t Buffer::on_device_size() const {
 }
 
 int Buffer::device_id() const {
-  if (device_ < 0) {
-    auto a = pjrt_abi::make<pjrt_abi::BufferDeviceArgs>();
-    a.buffer = buffer_;
-    TPJ_CALL(client_->plugin(), PJRT_Buffer_Device, &a);
-    device_ = client_->DeviceFromHandle(a.device).id;
-  }
+  AskFacts();
   return device_;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,8 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   pjrt_abi::Buffer* handle() const { return buffer_; }
-  // Type, dims and device are asked of the plugin once: they never change.
+  // Type, dims and device never change: the plugin is asked once, by the
+  // constructor (once_flag: safe from any thread; an error is asked again).
   pjrt_abi::BufferType element_type() const;
   const std::vector<int64_t>& dims() const;
   int64_t element_count() const;
@@ -91,17 +93,17 @@ class Buffer {
   void Untally();
 
  private:
+  void AskFacts() const;  // type, dims and device, once
 
   std::shared_ptr<Client> client_;
   pjrt_abi::Buffer* buffer_;
   // What this buffer adds to its device's LiveBufferBytes while counted.
   int tally_device_ = -1;  // -1: not counted
   int64_t tally_bytes_ = 0;
-  mutable std::vector<int64_t> dims_;
-  mutable bool has_dims_ = false;
+  mutable std::once_flag facts_;
   mutable pjrt_abi::BufferType type_{};
-  mutable bool has_type_ = false;
-  mutable int device_ = -1;  // -1: not asked yet
+  mutable std::vector<int64_t> dims_;
+  mutable int device_ = -1;
 };
 
 }  // namespace tpj::pjrt
