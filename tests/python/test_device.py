@@ -118,20 +118,24 @@ def test_buffers_are_donated_when_overwritten():
 
 
 def test_memory_allocated_counts_what_tensors_hold_across_donating_steps():
-    torch_pjrt.sync(wait=True)
-    base = torch_pjrt.runtime.memory_allocated()
     p = torch.zeros(1 << 14, device=DEV)
-    torch_pjrt.sync(wait=True)
-    for step in range(3):
+
+    def step():
         p.add_(1)  # the old buffer is donated to the new value
         scratch = p * 2  # read and dropped within the step
         del scratch
         torch_pjrt.sync()  # no wait: the launch may still be in flight
-        assert torch_pjrt.runtime.memory_allocated() - base == p.numel() * 4, step
+
+    step()
     torch_pjrt.sync(wait=True)
-    assert torch.equal(p.cpu(), torch.full((1 << 14,), 3.0))
+    held = torch_pjrt.runtime.memory_allocated()  # p, and what the step keeps (cached scalars)
+    for i in range(3):
+        step()
+        assert torch_pjrt.runtime.memory_allocated() == held, i
+    torch_pjrt.sync(wait=True)
+    assert torch.equal(p.cpu(), torch.full((1 << 14,), 4.0))
     del p
-    assert torch_pjrt.runtime.memory_allocated() == base
+    assert torch_pjrt.runtime.memory_allocated() == held - (1 << 14) * 4
 
 
 def test_exception_mid_step_leaves_device_usable():
