@@ -69,11 +69,13 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   // A CPU generator per device holds the seed; on-device random numbers come
   // from the runtime's Threefry state, reseeded through manual_seed.
   const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override {
-    static std::vector<at::Generator> gens;
-    static std::once_flag once;
-    std::call_once(once, [] {
-      for (int i = 0; i < std::max(DeviceCount(), 1); ++i) gens.push_back(at::detail::createCPUGenerator());
-    });
+    // A static's initializer that throws (no plugin) runs again next time;
+    // std::call_once after a throw can hang with libstdc++ (GCC bug 66146).
+    static const std::vector<at::Generator> gens = [] {
+      std::vector<at::Generator> g;
+      for (int i = 0; i < std::max(DeviceCount(), 1); ++i) g.push_back(at::detail::createCPUGenerator());
+      return g;
+    }();
     const int idx = d < 0 ? CurrentDevice() : d;
     TORCH_CHECK(idx >= 0 && idx < static_cast<int>(gens.size()), "pjrt device index ", idx, " out of range");
     return gens[idx];

@@ -227,20 +227,22 @@ Buffer::~Buffer() {
 }
 
 void Buffer::AskFacts() const {
-  std::call_once(facts_, [this] {
-    auto t = pjrt_abi::make<pjrt_abi::BufferElementTypeArgs>();
-    t.buffer = buffer_;
-    TPJ_CALL(client_->plugin(), PJRT_Buffer_ElementType, &t);
-    auto d = pjrt_abi::make<pjrt_abi::BufferDimensionsArgs>();
-    d.buffer = buffer_;
-    TPJ_CALL(client_->plugin(), PJRT_Buffer_Dimensions, &d);
-    auto v = pjrt_abi::make<pjrt_abi::BufferDeviceArgs>();
-    v.buffer = buffer_;
-    TPJ_CALL(client_->plugin(), PJRT_Buffer_Device, &v);
-    type_ = t.type;
-    dims_.assign(d.dims, d.dims + d.num_dims);
-    device_ = client_->DeviceFromHandle(v.device).id;
-  });
+  if (has_facts_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> l(facts_mu_);
+  if (has_facts_.load(std::memory_order_relaxed)) return;
+  auto t = pjrt_abi::make<pjrt_abi::BufferElementTypeArgs>();
+  t.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_ElementType, &t);
+  auto d = pjrt_abi::make<pjrt_abi::BufferDimensionsArgs>();
+  d.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_Dimensions, &d);
+  auto v = pjrt_abi::make<pjrt_abi::BufferDeviceArgs>();
+  v.buffer = buffer_;
+  TPJ_CALL(client_->plugin(), PJRT_Buffer_Device, &v);
+  type_ = t.type;
+  dims_.assign(d.dims, d.dims + d.num_dims);
+  device_ = client_->DeviceFromHandle(v.device).id;
+  has_facts_.store(true, std::memory_order_release);
 }
 
 pjrt_abi::BufferType Buffer::element_type() const {

@@ -5,6 +5,7 @@
 // Event::Await. Every Buffer keeps its Client (and so the plugin) alive.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,7 +60,7 @@ class Buffer {
 
   pjrt_abi::Buffer* handle() const { return buffer_; }
   // Type, dims and device never change: the plugin is asked once, by the
-  // constructor (once_flag: safe from any thread; an error is asked again).
+  // constructor (safe from any thread; after an error, asked again).
   pjrt_abi::BufferType element_type() const;
   const std::vector<int64_t>& dims() const;
   int64_t element_count() const;
@@ -100,7 +101,10 @@ class Buffer {
   // What this buffer adds to its device's LiveBufferBytes while counted.
   int tally_device_ = -1;  // -1: not counted
   int64_t tally_bytes_ = 0;
-  mutable std::once_flag facts_;
+  // Not std::call_once: with libstdc++ on glibc, a call_once whose function
+  // threw can hang the next call (GCC bug 66146).
+  mutable std::atomic<bool> has_facts_{false};
+  mutable std::mutex facts_mu_;
   mutable pjrt_abi::BufferType type_{};
   mutable std::vector<int64_t> dims_;
   mutable int device_ = -1;

@@ -3,6 +3,7 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -123,13 +124,28 @@ def test_launch_two_processes_match_single_device(reference, tmp_path):
     assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
 
 
-def torchrun(args, tmp_path, extra_env=None, timeout=300):
+def torchrun(args, tmp_path, extra_env=None, log=None):
+    """torchrun of dp_worker; its output piped, or into the file `log`."""
     env = dict(os.environ)
     env.pop("CPU_NUM_DEVICES", None)
     env["CPU_NUM_DEVICES"] = "1"
     env.update(extra_env or {})
     cmd = [sys.executable, "-m", "torch.distributed.run", *args, os.path.join(HERE, "dp_worker.py"), str(tmp_path)]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if log is None:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(log, "w") as f:
+        return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(p):
+    """SIGTERM (torchrun stops its workers), then SIGKILL of its group."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def test_torchrun_two_processes_match_single_device(reference, tmp_path):
@@ -144,10 +160,22 @@ def test_torchrun_two_processes_match_single_device(reference, tmp_path):
 def test_two_nodes_on_loopback_have_host_index_0_and_1(reference, tmp_path):
     port = str(free_port())
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port]
-    procs = [torchrun(common + ["--node-rank", str(n)], tmp_path) for n in (0, 1)]
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
+    logs = [tmp_path / f"node{n}.log" for n in (0, 1)]
+    procs = [torchrun(common + ["--node-rank", str(n)], tmp_path, log=logs[n]) for n in (0, 1)]
+    # Both awaited together (outputs in files, never a full pipe): the two
+    # agents meet at torchrun's exit barrier, so one stuck keeps the other
+    # waiting. On a timeout both are stopped and both logs shown.
+    deadline = time.monotonic() + 240
+    try:
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            stop(p)
+        pytest.fail("the two torchrun nodes did not finish in 240 s:\n" + "\n".join(
+            f"--- node {n} (exit {procs[n].returncode}):\n{logs[n].read_text()[-3000:]}" for n in (0, 1)))
+    for n, p in enumerate(procs):
+        assert p.returncode == 0, logs[n].read_text()[-3000:]
     infos = sorted(read_infos(tmp_path, 2), key=lambda i: i["rank"])
     assert [i["host"] for i in infos] == [0, 1]
     assert [i["local"] for i in infos] == [0, 0]
