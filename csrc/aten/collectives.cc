@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "aten/tensor.h"
 #include "runtime/runtime.h"
 
@@ -46,6 +48,14 @@ void Broadcast_(const at::Tensor& t, int64_t root) {
   start[0] = root;
   limit[0] = root + 1;
   Assign(t, b.Reshape(b.Slice(all, start, limit, stride), t.sizes().vec()));
+}
+
+void HoldForCollective(const std::vector<at::Tensor>& tensors) {
+  static auto* held = new std::vector<at::Tensor>();  // never destroyed: see the header
+  // use_count 2: this hold and the tensor's Python object; no collective left.
+  held->erase(std::remove_if(held->begin(), held->end(), [](const at::Tensor& t) { return t.use_count() <= 2; }),
+              held->end());
+  held->insert(held->end(), tensors.begin(), tensors.end());
 }
 
 }  // namespace tpj::aten

@@ -185,6 +185,8 @@ void BindTorch(py::module_& m) {
   m.def("_all_gather", &aten::AllGather, py::call_guard<py::gil_scoped_release>());
   m.def("_reduce_scatter", &aten::ReduceScatter, py::call_guard<py::gil_scoped_release>());
   m.def("_broadcast_", &aten::Broadcast_, py::call_guard<py::gil_scoped_release>());
+  // With the GIL: letting go of a held tensor may drop its Python object's reference.
+  m.def("_hold_for_collective", &aten::HoldForCollective);
 
   // --- SPMD sharding over a mesh (torch_pjrt.spmd) -------------------------
   auto sharding_args = [](std::vector<int> devices, std::vector<int64_t> tiles, int64_t replicate,

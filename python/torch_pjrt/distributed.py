@@ -28,6 +28,7 @@ import torch
 from torch_pjrt import _C, _device, runtime
 
 _OPS = {"sum", "max", "min"}
+_TAG_BYTES = 256  # rendezvous: a length byte and the tag's UTF-8 bytes
 
 
 # ---------------------------------------------------------------- topology
@@ -78,7 +79,11 @@ def _gloo_op(op: str):
     return {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
 
 
-def _dist_call(what: str, fn: Callable):
+def _dist_call(what: str, fn: Callable, *tensors: torch.Tensor):
+    """Runs the gloo call `fn` on the host `tensors`, which stay held from
+    C++ until gloo's thread has let go of them (see _hold_for_collective in
+    csrc/aten/collectives.h: else that thread may abort the process at exit)."""
+    _C._hold_for_collective(list(tensors))
     try:
         return fn()
     except (RuntimeError, ValueError) as e:  # gloo errors; store timeouts (DistStoreError)
@@ -99,7 +104,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", scale: float = 1.0) -> tor
 
         init_process_group()
         host = tensor.detach().cpu()
-        _dist_call("all_reduce", lambda: dist.all_reduce(host, op=_gloo_op(op)))
+        _dist_call("all_reduce", lambda: dist.all_reduce(host, op=_gloo_op(op)), host)
         if scale != 1.0:
             host.mul_(scale)
         with torch.no_grad():
@@ -118,7 +123,7 @@ def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
         init_process_group()
         host = tensor.detach().cpu().contiguous()
         parts = [torch.empty_like(host) for _ in range(runtime.process_count())]
-        _dist_call("all_gather", lambda: dist.all_gather(parts, host))
+        _dist_call("all_gather", lambda: dist.all_gather(parts, host), host, *parts)
         return torch.cat(parts, dim).to(tensor.device)
     return _C._all_gather(tensor, dim)
 
@@ -139,7 +144,7 @@ def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
 
         init_process_group()
         host = tensor.detach().cpu().contiguous()
-        _dist_call("broadcast", lambda: dist.broadcast(host, src))
+        _dist_call("broadcast", lambda: dist.broadcast(host, src), host)
         with torch.no_grad():
             tensor.copy_(host)
         return tensor
@@ -164,8 +169,18 @@ def rendezvous(tag: str) -> None:
         import torch.distributed as dist
 
         init_process_group()
-        tags: List[Optional[str]] = [None] * runtime.process_count()
-        _dist_call("rendezvous", lambda: dist.all_gather_object(tags, tag))
+        # The tag's bytes in tensors made here, so that they can be held (see
+        # _dist_call); all_gather_object's own tensors could not be.
+        raw = tag.encode()
+        if len(raw) > _TAG_BYTES - 1:
+            raise ValueError(f"rendezvous tag longer than {_TAG_BYTES - 1} bytes: {tag!r}")
+        mine = torch.zeros(_TAG_BYTES, dtype=torch.uint8)
+        mine[0] = len(raw)
+        if raw:
+            mine[1:1 + len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        parts = [torch.empty_like(mine) for _ in range(runtime.process_count())]
+        _dist_call("rendezvous", lambda: dist.all_gather(parts, mine), mine, *parts)
+        tags = [bytes(p[1:1 + int(p[0])].tolist()).decode(errors="replace") for p in parts]
         if any(t != tag for t in tags):
             raise RuntimeError(f"rendezvous mismatch: processes reached {tags}")
 
@@ -294,10 +309,9 @@ def _child(local_rank: int, fn: Callable, args: Sequence, env: dict) -> None:
 
 def _leave_process_group() -> None:
     """After a rank's function returned: its programs finished, then the gloo
-    group torch_pjrt joined is destroyed while the interpreter is whole
-    (a gloo group left to interpreter teardown can abort the process:
-    pytorch/pytorch#190489). Not after a failure: destroying could then wait
-    on peers that will never come."""
+    group torch_pjrt joined is destroyed while the interpreter is whole. Not
+    after a failure: destroying could then wait on peers that will never
+    come."""
     import torch.distributed as dist
 
     _C._await_launched()

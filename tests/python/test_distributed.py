@@ -182,6 +182,23 @@ def test_two_nodes_on_loopback_have_host_index_0_and_1(reference, tmp_path):
     assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
 
 
+def test_host_tensors_of_a_collective_stay_held_while_another_holder_remains():
+    # What the gloo call holds is stood for by a view (it holds its base from
+    # C++). While it does, the hold keeps the tensor (and so its Python
+    # object); once only the Python object remains, the next call lets go.
+    t = torch.ones(3)
+    alone = sys.getrefcount(t)
+    torch_pjrt._C._hold_for_collective([t])
+    assert sys.getrefcount(t) == alone + 1  # held from C++: its Python object is kept
+    v = t[...]
+    assert v._base is t
+    torch_pjrt._C._hold_for_collective([])
+    assert sys.getrefcount(t) == alone + 1
+    del v
+    torch_pjrt._C._hold_for_collective([])
+    assert sys.getrefcount(t) == alone
+
+
 def test_dead_peer_is_reported_by_rank_and_others_stop(tmp_path):
     code = (f"import sys; sys.path.insert(0, {HERE!r}); import dp_worker, torch_pjrt\n"
             f"if __name__ == '__main__':\n"
@@ -191,6 +208,21 @@ def test_dead_peer_is_reported_by_rank_and_others_stop(tmp_path):
     assert r.returncode != 0
     assert "rank 1 died (exit code 3)" in r.stderr, r.stderr[-2000:]
     assert time.time() - t0 < 100
+
+
+def test_rendezvous_names_the_tags_each_process_reached(tmp_path):
+    (tmp_path / "tags.py").write_text(
+        "from torch_pjrt import distributed as D, runtime\n"
+        "def main():\n"
+        "    D.rendezvous('same')\n"
+        "    D.rendezvous('')\n"
+        "    D.rendezvous('step-%d' % runtime.process_index())\n")
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import tags, torch_pjrt\n"
+            "if __name__ == '__main__':\n"
+            "    torch_pjrt.launch(tags.main, nprocs=2)\n")
+    r = run_python(code, timeout=120, CPU_NUM_DEVICES=None, TORCH_PJRT_DIST_TIMEOUT="20")
+    assert r.returncode != 0
+    assert "rendezvous mismatch: processes reached ['step-0', 'step-1']" in r.stderr, r.stderr[-2000:]
 
 
 def test_missing_peer_times_out_with_a_message():
