@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Union
 import torch
 
 import torch_pjrt
-from torch_pjrt import runtime
+from torch_pjrt import _C, runtime
 
 try:
     import lightning.fabric as _fabric
@@ -303,8 +303,14 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
         return out
 
     def reduce(self, tensor, group=None, reduce_op="mean"):
+        # Lightning all-reduces the tensor it is given in place: held like
+        # torch_pjrt.distributed's own host copies (see its _dist_call).
         if isinstance(tensor, torch.Tensor) and tensor.device.type == NAME:
-            return super().reduce(tensor.detach().cpu(), group, reduce_op).to(tensor.device)
+            host = tensor.detach().cpu()
+            _C._hold_for_collective([host])
+            return super().reduce(host, group, reduce_op).to(tensor.device)
+        if isinstance(tensor, torch.Tensor):
+            _C._hold_for_collective([tensor])
         return super().reduce(tensor, group, reduce_op)
 
     def all_gather(self, tensor: torch.Tensor, group=None, sync_grads: bool = False) -> torch.Tensor:
@@ -312,6 +318,10 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
             if sync_grads:
                 raise ValueError("all_gather(sync_grads=True) is not supported by strategy 'pjrt_ddp': the gather "
                                  "runs on host copies, outside autograd")
+            if group in (None, torch.distributed.group.WORLD) and self.world_size > 1:
+                # Lightning's result (stacked: world size first), through
+                # torch_pjrt.distributed, whose host tensors are held.
+                return distributed.all_gather(tensor.unsqueeze(0), 0)
             return super().all_gather(tensor.detach().cpu(), group).to(tensor.device)
         return super().all_gather(tensor, group, sync_grads)
 

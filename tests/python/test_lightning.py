@@ -217,6 +217,11 @@ class SplitNet(Net):
 
     def on_predict_end(self):  # spawned processes return no predictions (Lightning): each writes its own
         torch.save(torch.cat(self.predictions), f"{self.out_dir}/predictions{self.global_rank}.pt")
+        r = float(self.global_rank)
+        gathered = [self.all_gather(torch.tensor([[r, r + 10]], device=self.device)),
+                    self.all_gather(torch.tensor(r, device=self.device))]
+        assert all(g.device == self.device for g in gathered)
+        torch.save([g.cpu() for g in gathered], f"{self.out_dir}/gathered{self.global_rank}.pt")
 
 
 def test_two_processes_match_one_device(cpu_20, tmp_path):
@@ -235,6 +240,7 @@ def test_two_processes_match_one_device(cpu_20, tmp_path):
         test = trainer.test(model, verbose=False)[0]["test_loss"]
         trainer.predict(model)
         preds = [torch.load(tmp_path / f"predictions{rank}.pt") for rank in (0, 1)]
+        gathered = [torch.load(tmp_path / f"gathered{rank}.pt") for rank in (0, 1)]
     assert [str(w.message) for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))] == []
     # The weights rank 0 ended with came back: 20 steps of the gradient mean
     # over two half batches end where 20 steps on whole batches end.
@@ -245,6 +251,10 @@ def test_two_processes_match_one_device(cpu_20, tmp_path):
     assert abs(val - one.validate(model, _loader(), verbose=False)[0]["val_loss"]) < 1e-5
     assert abs(test - one.test(model, _loader(), verbose=False)[0]["test_loss"]) < 1e-5
     want = torch.cat(one.predict(model, _loader()))
+    # all_gather stacks every process's tensor (world size first), as Lightning's own does.
+    for g in gathered:
+        assert torch.equal(g[0], torch.tensor([[[0.0, 10.0]], [[1.0, 11.0]]]))
+        assert torch.equal(g[1], torch.tensor([0.0, 1.0]))
     for rank in (0, 1):
         assert preds[rank].shape == want[rank::2].shape
         assert torch.allclose(preds[rank], want[rank::2], rtol=1e-5, atol=1e-5)
