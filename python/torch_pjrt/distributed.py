@@ -176,8 +176,7 @@ def rendezvous(tag: str) -> None:
             raise ValueError(f"rendezvous tag longer than {_TAG_BYTES - 1} bytes: {tag!r}")
         mine = torch.zeros(_TAG_BYTES, dtype=torch.uint8)
         mine[0] = len(raw)
-        if raw:
-            mine[1:1 + len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        mine[1:1 + len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
         parts = [torch.empty_like(mine) for _ in range(runtime.process_count())]
         _dist_call("rendezvous", lambda: dist.all_gather(parts, mine), mine, *parts)
         tags = [bytes(p[1:1 + int(p[0])].tolist()).decode(errors="replace") for p in parts]
