@@ -661,6 +661,35 @@ at::Tensor mish_backward(const at::Tensor& grad, const at::Tensor& self) {
   return Wrap(b.Binary(Op::Mul, o.x, dx), o.device);
 }
 
+// log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), as the CPU writes it; the
+// buffer is exp(-|x|), the CPU's (the backward recomputes it from x, as CUDA's)
+std::tuple<at::Tensor, at::Tensor> log_sigmoid_forward(const at::Tensor& a) {
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()), "log_sigmoid on pjrt expects a floating-point input, got ",
+              a.scalar_type());
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = a.scalar_type();
+  const auto shape = a.sizes().vec();
+  ir::Value x = Val(a);
+  ir::Value z = b.Unary(Op::Exp, b.Unary(Op::Neg, b.Unary(Op::Abs, x)));
+  ir::Value lo = b.Binary(Op::Min, x, Fill(d, 0, t, shape));
+  return {Wrap(b.Binary(Op::Sub, lo, b.Unary(Op::Log1p, z)), d), Wrap(z, d)};
+}
+
+// d/dx = x < 0 ? 1 - z / (1 + z) : z / (1 + z), z = exp(-|x|)
+at::Tensor log_sigmoid_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& buffer) {
+  TraceScope s;
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  ir::Value one = Fill(o.device, 1, t, o.shape);
+  ir::Value z = b.Unary(Op::Exp, b.Unary(Op::Neg, b.Unary(Op::Abs, o.y)));
+  ir::Value q = b.Binary(Op::Div, z, b.Binary(Op::Add, one, z));
+  ir::Value neg = b.Compare(ir::CompareDir::LT, o.y, Fill(o.device, 0, t, o.shape));
+  return Wrap(b.Binary(Op::Mul, o.x, b.Select(neg, b.Binary(Op::Sub, one, q), q)), o.device);
+}
+
 // elu(x) = x > 0 ? scale x : scale alpha (exp(x input_scale) - 1)
 at::Tensor elu(const at::Tensor& a, const at::Scalar& alpha, const at::Scalar& scale, const at::Scalar& input_scale) {
   TraceScope s;
@@ -979,6 +1008,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("softplus_backward", softplus_backward);
   K("mish", mish);
   K("mish_backward", mish_backward);
+  K("log_sigmoid_forward", log_sigmoid_forward);
+  K("log_sigmoid_backward", log_sigmoid_backward);
   K("elu", elu);
   K("elu_backward", elu_backward);
   K("clamp", clamp);

@@ -210,10 +210,11 @@ at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::Op
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType t = dtype.value_or(FloatType(a.scalar_type()));
+  const at::ScalarType in = dtype.value_or(FloatType(a.scalar_type()));
+  const at::ScalarType t = c10::toRealValueType(in);  // |z| of a complex is real
   const auto dims = ReduceDims(dim, a.dim());
   const auto shape = a.sizes().vec();
-  ir::Value x = b.Unary(Op::Abs, ValAs(a, t));
+  ir::Value x = b.Unary(Op::Abs, ValAs(a, in));
   const double p = ord.toDouble();
   if (std::isinf(p)) {
     return Wrap(ReduceExtreme(d, x, shape, dims, p > 0 ? ReduceKind::Max : ReduceKind::Min, t, keepdim), d);
@@ -229,6 +230,26 @@ at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::Op
   }
   ir::Value pw = ReduceValue(d, b.Binary(Op::Pow, x, Fill(d, p, t, shape)), shape, dims, ReduceKind::Sum, t, keepdim);
   return Wrap(b.Binary(Op::Pow, pw, Fill(d, 1.0 / p, t, b.shape(pw).dims)), d);
+}
+
+// The legacy at::norm overloads (pairwise_distance, torch.norm with a
+// dtype, older model code): the vector norm of order p, 2 when None.
+at::Tensor NormOf(const at::Tensor& a, const std::optional<at::Scalar>& p, at::OptionalIntArrayRef dim, bool keepdim,
+                  std::optional<at::ScalarType> dtype) {
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()) || at::isComplexType(a.scalar_type()),
+              "norm(): input dtype should be either floating point or complex. Got ", a.scalar_type(), " instead.");
+  return tpj::aten::linalg_vector_norm(a, p.value_or(2), dim, keepdim, dtype);
+}
+at::Tensor norm_scalar(const at::Tensor& a, const at::Scalar& p) { return NormOf(a, p, std::nullopt, false, std::nullopt); }
+at::Tensor norm_dim(const at::Tensor& a, const std::optional<at::Scalar>& p, at::IntArrayRef dim, bool keepdim) {
+  return NormOf(a, p, dim, keepdim, std::nullopt);
+}
+at::Tensor norm_dtype(const at::Tensor& a, const std::optional<at::Scalar>& p, at::ScalarType dtype) {
+  return NormOf(a, p, std::nullopt, false, dtype);
+}
+at::Tensor norm_dim_dtype(const at::Tensor& a, const std::optional<at::Scalar>& p, at::IntArrayRef dim, bool keepdim,
+                          at::ScalarType dtype) {
+  return NormOf(a, p, dim, keepdim, dtype);
 }
 
 at::Tensor VarStd(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
@@ -462,6 +483,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("any.dims", any_dims);
   K("all.dims", all_dims);
   K("linalg_vector_norm", linalg_vector_norm);
+  K("norm.Scalar", norm_scalar);
+  K("norm.ScalarOpt_dim", norm_dim);
+  K("norm.ScalarOpt_dtype", norm_dtype);
+  K("norm.ScalarOpt_dim_dtype", norm_dim_dtype);
   K("var.correction", var_correction);
   K("std.correction", std_correction);
   K("cumsum", cumsum);

@@ -108,10 +108,31 @@ CASES = {
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t), [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])], [0]),
     "cross_entropy_weight_ignore": (lambda x, t, w: F.cross_entropy(x, t, weight=w, ignore_index=2),
                                     [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), pos(5)], [0]),
-    # (label smoothing with class weights calls masked_select: a data-dependent
-    # shape that runs on the CPU; tested in test_fallback_metrics)
     "cross_entropy_smoothing": (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
                                 [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])], [0]),
+    # class weights with label smoothing select by a mask (masked_select)
+    "cross_entropy_smoothing_weight": (lambda x, t, w: F.cross_entropy(x, t, weight=w, label_smoothing=0.1),
+                                       [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), pos(5)], [0]),
+    # losses and gates of common models: BCE (with logits: log_sigmoid), smooth
+    # L1 / Huber (detection boxes), cosine similarity (clamp_min by a tensor), GLU,
+    # PReLU, the shrinks
+    "bce_losses": (lambda p, t, z: torch.stack([F.binary_cross_entropy(p, t), F.binary_cross_entropy(p, t, reduction="sum"),
+                                                F.binary_cross_entropy_with_logits(z, t, pos_weight=t + 0.5),
+                                                F.logsigmoid(z).sum()]),
+                   [r(3, 4, lo=0.05, hi=0.95), r(3, 4, lo=0.0, hi=1.0, seed=3), r(3, 4, seed=4) * 4], [0, 2]),
+    "box_losses": (lambda a, b: torch.stack([F.smooth_l1_loss(a, b), F.smooth_l1_loss(a, b, beta=0.5, reduction="sum"),
+                                             F.huber_loss(a, b, delta=0.7), F.l1_loss(a, b)]),
+                   [r(4, 5), r(4, 5, seed=9)], [0, 1]),
+    "similarity_gates": (lambda a, b, w: F.cosine_similarity(a, b).sum() + F.pairwise_distance(a, b).sum()
+                         + F.glu(a, -1).sum() + F.prelu(a.reshape(4, 3, 2), w).sum()
+                         + F.hardshrink(a).sum() + F.softshrink(a, 0.3).sum(),
+                         [r(4, 6), r(4, 6, seed=2), pos(3)], [0, 1, 2]),
+    "inverse_hyperbolic_logs": (lambda a: torch.stack([a.asin(), a.acos(), a.atan(), a.sinh(), a.cosh(), a.asinh(),
+                                                       (a.abs() + 1.5).acosh(), (a * 0.9).atanh(), (a + 2).log2(),
+                                                       (a + 2).log10(), a.exp2(), torch.logaddexp(a, a.flip(0)),
+                                                       torch.xlogy(a.abs(), a.abs() + 1), torch.logit(a.abs() * 0.9 + 0.05),
+                                                       torch.sinc(a), torch.hypot(a, a.flip(0))]),
+                                [r(9, lo=-0.95, hi=0.95)], [0]),
     "nll_2d": (lambda x, t: F.nll_loss(F.log_softmax(x, 1), t, reduction="sum"), [r(2, 3, 4, 4), (pos(2, 4, 4) * 0.9).long()],
                [0]),
     "mse": (lambda a, b: F.mse_loss(a, b) + F.mse_loss(a, b, reduction="sum"), [r(3, 4), r(3, 4, seed=5)], [0, 1]),
@@ -164,3 +185,77 @@ def test_op_matches_cpu(name):
             torch.testing.assert_close(dev_in[i].grad.cpu(), cpu_in[i].grad, rtol=1e-4, atol=1e-4,
                                        msg=lambda m: f"grad of input {i}: {m}")
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_log2_log10_exact_at_powers():
+    # code takes floor(log2(n)): a power of the base gives its exponent exactly
+    x = torch.tensor([2.0 ** k for k in range(-20, 21)] + [10.0 ** k for k in range(-6, 8)])
+    assert torch.equal(x.to(DEV).log2().cpu(), x.log2())
+    assert torch.equal(x[41:].to(DEV).log10().cpu(), x[41:].log10())
+
+
+def test_mask_indexing_runs_on_the_device():
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    mask = x > 0.3
+    xd = x.to(DEV).requires_grad_()
+    xc = x.clone().requires_grad_()
+    torch_pjrt.metrics.reset()
+    got = xd[mask.to(DEV)] * 2 + torch.masked_select(y.to(DEV), mask.to(DEV))
+    want = xc[mask] * 2 + torch.masked_select(y, mask)
+    torch.testing.assert_close(got.cpu(), want)
+    got.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    # nonzero, argwhere, where(cond), assignment by a mask, masked_scatter
+    d = x.to(DEV)
+    assert torch.equal(torch.nonzero(d > 0).cpu(), torch.nonzero(x > 0))
+    assert torch.equal(torch.argwhere(d > 0).cpu(), torch.argwhere(x > 0))
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(torch.where(d > 0), torch.where(x > 0)))
+    e, c = d.clone(), x.clone()
+    e[d < 0] = 0.0
+    c[x < 0] = 0.0
+    assert torch.equal(e.cpu(), c)
+    src = torch.arange(30.0).reshape(6, 5)
+    assert torch.equal(d.masked_scatter(d > 0, src.to(DEV)).cpu(), x.masked_scatter(x > 0, src))
+    assert torch.nonzero(torch.zeros(3, 2, device=DEV)).shape == (0, 2)
+    assert torch.nonzero(torch.tensor(1.0, device=DEV)).shape == (1, 0)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_nonzero_static_reads_nothing_from_the_device():
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
+    d = x.to(DEV)
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    got = torch.nonzero_static(d * 2, size=5, fill_value=-1)
+    assert torch_pjrt.metrics.counters().get("bytes_to_host", 0) == 0
+    assert torch.equal(got.cpu(), torch.nonzero_static(x * 2, size=5, fill_value=-1))
+    assert torch.equal(torch.nonzero_static(d, size=2).cpu(), torch.nonzero_static(x, size=2))
+
+
+def test_weight_norm_runs_on_the_device():
+    # wav2vec2's positional convolution: weight_norm over the last dim of a
+    # grouped conv1d weight; and the first dim (the default)
+    torch.manual_seed(0)
+    for dim in (2, 0):
+        conv = torch.nn.Conv1d(8, 8, 5, padding=2, groups=2)
+        conv = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=dim)
+        x = torch.randn(2, 8, 12)
+        dconv = __import__("copy").deepcopy(conv).to(DEV)
+        torch_pjrt.metrics.reset()
+        got = dconv(x.to(DEV))
+        want = conv(x)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+        got.square().sum().backward()
+        want.square().sum().backward()
+        for (name, p), q in zip(dconv.named_parameters(), conv.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
+        assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_binary_cross_entropy_checks_its_input_range():
+    p = torch.tensor([0.2, 1.5, 0.7], device=DEV)
+    loss = F.binary_cross_entropy(p, torch.ones(3, device=DEV))
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        loss.cpu()

@@ -161,9 +161,9 @@ def test_maximum_minimum_propagate_nan(op):
 
 @pytest.mark.parametrize("op", [torch.fmax, torch.fmin])
 def test_fmax_fmin_ignore_nan(op):
-    check(op, A, Bv, native=False)
-    check(op, Bv, A, native=False)
-    check(op, XI, XI.flip(1), native=False)
+    check(op, A, Bv)
+    check(op, Bv, A)
+    check(op, XI, XI.flip(1))
 
 
 def test_maximum_backward():
@@ -272,11 +272,11 @@ def test_unique():
 
 
 def test_nan_to_num():
-    check(lambda t: t.nan_to_num(), X, native=False)
-    check(lambda t: t.nan_to_num(1.5, 2.5, -3.5), X, native=False)
-    check(lambda t: t.nan_to_num(posinf=7.0), X.double(), native=False)
-    check(lambda t: t.nan_to_num(), X.bfloat16(), native=False)
-    check(lambda t: t.nan_to_num(), XI, native=False)
+    check(lambda t: t.nan_to_num(), X)
+    check(lambda t: t.nan_to_num(1.5, 2.5, -3.5), X)
+    check(lambda t: t.nan_to_num(posinf=7.0), X.double())
+    check(lambda t: t.nan_to_num(), X.bfloat16())
+    check(lambda t: t.nan_to_num(), XI)
 
 
 # -------------------------------------------------------------- reductions

@@ -292,10 +292,21 @@ def _hf_model(name: str):
         return T.ViTForImageClassification(T.ViTConfig(
             image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, num_labels=5))
+    if name == "electra":  # replaced-token detection: its loss selects the unpadded tokens by a mask
+        return T.ElectraForPreTraining(T.ElectraConfig(
+            embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, vocab_size=VOCAB,
+            pad_token_id=0))
+    if name == "wav2vec2":  # convolutional feature encoder, weight-normed positional convolution
+        return T.Wav2Vec2ForSequenceClassification(T.Wav2Vec2Config(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
+            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+            hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0,
+            layerdrop=0.0, mask_time_prob=0.0, num_labels=3, vocab_size=VOCAB))
     raise ValueError(name)
 
 
-HF = ("gpt2", "bert", "llama", "mistral", "t5", "bart", "vit")
+HF = ("gpt2", "bert", "llama", "mistral", "t5", "bart", "vit", "electra", "wav2vec2")
 FAMILIES = tuple(HF) + tuple(VISION)
 
 
@@ -308,6 +319,10 @@ def _hf_batches(name: str, g: torch.Generator, n: int) -> List[Dict[str, torch.T
         ids[1, 8:] = 0
         if name == "vit":
             out.append(dict(pixel_values=torch.randn(2, 3, 16, 16, generator=g), labels=torch.tensor([1, 4])))
+        elif name == "electra":
+            out.append(dict(input_ids=ids, attention_mask=mask, labels=torch.randint(0, 2, (2, 12), generator=g)))
+        elif name == "wav2vec2":
+            out.append(dict(input_values=torch.randn(2, 400, generator=g), labels=torch.tensor([0, 2])))
         elif name == "bert":
             out.append(dict(input_ids=ids, attention_mask=mask, labels=torch.randint(0, 3, (2,), generator=g)))
         elif name in ("t5", "bart"):

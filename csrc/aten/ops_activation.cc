@@ -1,0 +1,151 @@
+// Activations beyond the elementwise file's: GLU (gated convolutions and
+// feed-forward blocks), PReLU's kernel, hardshrink and softshrink, each with
+// its backward, as the CPU computes them.
+#include "aten/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+using ir::CompareDir;
+using ir::Op;
+
+// ---------------------------------------------------------------------- glu
+
+struct Halves {
+  int d;
+  int64_t dim;
+  std::vector<int64_t> shape, half;
+  ir::Value a, b;  // first and second half along dim
+};
+
+Halves Split(const at::Tensor& self, int64_t dim) {
+  TORCH_CHECK(self.dim() > 0, "glu does not support scalars because halving size must be even");
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  TORCH_CHECK(self.size(dim) % 2 == 0, "Halving dimension must be even, but dimension ", dim, " is size ",
+              self.size(dim));
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "glu on pjrt expects a floating-point input, got ",
+              self.scalar_type());
+  Halves h;
+  h.d = DeviceIndex(self);
+  h.dim = dim;
+  h.shape = self.sizes().vec();
+  h.half = h.shape;
+  h.half[dim] /= 2;
+  ir::Builder& b = B(h.d);
+  ir::Value x = Val(self);
+  std::vector<int64_t> start(h.shape.size(), 0), mid = h.half, limit = h.shape;
+  start[dim] = h.half[dim];
+  h.a = b.Slice(x, std::vector<int64_t>(h.shape.size(), 0), mid, std::vector<int64_t>(h.shape.size(), 1));
+  h.b = b.Slice(x, start, limit, std::vector<int64_t>(h.shape.size(), 1));
+  return h;
+}
+
+at::Tensor glu(const at::Tensor& self, int64_t dim) {
+  TraceScope s;
+  Halves h = Split(self, dim);
+  ir::Builder& b = B(h.d);
+  return Wrap(b.Binary(Op::Mul, h.a, b.Unary(Op::Logistic, h.b)), h.d);
+}
+
+// d/da = sigmoid(b) grad; d/db = a sigmoid(b) (1 - sigmoid(b)) grad
+at::Tensor glu_backward(const at::Tensor& grad, const at::Tensor& self, int64_t dim) {
+  TraceScope s;
+  Halves h = Split(self, dim);
+  TORCH_CHECK(grad.sizes().vec() == h.half, "glu_backward: grad of shape ", grad.sizes(), " for an output of shape ",
+              at::IntArrayRef(h.half));
+  ir::Builder& b = B(h.d);
+  ir::Value g = Operand(grad, h.d, self.scalar_type());
+  ir::Value sg = b.Unary(Op::Logistic, h.b);
+  ir::Value one = Fill(h.d, 1, self.scalar_type(), h.half);
+  ir::Value ga = b.Binary(Op::Mul, g, sg);
+  ir::Value gb = b.Binary(Op::Mul, b.Binary(Op::Mul, ga, h.a), b.Binary(Op::Sub, one, sg));
+  return Wrap(b.Concatenate({ga, gb}, h.dim), h.d);
+}
+
+// -------------------------------------------------------------------- prelu
+
+// x > 0 ? x : w x, weight broadcast to x (PyTorch's prelu has shaped it).
+at::Tensor prelu_kernel(const at::Tensor& self, const at::Tensor& weight) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(self, weight);
+  Operands o = Prepare(self, weight, t);
+  ir::Builder& b = B(o.device);
+  ir::Value pos = b.Compare(CompareDir::GT, o.x, Fill(o.device, 0, t, o.shape));
+  return Wrap(b.Select(pos, o.x, b.Binary(Op::Mul, o.y, o.x)), o.device);
+}
+
+// (x > 0 ? g : w g, x > 0 ? 0 : x g summed to the weight's shape)
+std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(const at::Tensor& grad, const at::Tensor& self,
+                                                         const at::Tensor& weight) {
+  at::Tensor gs, gw;
+  {
+    TraceScope s;
+    const at::ScalarType t = at::result_type(self, weight);
+    Operands o = Prepare(self, weight, t);
+    ir::Builder& b = B(o.device);
+    ir::Value g = BroadcastTo(o.device, Operand(grad, o.device, t), o.shape);
+    ir::Value zero = Fill(o.device, 0, t, o.shape);
+    ir::Value pos = b.Compare(CompareDir::GT, o.x, zero);
+    gs = Wrap(b.Select(pos, g, b.Binary(Op::Mul, o.y, g)), o.device);
+    gw = Wrap(b.Select(pos, zero, b.Binary(Op::Mul, o.x, g)), o.device);
+  }
+  return {gs.sum_to_size(self.sizes()), gw.sum_to_size(weight.sizes())};
+}
+
+// ----------------------------------------------------------------- shrinks
+
+// hardshrink: 0 for -lambd <= x <= lambd, else x
+at::Tensor hardshrink(const at::Tensor& self, const at::Scalar& lambd) {
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  ir::Builder& b = B(d);
+  ir::Value x = Val(self);
+  ir::Value l = Number(d, lambd, t, shape);
+  ir::Value inside = b.Binary(Op::And, b.Compare(CompareDir::GE, x, b.Unary(Op::Neg, l)), b.Compare(CompareDir::LE, x, l));
+  return Wrap(b.Select(inside, Fill(d, 0, t, shape), x), d);
+}
+
+// The shrinks' backward: grad where x < -lambd or x > lambd, else 0 (NaN
+// gives 0, as the CPU's vectorized kernel, which runs all but a tail).
+at::Tensor shrink_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& lambd) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(grad, self);
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  ir::Value l = Number(o.device, lambd, t, o.shape);
+  ir::Value outside = b.Binary(Op::Or, b.Compare(CompareDir::LT, o.y, b.Unary(Op::Neg, l)), b.Compare(CompareDir::GT, o.y, l));
+  return Wrap(b.Select(outside, o.x, Fill(o.device, 0, t, o.shape)), o.device);
+}
+
+// softshrink: x - clamp(x, -lambd, lambd), as the CPU's vectorized kernel
+// (-0.0 gives +0.0; NaN stays NaN)
+at::Tensor softshrink(const at::Tensor& self, const at::Scalar& lambd) {
+  TORCH_CHECK(lambd.toDouble() >= 0, "lambda must be greater or equal to 0, but found to be ", lambd.toDouble(), ".");
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  ir::Builder& b = B(d);
+  ir::Value x = Val(self);
+  ir::Value l = Number(d, lambd, t, shape);
+  ir::Value r = b.Binary(Op::Sub, x, b.Clamp(b.Unary(Op::Neg, l), x, l));
+  return Wrap(b.Select(IsNan(d, x), x, r), d);
+}
+
+}  // namespace
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("glu", glu);
+  K("glu_backward", glu_backward);
+  K("_prelu_kernel", prelu_kernel);
+  K("_prelu_kernel_backward", prelu_kernel_backward);
+  K("hardshrink", hardshrink);
+  K("hardshrink_backward", shrink_backward);
+  K("softshrink", softshrink);
+  K("softshrink_backward", shrink_backward);
+}

@@ -1,0 +1,340 @@
+// Math functions that StableHLO has no op for, written from the ones it has
+// in forms that keep precision where the naive formula loses it (near 0,
+// near +-1, for large arguments), and with the CPU's answers for NaN, +-inf
+// and the domain edges: inverse trigonometric and hyperbolic functions,
+// log2/log10/exp2, logaddexp, xlogy, nan_to_num, frac, sinc, fmax/fmin,
+// hypot, heaviside, logit, entr, and clamp_min/clamp_max by a tensor.
+//
+// Their gradients are PyTorch's own formulas (derivatives.yaml) over lowered
+// ops, except logit's backward, which is an op of its own.
+#include <cmath>
+#include <limits>
+
+#include "aten/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+using ir::CompareDir;
+using ir::Op;
+
+constexpr double kLn2 = 0.69314718055994530942;
+constexpr double kLn10 = 2.30258509299404568402;
+constexpr double kPi = 3.14159265358979323846;
+
+// One lowering's values: device, dtype and shape of the result.
+struct Ctx {
+  int d;
+  at::ScalarType t;
+  std::vector<int64_t> shape;
+  ir::Builder& b() const { return B(d); }
+  ir::Value c(double v) const { return Fill(d, v, t, shape); }
+  ir::Value un(Op op, ir::Value x) const { return b().Unary(op, x); }
+  ir::Value bin(Op op, ir::Value x, ir::Value y) const { return b().Binary(op, x, y); }
+  ir::Value cmp(CompareDir dir, ir::Value x, ir::Value y) const { return b().Compare(dir, x, y); }
+  ir::Value sel(ir::Value p, ir::Value x, ir::Value y) const { return b().Select(p, x, y); }
+  ir::Value nan(ir::Value x) const { return cmp(CompareDir::NE, x, x); }
+};
+
+// A float-valued function of one tensor (integers and bool promote to the
+// default float dtype, as PyTorch's unary float ops do).
+// Half and bfloat16 compute in float and round once, as the CPU's opmath.
+at::ScalarType OpMath(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t; }
+
+template <typename F>
+at::Tensor FloatUnary(const at::Tensor& a, F f) {
+  TraceScope s;
+  const at::ScalarType t = FloatType(a.scalar_type());
+  Ctx c{DeviceIndex(a), OpMath(t), a.sizes().vec()};
+  return Wrap(c.b().Convert(f(c, ValAs(a, c.t)), ToIr(t)), c.d);
+}
+
+// A function of two broadcast tensors whose result has dtype t.
+template <typename F>
+at::Tensor BinaryIn(const at::Tensor& a, const at::Tensor& b, at::ScalarType t, F f) {
+  TraceScope s;
+  Operands o = Prepare(a, b, OpMath(t));
+  Ctx c{o.device, OpMath(t), o.shape};
+  return Wrap(c.b().Convert(f(c, o.x, o.y), ToIr(t)), c.d);
+}
+
+void CheckFloat(at::ScalarType t, const char* op) {
+  TORCH_CHECK(at::isFloatingType(t), op, " on pjrt expects floating-point inputs, got ", t);
+}
+
+// sqrt((1 - x)(1 + x)): 1 - x^2 without the cancellation near +-1.
+ir::Value OneMinusSquareRoot(const Ctx& c, ir::Value x) {
+  return c.un(Op::Sqrt, c.bin(Op::Mul, c.bin(Op::Sub, c.c(1), x), c.bin(Op::Add, c.c(1), x)));
+}
+
+at::Tensor asin(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, x, OneMinusSquareRoot(c, x)); });
+}
+at::Tensor acos(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, OneMinusSquareRoot(c, x), x); });
+}
+at::Tensor atan(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, x, c.c(1)); });
+}
+
+// exp(|x|) / 2 as exp(|x| - ln 2): finite wherever sinh and cosh are.
+ir::Value HalfExpAbs(const Ctx& c, ir::Value x) { return c.un(Op::Exp, c.bin(Op::Sub, c.un(Op::Abs, x), c.c(kLn2))); }
+
+// sinh: (expm1(x) - expm1(-x)) / 2 for |x| < 1 (no cancellation near 0),
+// sign(x) (e/2 - 1/(2e)) beyond.
+at::Tensor sinh(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    ir::Value small = c.bin(Op::Div, c.bin(Op::Sub, c.un(Op::Expm1, x), c.un(Op::Expm1, c.un(Op::Neg, x))), c.c(2));
+    ir::Value h = HalfExpAbs(c, x);
+    ir::Value big = c.bin(Op::Sub, h, c.bin(Op::Div, c.c(0.25), h));
+    big = c.sel(c.cmp(CompareDir::LT, x, c.c(0)), c.un(Op::Neg, big), big);
+    return c.sel(c.cmp(CompareDir::LT, c.un(Op::Abs, x), c.c(1)), small, big);
+  });
+}
+at::Tensor cosh(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    ir::Value h = HalfExpAbs(c, x);
+    return c.bin(Op::Add, h, c.bin(Op::Div, c.c(0.25), h));
+  });
+}
+
+// Beyond 2^28, x^2 + 1 is x^2 in float and x^2 overflows sooner or later:
+// asinh and acosh are log(2|x|) there.
+constexpr double kHuge = 268435456.0;
+
+// asinh: sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); -0.0 stays -0.0.
+at::Tensor asinh(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    ir::Value ax = c.un(Op::Abs, x);
+    ir::Value sq = c.bin(Op::Mul, ax, ax);
+    ir::Value near = c.un(Op::Log1p, c.bin(Op::Add, ax, c.bin(Op::Div, sq, c.bin(Op::Add, c.c(1), c.un(Op::Sqrt, c.bin(Op::Add, c.c(1), sq))))));
+    ir::Value far = c.bin(Op::Add, c.un(Op::Log, ax), c.c(kLn2));
+    ir::Value r = c.sel(c.cmp(CompareDir::GT, ax, c.c(kHuge)), far, near);
+    r = c.sel(c.cmp(CompareDir::LT, x, c.c(0)), c.un(Op::Neg, r), r);
+    return c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), x, r);
+  });
+}
+
+// acosh: log1p(t + sqrt(t (x + 1))), t = x - 1 (precise near 1); NaN below 1.
+at::Tensor acosh(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    ir::Value t = c.bin(Op::Sub, x, c.c(1));
+    ir::Value near = c.un(Op::Log1p, c.bin(Op::Add, t, c.un(Op::Sqrt, c.bin(Op::Mul, t, c.bin(Op::Add, x, c.c(1))))));
+    ir::Value far = c.bin(Op::Add, c.un(Op::Log, x), c.c(kLn2));
+    return c.sel(c.cmp(CompareDir::GT, x, c.c(kHuge)), far, near);
+  });
+}
+
+// atanh: log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN beyond.
+at::Tensor atanh(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    ir::Value q = c.bin(Op::Div, c.bin(Op::Mul, c.c(2), x), c.bin(Op::Sub, c.c(1), x));
+    return c.bin(Op::Mul, c.c(0.5), c.un(Op::Log1p, q));
+  });
+}
+
+// log(x) / log(base), rounded to the integer where the base's power is
+// exactly x: log2(8) is 3, not 2.9999998 (code takes floor(log2(n))).
+ir::Value LogBase(const Ctx& c, ir::Value x, double base) {
+  ir::Value r = c.bin(Op::Div, c.un(Op::Log, x), c.c(std::log(base)));
+  ir::Value k = c.un(Op::RoundAwayFromZero, r);
+  ir::Value exact = c.cmp(CompareDir::EQ, c.bin(Op::Pow, c.c(base), k), x);
+  return c.sel(exact, k, r);
+}
+at::Tensor log2(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return LogBase(c, x, 2); });
+}
+at::Tensor log10(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return LogBase(c, x, 10); });
+}
+at::Tensor exp2(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Pow, c.c(2), x); });
+}
+
+// max + log1p(exp(-|a - b|)) (in base 2 for logaddexp2); equal infinities
+// give themselves, as on the CPU (inf - inf would be NaN).
+at::Tensor LogAddExp(const at::Tensor& a, const at::Tensor& b, bool base2) {
+  const at::ScalarType t = at::result_type(a, b);
+  CheckFloat(t, base2 ? "logaddexp2" : "logaddexp");
+  return BinaryIn(a, b, t, [base2](const Ctx& c, ir::Value x, ir::Value y) {
+    ir::Value m = c.bin(Op::Max, x, y);
+    ir::Value gap = c.un(Op::Neg, c.un(Op::Abs, c.bin(Op::Sub, x, y)));
+    ir::Value r = base2 ? c.bin(Op::Add, m, c.bin(Op::Div, c.un(Op::Log1p, c.un(Op::Exp, c.bin(Op::Mul, gap, c.c(kLn2)))), c.c(kLn2)))
+                        : c.bin(Op::Add, m, c.un(Op::Log1p, c.un(Op::Exp, gap)));
+    ir::Value same_inf = c.b().Binary(Op::And, c.cmp(CompareDir::EQ, x, y), c.cmp(CompareDir::EQ, c.un(Op::Abs, x), c.c(INFINITY)));
+    r = c.sel(same_inf, x, r);
+    // NaN in either gives NaN (max leaves it to the backend)
+    return c.sel(c.b().Binary(Op::Or, c.nan(x), c.nan(y)), c.bin(Op::Add, x, y), r);
+  });
+}
+at::Tensor logaddexp(const at::Tensor& a, const at::Tensor& b) { return LogAddExp(a, b, false); }
+at::Tensor logaddexp2(const at::Tensor& a, const at::Tensor& b) { return LogAddExp(a, b, true); }
+
+// x log(y) (x log1p(y)), 0 where x is 0 unless y is NaN.
+at::Tensor XLog(const at::Tensor& a, const at::Tensor& b, Op log) {
+  return BinaryIn(a, b, FloatType(at::result_type(a, b)), [log](const Ctx& c, ir::Value x, ir::Value y) {
+    ir::Value r = c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), c.c(0), c.bin(Op::Mul, x, c.un(log, y)));
+    return c.sel(c.nan(y), y, r);
+  });
+}
+at::Tensor xlogy(const at::Tensor& a, const at::Tensor& b) { return XLog(a, b, Op::Log); }
+at::Tensor xlogy_ss(const at::Scalar& a, const at::Tensor& b) { return XLog(WrappedScalar(a), b, Op::Log); }
+at::Tensor xlogy_so(const at::Tensor& a, const at::Scalar& b) { return XLog(a, WrappedScalar(b), Op::Log); }
+at::Tensor xlog1py(const at::Tensor& a, const at::Tensor& b) { return XLog(a, b, Op::Log1p); }
+at::Tensor xlog1py_ss(const at::Scalar& a, const at::Tensor& b) { return XLog(WrappedScalar(a), b, Op::Log1p); }
+at::Tensor xlog1py_so(const at::Tensor& a, const at::Scalar& b) { return XLog(a, WrappedScalar(b), Op::Log1p); }
+
+// NaN -> nan, +inf -> posinf (default: the dtype's largest), -inf -> neginf
+// (default: its lowest); other dtypes are returned as they are.
+at::Tensor nan_to_num(const at::Tensor& a, std::optional<double> nan, std::optional<double> posinf,
+                      std::optional<double> neginf) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const at::ScalarType t = a.scalar_type();
+  if (!at::isFloatingType(t)) return Wrap(Val(a), d);
+  double hi = 0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t, "nan_to_num", [&] {
+    hi = static_cast<double>(std::numeric_limits<scalar_t>::max());
+  });
+  Ctx c{d, t, a.sizes().vec()};
+  ir::Value x = Val(a);
+  ir::Value r = c.sel(c.nan(x), c.c(nan.value_or(0.0)), x);
+  r = c.sel(c.cmp(CompareDir::EQ, x, c.c(INFINITY)), c.c(posinf.value_or(hi)), r);
+  return Wrap(c.sel(c.cmp(CompareDir::EQ, x, c.c(-INFINITY)), c.c(neginf.value_or(-hi)), r), d);
+}
+
+// frac = x - trunc(x), keeping the sign of x; NaN and inf give NaN.
+at::Tensor frac(const at::Tensor& a) {
+  CheckFloat(a.scalar_type(), "frac");
+  TraceScope s;
+  Ctx c{DeviceIndex(a), a.scalar_type(), a.sizes().vec()};
+  ir::Value x = Val(a);
+  ir::Value tr = c.sel(c.cmp(CompareDir::LT, x, c.c(0)), c.un(Op::Ceil, x), c.un(Op::Floor, x));
+  return Wrap(c.bin(Op::Sub, x, tr), c.d);
+}
+
+// sinc = sin(pi x) / (pi x), 1 at 0.
+at::Tensor sinc(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    ir::Value px = c.bin(Op::Mul, x, c.c(kPi));
+    return c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), c.c(1), c.bin(Op::Div, c.un(Op::Sin, px), px));
+  });
+}
+
+// fmax/fmin: the other operand where one is NaN (NaN only where both are).
+at::Tensor FMaxMin(const at::Tensor& a, const at::Tensor& b, Op op) {
+  return BinaryIn(a, b, at::result_type(a, b), [op](const Ctx& c, ir::Value x, ir::Value y) {
+    ir::Value r = c.bin(op, x, y);
+    if (!at::isFloatingType(c.t)) return r;
+    return c.sel(c.nan(x), y, c.sel(c.nan(y), x, r));
+  });
+}
+at::Tensor fmax(const at::Tensor& a, const at::Tensor& b) { return FMaxMin(a, b, Op::Max); }
+at::Tensor fmin(const at::Tensor& a, const at::Tensor& b) { return FMaxMin(a, b, Op::Min); }
+
+// hypot = m sqrt(1 + (n/m)^2), m = max(|a|, |b|), n = min: no overflow of
+// the squares; 0 where both are 0, inf where either is (NaN or not).
+at::Tensor hypot(const at::Tensor& a, const at::Tensor& b) {
+  const at::ScalarType t = at::result_type(a, b);
+  CheckFloat(t, "hypot");
+  return BinaryIn(a, b, t, [](const Ctx& c, ir::Value x, ir::Value y) {
+    ir::Value ax = c.un(Op::Abs, x), ay = c.un(Op::Abs, y);
+    ir::Value m = c.bin(Op::Max, ax, ay), n = c.bin(Op::Min, ax, ay);
+    ir::Value q = c.bin(Op::Div, n, m);
+    ir::Value r = c.bin(Op::Mul, m, c.un(Op::Sqrt, c.bin(Op::Add, c.c(1), c.bin(Op::Mul, q, q))));
+    r = c.sel(c.cmp(CompareDir::EQ, m, c.c(0)), c.c(0), r);
+    r = c.sel(c.b().Binary(Op::Or, c.nan(x), c.nan(y)), c.bin(Op::Add, x, y), r);
+    ir::Value inf = c.b().Binary(Op::Or, c.cmp(CompareDir::EQ, ax, c.c(INFINITY)), c.cmp(CompareDir::EQ, ay, c.c(INFINITY)));
+    return c.sel(inf, c.c(INFINITY), r);
+  });
+}
+
+// heaviside: values where x is 0, else x > 0 (NaN gives 0, as the CPU).
+at::Tensor heaviside(const at::Tensor& a, const at::Tensor& values) {
+  TORCH_CHECK(a.scalar_type() == values.scalar_type(), "heaviside is not yet implemented for tensors with different dtypes");
+  TORCH_CHECK(!at::isComplexType(a.scalar_type()), "heaviside is not yet implemented for complex tensors.");
+  return BinaryIn(a, values, a.scalar_type(), [](const Ctx& c, ir::Value x, ir::Value v) {
+    ir::Value pos = c.b().Convert(c.cmp(CompareDir::GT, x, c.c(0)), ToIr(c.t));
+    return c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), v, pos);
+  });
+}
+
+// logit = log(z / (1 - z)), z = x clamped to [eps, 1 - eps] when eps is given.
+at::Tensor logit(const at::Tensor& a, std::optional<double> eps) {
+  return FloatUnary(a, [eps](const Ctx& c, ir::Value x) {
+    ir::Value z = x;
+    if (eps) z = c.b().Clamp(c.c(*eps), x, c.c(1 - *eps));
+    return c.un(Op::Log, c.bin(Op::Div, z, c.bin(Op::Sub, c.c(1), z)));
+  });
+}
+
+// grad / (x (1 - x)); with eps, 0 outside [eps, 1 - eps] (NaN included);
+// without, NaN outside [0, 1] (the CPU's vectorized kernel, which runs all
+// but a tail).
+at::Tensor logit_backward(const at::Tensor& grad, const at::Tensor& self, std::optional<double> eps) {
+  const at::ScalarType t = at::result_type(grad, self);
+  return BinaryIn(grad, self, t, [eps](const Ctx& c, ir::Value g, ir::Value x) {
+    ir::Value r = c.bin(Op::Div, g, c.bin(Op::Mul, x, c.bin(Op::Sub, c.c(1), x)));
+    if (eps) {
+      ir::Value inside = c.b().Binary(Op::And, c.cmp(CompareDir::GE, x, c.c(*eps)), c.cmp(CompareDir::LE, x, c.c(1 - *eps)));
+      return c.sel(inside, r, c.c(0));
+    }
+    ir::Value out = c.b().Binary(Op::Or, c.cmp(CompareDir::LT, x, c.c(0)), c.cmp(CompareDir::GT, x, c.c(1)));
+    return c.sel(out, c.c(NAN), r);
+  });
+}
+
+// entr = -x log(x) for x > 0, 0 at 0, -inf below; NaN stays NaN.
+at::Tensor entr(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    ir::Value r = c.sel(c.cmp(CompareDir::GT, x, c.c(0)), c.un(Op::Neg, c.bin(Op::Mul, x, c.un(Op::Log, x))), c.c(-INFINITY));
+    r = c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), c.c(0), r);
+    return c.sel(c.nan(x), x, r);
+  });
+}
+
+at::Tensor clamp_min_t(const at::Tensor& a, const at::Tensor& lo) {
+  return at::clamp(a, std::optional<at::Tensor>(lo), std::nullopt);
+}
+at::Tensor clamp_max_t(const at::Tensor& a, const at::Tensor& hi) {
+  return at::clamp(a, std::nullopt, std::optional<at::Tensor>(hi));
+}
+
+}  // namespace
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("asin", asin);
+  K("acos", acos);
+  K("atan", atan);
+  K("sinh", sinh);
+  K("cosh", cosh);
+  K("asinh", asinh);
+  K("acosh", acosh);
+  K("atanh", atanh);
+  K("log2", log2);
+  K("log10", log10);
+  K("exp2", exp2);
+  K("logaddexp", logaddexp);
+  K("logaddexp2", logaddexp2);
+  K("xlogy.Tensor", xlogy);
+  K("xlogy.Scalar_Self", xlogy_ss);
+  K("xlogy.Scalar_Other", xlogy_so);
+  K("special_xlog1py", xlog1py);
+  K("special_xlog1py.self_scalar", xlog1py_ss);
+  K("special_xlog1py.other_scalar", xlog1py_so);
+  K("nan_to_num", nan_to_num);
+  K("frac", frac);
+  K("sinc", sinc);
+  K("fmax", fmax);
+  K("fmin", fmin);
+  K("hypot", hypot);
+  K("heaviside", heaviside);
+  K("logit", logit);
+  K("logit_backward", logit_backward);
+  K("special_entr", entr);
+  K("clamp_min.Tensor", clamp_min_t);
+  K("clamp_max.Tensor", clamp_max_t);
+}

@@ -1,0 +1,114 @@
+// Data-dependent shapes on the device: nonzero (and through it argwhere,
+// torch.where(cond), boolean-mask indexing), masked_select and
+// masked_scatter_ read one number from the device, the count of true
+// elements, which syncs what the mask needs; the indices themselves are
+// computed on the device: a prefix sum numbers the true elements, a scatter
+// puts each one's flat index at its number, and division by the strides
+// unravels it. nonzero_static reads nothing: its size is given, and the
+// rows beyond the count are filled.
+//
+// Each count gives the ops that follow new shapes, so a step that indexes
+// with a mask compiles once per distinct count (as any lazy device does).
+#include "aten/lowering.h"
+
+namespace tpj::aten {
+namespace {
+
+// Flat indices (int64, on the device) of the true elements of `flat` (a 1-d
+// bool tensor), in order, as `rows` entries: where there are fewer, the
+// entries beyond are 0.
+at::Tensor TrueIndices(const at::Tensor& flat, int64_t rows) {
+  const at::TensorOptions longs = flat.options().dtype(at::kLong);
+  const int64_t n = flat.numel();
+  at::Tensor number = at::cumsum(flat, 0, at::kLong).sub_(1);
+  // False elements, and true ones numbered past `rows`, go to a spare slot.
+  at::Tensor slot = at::where(flat.logical_and(number.lt(rows)), number, at::scalar_tensor(rows, longs));
+  at::Tensor out = at::zeros({rows + 1}, longs).scatter_(0, slot, at::arange(n, longs));
+  return out.narrow(0, 0, rows);
+}
+
+// [rows, ndim] coordinates of flat indices into `sizes`.
+at::Tensor Unravel(const at::Tensor& flat_idx, at::IntArrayRef sizes) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  if (nd == 0) return flat_idx.new_empty({flat_idx.size(0), 0});
+  std::vector<at::Tensor> cols;
+  int64_t stride = 1;
+  std::vector<int64_t> strides(static_cast<size_t>(nd));
+  for (int64_t k = nd - 1; k >= 0; --k) {
+    strides[static_cast<size_t>(k)] = stride;
+    stride *= sizes[static_cast<size_t>(k)];
+  }
+  for (int64_t k = 0; k < nd; ++k) {
+    at::Tensor c = flat_idx.div(strides[static_cast<size_t>(k)], "floor");
+    cols.push_back(k == 0 ? c : c.remainder(sizes[static_cast<size_t>(k)]));
+  }
+  return at::stack(cols, 1);
+}
+
+at::Tensor Flat(const at::Tensor& self) { return self.reshape({-1}).ne(0); }
+
+int64_t Count(const at::Tensor& flat) { return flat.sum(at::kLong).item<int64_t>(); }
+
+at::Tensor nonzero(const at::Tensor& self) {
+  at::Tensor flat = Flat(self);
+  const int64_t count = self.numel() == 0 ? 0 : Count(flat);
+  if (count == 0) return at::empty({0, self.dim()}, self.options().dtype(at::kLong));
+  return Unravel(TrueIndices(flat, count), self.sizes());
+}
+
+at::Tensor nonzero_static(const at::Tensor& self, int64_t size, int64_t fill_value) {
+  TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
+  at::Tensor flat = Flat(self);
+  if (size == 0 || self.numel() == 0) {
+    return at::full({size, self.dim()}, fill_value, self.options().dtype(at::kLong));
+  }
+  at::Tensor coords = Unravel(TrueIndices(flat, size), self.sizes());
+  at::Tensor count = flat.sum(at::kLong);
+  at::Tensor beyond = at::arange(size, coords.options()).ge(count).unsqueeze(1);
+  return at::where(beyond, at::scalar_tensor(fill_value, coords.options()), coords);
+}
+
+// The elements of self where mask (both broadcast) is true, flattened.
+at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+  const auto shape = at::infer_size(self.sizes(), mask.sizes());
+  at::Tensor values = self.expand(shape).reshape({-1});
+  at::Tensor flat = mask.expand(shape).reshape({-1});
+  const int64_t count = values.numel() == 0 ? 0 : Count(flat);
+  if (count == 0) return at::empty({0}, self.options());
+  return values.index_select(0, TrueIndices(flat, count));
+}
+
+// self's elements where mask is true, in order, from source's first ones
+// (LLaVA-style merging of image features into token embeddings).
+at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& source) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "masked_scatter: expected self and source to have same dtypes but got",
+              self.scalar_type(), " and ", source.scalar_type());
+  TORCH_CHECK(at::infer_size(self.sizes(), mask.sizes()) == self.sizes(), "masked_scatter_: the mask of shape ", mask.sizes(),
+              " does not broadcast to self's shape ", self.sizes());
+  at::Tensor flat = mask.expand(self.sizes()).reshape({-1});
+  const int64_t count = self.numel() == 0 ? 0 : Count(flat);
+  if (count == 0) return self;
+  TORCH_CHECK(source.numel() >= count, "masked_scatter: expected source to have at least ", count,
+              " elements (the number of ones in mask), got ", source.numel());
+  at::Tensor coords = Unravel(TrueIndices(flat, count), self.sizes());
+  c10::List<std::optional<at::Tensor>> index;
+  for (int64_t k = 0; k < self.dim(); ++k) index.push_back(coords.select(1, k));
+  at::Tensor values = source.reshape({-1}).narrow(0, 0, count);
+  if (self.dim() == 0) return self.copy_(values.reshape({}));
+  return self.index_put_(index, values);
+}
+
+}  // namespace
+}  // namespace tpj::aten
+
+#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  K("nonzero", nonzero);
+  K("nonzero_static", nonzero_static);
+  K("masked_select", masked_select);
+  m.impl("masked_scatter_", TORCH_FN(tpj::aten::masked_scatter_));
+}
