@@ -283,6 +283,48 @@ at::Tensor IntegerSafe(const at::Tensor& a, Op op) {
 at::Tensor floor(const at::Tensor& a) { return IntegerSafe(a, Op::Floor); }
 at::Tensor ceil(const at::Tensor& a) { return IntegerSafe(a, Op::Ceil); }
 at::Tensor round(const at::Tensor& a) { return IntegerSafe(a, Op::Round); }
+// round to `decimals` places as the CPU: nearbyint(x * 10^d) / 10^d, or
+// nearbyint(x / 10^-d) * 10^-d for negative d
+at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
+  TORCH_CHECK(!at::isIntegralType(a.scalar_type(), true) || decimals == 0,
+              "round_cpu not implemented for integer dtypes with decimals != 0");
+  if (decimals == 0) return IntegerSafe(a, Op::Round);
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
+  ir::Value ten = Fill(d, p, a.scalar_type(), a.sizes().vec());
+  ir::Value x = Val(a);
+  if (decimals > 0) return Wrap(b.Binary(Op::Div, b.Unary(Op::Round, b.Binary(Op::Mul, x, ten)), ten), d);
+  return Wrap(b.Binary(Op::Mul, b.Unary(Op::Round, b.Binary(Op::Div, x, ten)), ten), d);
+}
+
+// signbit: the sign bit itself (-0.0 and -NaN included), read by bitcast
+ir::Value SignBit(int d, ir::Value x, at::ScalarType t) {
+  ir::Builder& b = B(d);
+  if (t == at::kBool) return b.Full(ir::DType::Bool, b.shape(x).dims, 0);
+  const auto dims = b.shape(x).dims;
+  if (!at::isFloatingType(t)) return b.Compare(ir::CompareDir::LT, x, Fill(d, 0, t, dims));
+  const at::ScalarType bits = t == at::kDouble ? at::kLong : t == at::kFloat ? at::kInt : at::kShort;
+  return b.Compare(ir::CompareDir::LT, b.Bitcast(x, ToIr(bits)), Fill(d, 0, bits, dims));
+}
+at::Tensor signbit(const at::Tensor& a) {
+  TORCH_CHECK(!at::isComplexType(a.scalar_type()), "signbit is not implemented for complex tensors.");
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  return Wrap(SignBit(d, Val(a), a.scalar_type()), d);
+}
+
+// copysign: |a| with b's sign bit
+at::Tensor copysign(const at::Tensor& a, const at::Tensor& other) {
+  TraceScope s;
+  const at::ScalarType t = FloatType(at::result_type(a, other));
+  Operands o = Prepare(a, other, t);
+  ir::Builder& b = B(o.device);
+  ir::Value m = b.Unary(Op::Abs, o.x);
+  return Wrap(b.Select(SignBit(o.device, o.y, t), b.Unary(Op::Neg, m), m), o.device);
+}
+at::Tensor copysign_scalar(const at::Tensor& a, const at::Scalar& other) { return tpj::aten::copysign(a, WrappedScalar(other)); }
 at::Tensor trunc(const at::Tensor& a) {
   if (at::isIntegralType(a.scalar_type(), true)) return IntegerSafe(a, Op::Floor);
   TraceScope s;
@@ -975,6 +1017,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("floor", floor);
   K("ceil", ceil);
   K("round", round);
+  K("round.decimals", round_decimals);
+  K("signbit", signbit);
+  K("copysign.Tensor", copysign);
+  K("copysign.Scalar", copysign_scalar);
   K("trunc", trunc);
   K("abs", abs);
   K("sign", sign);

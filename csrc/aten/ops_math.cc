@@ -3,7 +3,8 @@
 // near +-1, for large arguments), and with the CPU's answers for NaN, +-inf
 // and the domain edges: inverse trigonometric and hyperbolic functions,
 // log2/log10/exp2, logaddexp, xlogy, nan_to_num, frac, sinc, fmax/fmin,
-// hypot, heaviside, logit, entr, and clamp_min/clamp_max by a tensor.
+// hypot, heaviside, logit, entr, erfinv, and clamp_min/clamp_max by a
+// tensor.
 //
 // Their gradients are PyTorch's own formulas (derivatives.yaml) over lowered
 // ops, except logit's backward, which is an op of its own.
@@ -284,6 +285,39 @@ at::Tensor logit_backward(const at::Tensor& grad, const at::Tensor& self, std::o
   });
 }
 
+// erfinv: Giles' single-precision approximation ("Approximating the erfinv
+// function", GPU Computing Gems, 2011), then Newton steps on erf where it
+// is steep, |y| < 2 (one for float; two, |y| < 5.5, for double); +-inf at +-1, NaN
+// beyond.
+at::Tensor erfinv(const at::Tensor& a) {
+  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+    auto poly = [&](ir::Value w, std::initializer_list<double> coef) {
+      ir::Value p = c.c(*coef.begin());
+      for (auto it = coef.begin() + 1; it != coef.end(); ++it) p = c.bin(Op::Add, c.c(*it), c.bin(Op::Mul, p, w));
+      return p;
+    };
+    ir::Value w = c.un(Op::Neg, c.un(Op::Log, c.bin(Op::Mul, c.bin(Op::Sub, c.c(1), x), c.bin(Op::Add, c.c(1), x))));
+    ir::Value central = poly(c.bin(Op::Sub, w, c.c(2.5)),
+                             {2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                              -0.00125372503, -0.00417768164, 0.246640727, 1.50140941});
+    ir::Value tail = poly(c.bin(Op::Sub, c.un(Op::Sqrt, w), c.c(3)),
+                          {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                           -0.0076224613, 0.00943887047, 1.00167406, 2.83297682});
+    ir::Value y = c.bin(Op::Mul, c.sel(c.cmp(CompareDir::LT, w, c.c(5)), central, tail), x);
+    const int steps = c.t == at::kDouble ? 2 : 1;
+    for (int i = 0; i < steps; ++i) {
+      // y -= (erf(y) - x) / (2 / sqrt(pi) exp(-y^2))
+      ir::Value slope = c.bin(Op::Mul, c.c(1.12837916709551257390), c.un(Op::Exp, c.un(Op::Neg, c.bin(Op::Mul, y, y))));
+      ir::Value refined = c.bin(Op::Sub, y, c.bin(Op::Div, c.bin(Op::Sub, c.un(Op::Erf, y), x), slope));
+      // where erf is flat the step would amplify its rounding (float's erf
+      // saturates sooner)
+      y = c.sel(c.cmp(CompareDir::LT, c.un(Op::Abs, y), c.c(c.t == at::kDouble ? 5.5 : 2)), refined, y);
+    }
+    ir::Value one = c.cmp(CompareDir::EQ, c.un(Op::Abs, x), c.c(1));
+    return c.sel(one, c.bin(Op::Mul, x, c.c(INFINITY)), y);
+  });
+}
+
 // entr = -x log(x) for x > 0, 0 at 0, -inf below; NaN stays NaN.
 at::Tensor entr(const at::Tensor& a) {
   return FloatUnary(a, [](const Ctx& c, ir::Value x) {
@@ -335,6 +369,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("logit", logit);
   K("logit_backward", logit_backward);
   K("special_entr", entr);
+  K("erfinv", erfinv);
   K("clamp_min.Tensor", clamp_min_t);
   K("clamp_max.Tensor", clamp_max_t);
 }

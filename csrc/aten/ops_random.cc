@@ -1,8 +1,9 @@
-// Random numbers on the device: uniform/normal/bernoulli/integers and
-// dropout, from the runtime's per-device Threefry state (seeded by
-// torch_pjrt.manual_seed / torch.manual_seed). A torch.Generator argument is
-// not supported on pjrt and is refused.
+// Random numbers on the device: uniform/normal/bernoulli/integers,
+// multinomial and dropout, from the runtime's per-device Threefry state
+// (seeded by torch_pjrt.manual_seed / torch.manual_seed). A torch.Generator
+// argument is not supported on pjrt and is refused.
 #include <cmath>
+#include <limits>
 
 #include "aten/lowering.h"
 
@@ -163,6 +164,48 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   return Wrap(b.Binary(Op::Mul, masked, Number(d, scale, t, shape)), d);
 }
 
+// multinomial: num_samples draws per row of (unnormalized) probabilities,
+// as torch.multinomial. Without replacement (and for one draw), the top
+// num_samples of log(p) + Gumbel noise (a category of probability 0 is never
+// drawn); with replacement, inverse CDF sampling of independent uniforms.
+// The CPU's checks (finite, non-negative, positive sum; enough categories
+// without replacement) are compiled into the program.
+at::Tensor multinomial(const at::Tensor& self, int64_t num_samples, bool replacement, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
+              self.scalar_type());
+  TORCH_CHECK(num_samples > 0, "cannot sample n_sample <= 0 samples");
+  const int64_t k = self.size(-1);
+  TORCH_CHECK(k > 0, "cannot sample from an empty distribution");
+  TORCH_CHECK(replacement || num_samples <= k, "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  at::Tensor p = (self.dim() == 1 ? self.unsqueeze(0) : self).to(self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  const int64_t rows = p.size(0);
+  at::Tensor bad = at::logical_not(at::isfinite(p)).logical_or(p.lt(0)).any().logical_or(p.sum(-1).le(0).any());
+  at::Tensor few = replacement ? at::Tensor() : p.gt(0).sum(-1).lt(num_samples).any();
+  {
+    TraceScope s;
+    const int d = DeviceIndex(self);
+    CheckNone(d, Val(bad), runtime::ErrorKind::kValue, "probability tensor contains either `inf`, `nan` or element < 0");
+    if (few.defined()) {
+      CheckNone(d, Val(few), runtime::ErrorKind::kValue,
+                "invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)");
+    }
+  }
+  at::Tensor out;
+  if (!replacement || num_samples == 1) {
+    at::Tensor u = at::rand({rows, k}, p.options()).clamp_min(std::numeric_limits<float>::min());
+    at::Tensor keys = p.log() - u.log().neg().log();
+    out = std::get<1>(keys.topk(num_samples, -1));
+  } else {
+    at::Tensor cdf = p.cumsum(-1);
+    cdf = cdf / cdf.narrow(-1, k - 1, 1);
+    at::Tensor u = at::rand({rows, num_samples}, p.options());
+    out = cdf.unsqueeze(1).le(u.unsqueeze(-1)).sum(-1).clamp_max(k - 1);
+  }
+  return self.dim() == 1 ? out.squeeze(0) : out;
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -178,4 +221,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("random_.to", random_to_);
   K("native_dropout", native_dropout);
   K("native_dropout_backward", native_dropout_backward);
+  K("multinomial", multinomial);
 }

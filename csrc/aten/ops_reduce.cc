@@ -1,6 +1,7 @@
-// Reductions and matrix products: sum/mean/max/min/argmax/any/all/norm/var,
-// cumulative sums, softmax and log-softmax with their backward formulas,
-// mm/bmm/addmm/baddbmm/dot/mv.
+// Reductions and matrix products: sum/mean/max/min/aminmax/argmax/any/all/
+// norm/var/prod/nansum/trace/equal, cumulative sums and products, softmax and
+// log-softmax with their backward formulas, mm/bmm/addmm/baddbmm/dot/vdot/mv,
+// the 3-vector cross product.
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -111,6 +112,47 @@ at::Tensor Extreme(const at::Tensor& a, at::IntArrayRef dim, bool keepdim, Reduc
 }
 at::Tensor amax(const at::Tensor& a, at::IntArrayRef dim, bool keepdim) { return Extreme(a, dim, keepdim, ReduceKind::Max); }
 at::Tensor amin(const at::Tensor& a, at::IntArrayRef dim, bool keepdim) { return Extreme(a, dim, keepdim, ReduceKind::Min); }
+// aminmax: (amin, amax) in one op (quantization observers); all dims when
+// dim is None.
+std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  TORCH_CHECK(a.numel() > 0 || dim, "aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
+              "identity.");
+  const std::vector<int64_t> dims = dim ? std::vector<int64_t>{*dim} : std::vector<int64_t>{};
+  return {Extreme(a, dims, keepdim, ReduceKind::Min), Extreme(a, dims, keepdim, ReduceKind::Max)};
+}
+
+// prod (integers multiply in int64, as sum)
+at::Tensor prod_dim(const at::Tensor& a, int64_t dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const at::ScalarType t = SumType(a, dtype);
+  const std::vector<int64_t> dims = ReduceDims(at::IntArrayRef{dim}, a.dim());
+  return Wrap(ReduceValue(d, ValAs(a, t), a.sizes().vec(), dims, ReduceKind::Prod, t, keepdim), d);
+}
+at::Tensor prod_all(const at::Tensor& a, std::optional<at::ScalarType> dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const at::ScalarType t = SumType(a, dtype);
+  return Wrap(ReduceValue(d, ValAs(a, t), a.sizes().vec(), ReduceDims(std::nullopt, a.dim()), ReduceKind::Prod, t, false), d);
+}
+
+// nansum: NaN counts as 0
+at::Tensor nansum(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  TORCH_CHECK(!at::isComplexType(a.scalar_type()), "nansum does not support complex inputs");
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  const at::ScalarType t = SumType(a, dtype);
+  ir::Value x = ValAs(a, t);
+  if (at::isFloatingType(t)) x = B(d).Select(IsNan(d, x), Fill(d, 0, t, a.sizes().vec()), x);
+  return Wrap(ReduceValue(d, x, a.sizes().vec(), ReduceDims(dim, a.dim()), ReduceKind::Sum, t, keepdim), d);
+}
+
+// trace: the diagonal's sum (int64 for integers)
+at::Tensor trace(const at::Tensor& a) {
+  TORCH_CHECK(a.dim() == 2, "trace: expected a matrix, but got tensor with dim ", a.dim());
+  return at::sum(a.diagonal(), SumType(a, std::nullopt));
+}
+
 at::Tensor max_all(const at::Tensor& a) {
   TORCH_CHECK(a.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
   return Extreme(a, {}, false, ReduceKind::Max);
@@ -294,6 +336,24 @@ at::Tensor cumsum(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType
               d);
 }
 
+// cumprod: a windowed product, as cumsum's windowed sum
+at::Tensor cumprod(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType> dtype) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = SumType(a, dtype);
+  if (a.dim() == 0) return Wrap(ValAs(a, t), d);
+  const int64_t w = WrapDim(dim, a.dim());
+  const auto shape = a.sizes().vec();
+  const int64_t r = a.dim();
+  std::vector<int64_t> window(r, 1), strides(r, 1), low(r, 0), high(r, 0);
+  window[w] = std::max<int64_t>(shape[w], 1);
+  low[w] = window[w] - 1;
+  return Wrap(b.ReduceWindow(ValAs(a, t), b.ScalarConstant(ToIr(t), 1), ReduceKind::Prod, window, strides, {}, {}, low,
+                             high),
+              d);
+}
+
 // ---------------------------------------------------------------- softmax
 
 ir::Value LogSoftmax(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, at::ScalarType t) {
@@ -451,6 +511,28 @@ at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
   return Wrap(Dot(d, Val(a), Val(b), {}, {}, 0, 0), d);
 }
 
+// vdot: conj(a) . b
+at::Tensor vdot(const at::Tensor& a, const at::Tensor& b) { return at::dot(a.is_complex() ? a.conj() : a, b); }
+
+// linalg_cross: the 3-vector cross product along dim, inputs broadcast
+at::Tensor linalg_cross(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
+  TORCH_CHECK(a.dim() == b.dim(), "linalg.cross: inputs must have the same number of dimensions.");
+  const auto shape = at::infer_size(a.sizes(), b.sizes());
+  const int64_t w = WrapDim(dim, static_cast<int64_t>(shape.size()));
+  TORCH_CHECK(a.size(w) == 3 && b.size(w) == 3, "linalg.cross: inputs dimension ", dim, " must have length 3. Got ",
+              a.size(w), " and ", b.size(w));
+  at::Tensor x = a.expand(shape), y = b.expand(shape);
+  auto c = [&](const at::Tensor& t, int64_t i) { return t.narrow(w, i, 1); };
+  return at::cat({c(x, 1) * c(y, 2) - c(x, 2) * c(y, 1), c(x, 2) * c(y, 0) - c(x, 0) * c(y, 2),
+                  c(x, 0) * c(y, 1) - c(x, 1) * c(y, 0)}, w);
+}
+
+// equal: same sizes and every element equal (a read of one bool)
+bool equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  return at::eq(a, b).all().item<bool>();
+}
+
 at::Tensor mv(const at::Tensor& a, const at::Tensor& v) {
   TORCH_CHECK(a.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", a.dim(), ", ", v.dim());
   TraceScope s;
@@ -500,5 +582,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("addmm", addmm);
   K("baddbmm", baddbmm);
   K("dot", dot);
+  K("vdot", vdot);
+  K("linalg_cross", linalg_cross);
+  K("equal", equal);
+  K("aminmax", aminmax);
+  K("prod", prod_all);
+  K("prod.dim_int", prod_dim);
+  K("nansum", nansum);
+  K("trace", trace);
+  K("cumprod", cumprod);
   K("mv", mv);
 }

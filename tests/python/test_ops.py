@@ -127,6 +127,18 @@ CASES = {
                          + F.glu(a, -1).sum() + F.prelu(a.reshape(4, 3, 2), w).sum()
                          + F.hardshrink(a).sum() + F.softshrink(a, 0.3).sum(),
                          [r(4, 6), r(4, 6, seed=2), pos(3)], [0, 1, 2]),
+    # reflect padding (CycleGAN, HiFi-GAN, Conv2d(padding_mode="reflect")) and replicate, 1d to 3d
+    "reflect_replicate_pads": (lambda a, c, v: F.pad(a, (2, 1), mode="reflect").sum() + F.pad(a, (3, 0), mode="replicate").sum()
+                               + (F.pad(c, (1, 2, 2, 1), mode="reflect") * c.mean()).sum()
+                               + F.pad(c, (2, 0, 1, 3), mode="replicate").pow(2).sum()
+                               + F.pad(v, (1, 1, 0, 2, 1, 0), mode="reflect").pow(2).sum()
+                               + F.pad(v, (0, 2, 1, 1, 2, 0), mode="replicate").pow(2).sum(),
+                               [r(2, 3, 6), r(1, 2, 5, 6), r(1, 2, 3, 4, 3)], [0, 1, 2]),
+    "prod_cumprod_nansum": (lambda a: torch.cat([a.prod(1), a.prod().reshape(1), a.cumprod(1).flatten(), a.nansum(0),
+                                                 torch.stack(torch.aminmax(a)), a[:, :3].trace().reshape(1),
+                                                 a.round(decimals=1).flatten(), torch.linalg.cross(a[:, :3], a[:, 1:]).flatten(),
+                                                 torch.vdot(a[0], a[1]).reshape(1)]),
+                            [r(3, 4, lo=0.5, hi=1.5)], [0]),
     "inverse_hyperbolic_logs": (lambda a: torch.stack([a.asin(), a.acos(), a.atan(), a.sinh(), a.cosh(), a.asinh(),
                                                        (a.abs() + 1.5).acosh(), (a * 0.9).atanh(), (a + 2).log2(),
                                                        (a + 2).log10(), a.exp2(), torch.logaddexp(a, a.flip(0)),
@@ -259,3 +271,25 @@ def test_binary_cross_entropy_checks_its_input_range():
     loss = F.binary_cross_entropy(p, torch.ones(3, device=DEV))
     with pytest.raises(RuntimeError, match="between 0 and 1"):
         loss.cpu()
+
+
+def test_multinomial_draws_by_probability_on_the_device():
+    torch_pjrt.manual_seed(0)
+    p = torch.tensor([[0.1, 0.0, 0.6, 0.3], [2.0, 2.0, 0.0, 0.0]], device=DEV)  # rows need not sum to 1
+    torch_pjrt.metrics.reset()
+    one = torch.multinomial(p.repeat(1000, 1), 1).cpu().reshape(1000, 2)  # one draw per row
+    freq = torch.stack([torch.bincount(one[:, i], minlength=4) for i in range(2)]).float() / 1000
+    want = (p / p.sum(1, keepdim=True)).cpu()
+    assert (freq - want).abs().max() < 0.05, freq
+    assert freq[0, 1] == 0 and freq[1, 2:].sum() == 0  # probability 0 is never drawn
+    many = torch.multinomial(p, 3000, replacement=True).cpu()
+    freq = torch.stack([torch.bincount(many[i], minlength=4) for i in range(2)]).float() / 3000
+    assert (freq - want).abs().max() < 0.04, freq
+    two = torch.multinomial(p, 2).cpu()
+    assert (two[:, 0] != two[:, 1]).all() and set(two[1].tolist()) == {0, 1}
+    assert torch.multinomial(p[0], 2).shape == (2,)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+    with pytest.raises(RuntimeError, match="element < 0"):
+        torch.multinomial(torch.tensor([0.5, -1.0], device=DEV), 1).cpu()
+    with pytest.raises(RuntimeError, match="not enough non-negative category"):
+        torch.multinomial(torch.tensor([0.5, 0.0, 0.0], device=DEV), 2).cpu()
