@@ -17,7 +17,6 @@
 #include "runtime/warnings.h"
 
 namespace tpj::aten {
-namespace {
 
 void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack) {
   const std::string name = op.schema().name();
@@ -47,8 +46,6 @@ void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack) {
   }
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
-
-}  // namespace
 
 }  // namespace tpj::aten
 

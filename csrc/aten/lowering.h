@@ -16,6 +16,21 @@ namespace tpj::aten {
 
 using runtime::TraceScope;
 
+// The boxed CPU fallback of ops without a lowering (aten/fallback.cc):
+// counted in the metrics and governed by TORCH_PJRT_FALLBACK like any other.
+void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack);
+
+// aten::`name`.`overload` on `args`, run through CpuFallback: for inputs a
+// lowering leaves to the CPU (complex numbers in the real-valued math).
+template <typename... Args>
+at::Tensor OnCpu(const char* name, const char* overload, const Args&... args) {
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  c10::Stack stack;
+  (stack.emplace_back(args), ...);
+  CpuFallback(op, &stack);
+  return stack.at(0).toTensor();
+}
+
 // The dtype float-valued ops compute in: floats stay, integers/bool promote
 // to the default float dtype.
 inline at::ScalarType FloatType(at::ScalarType t) {

@@ -293,10 +293,13 @@ at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   const double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
-  ir::Value ten = Fill(d, p, a.scalar_type(), a.sizes().vec());
-  ir::Value x = Val(a);
-  if (decimals > 0) return Wrap(b.Binary(Op::Div, b.Unary(Op::Round, b.Binary(Op::Mul, x, ten)), ten), d);
-  return Wrap(b.Binary(Op::Mul, b.Unary(Op::Round, b.Binary(Op::Div, x, ten)), ten), d);
+  // half types in float, rounded once (the CPU's opmath)
+  const at::ScalarType t = a.scalar_type(), ct = t == at::kDouble ? t : at::kFloat;
+  ir::Value ten = Fill(d, p, ct, a.sizes().vec());
+  ir::Value x = ValAs(a, ct);
+  ir::Value r = decimals > 0 ? b.Binary(Op::Div, b.Unary(Op::Round, b.Binary(Op::Mul, x, ten)), ten)
+                             : b.Binary(Op::Mul, b.Unary(Op::Round, b.Binary(Op::Div, x, ten)), ten);
+  return Wrap(b.Convert(r, ToIr(t)), d);
 }
 
 // signbit: the sign bit itself (-0.0 and -NaN included), read by bitcast

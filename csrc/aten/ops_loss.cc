@@ -1,6 +1,7 @@
 // Pointwise losses with their reductions and backward formulas, as the CPU
-// computes them: binary cross entropy (log clamped at -100, inputs checked to
-// lie in [0, 1] by a check compiled into the program), smooth L1 and Huber.
+// computes them: binary cross entropy (log clamped at -100, input and target
+// checked to lie in [0, 1] by checks compiled into the program), smooth L1
+// and Huber.
 
 #include "aten/lowering.h"
 
@@ -69,6 +70,10 @@ at::Tensor binary_cross_entropy(const at::Tensor& self, const at::Tensor& target
   ir::Builder& b = B(l.d);
   ir::Value in_range = b.Binary(Op::And, b.Compare(CompareDir::GE, l.x, l.c(0)), b.Compare(CompareDir::LE, l.x, l.c(1)));
   CheckNone(l.d, b.Unary(Op::Not, in_range), runtime::ErrorKind::kValue, "all elements of input should be between 0 and 1");
+  ir::Value target_in_range =
+      b.Binary(Op::And, b.Compare(CompareDir::GE, l.y, l.c(0)), b.Compare(CompareDir::LE, l.y, l.c(1)));
+  CheckNone(l.d, b.Unary(Op::Not, target_in_range), runtime::ErrorKind::kValue,
+            "all elements of target should be between 0 and 1");
   // (t - 1) max(log(1 - x), -100) - t max(log(x), -100)
   ir::Value log_x = b.Binary(Op::Max, b.Unary(Op::Log, l.x), l.c(-100));
   ir::Value log_1mx = b.Binary(Op::Max, b.Unary(Op::Log1p, b.Unary(Op::Neg, l.x)), l.c(-100));

@@ -42,8 +42,10 @@ struct Ctx {
 // Half and bfloat16 compute in float and round once, as the CPU's opmath.
 at::ScalarType OpMath(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t; }
 
+// Complex inputs run `op` on the CPU (these formulas are for real numbers).
 template <typename F>
-at::Tensor FloatUnary(const at::Tensor& a, F f) {
+at::Tensor FloatUnary(const char* op, const at::Tensor& a, F f) {
+  if (a.is_complex()) return OnCpu(op, "", a);
   TraceScope s;
   const at::ScalarType t = FloatType(a.scalar_type());
   Ctx c{DeviceIndex(a), OpMath(t), a.sizes().vec()};
@@ -69,22 +71,28 @@ ir::Value OneMinusSquareRoot(const Ctx& c, ir::Value x) {
 }
 
 at::Tensor asin(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, x, OneMinusSquareRoot(c, x)); });
+  return FloatUnary("aten::asin", a,
+                    [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, x, OneMinusSquareRoot(c, x)); });
 }
 at::Tensor acos(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, OneMinusSquareRoot(c, x), x); });
+  return FloatUnary("aten::acos", a,
+                    [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, OneMinusSquareRoot(c, x), x); });
 }
 at::Tensor atan(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, x, c.c(1)); });
+  return FloatUnary("aten::atan", a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Atan2, x, c.c(1)); });
 }
 
-// exp(|x|) / 2 as exp(|x| - ln 2): finite wherever sinh and cosh are.
-ir::Value HalfExpAbs(const Ctx& c, ir::Value x) { return c.un(Op::Exp, c.bin(Op::Sub, c.un(Op::Abs, x), c.c(kLn2))); }
+// exp(|x|) / 2 as (exp(|x|/2) / 2) exp(|x|/2): finite wherever sinh and
+// cosh are, without rounding |x| - ln 2 first.
+ir::Value HalfExpAbs(const Ctx& c, ir::Value x) {
+  ir::Value e = c.un(Op::Exp, c.bin(Op::Mul, c.un(Op::Abs, x), c.c(0.5)));
+  return c.bin(Op::Mul, c.bin(Op::Mul, c.c(0.5), e), e);
+}
 
 // sinh: (expm1(x) - expm1(-x)) / 2 for |x| < 1 (no cancellation near 0),
 // sign(x) (e/2 - 1/(2e)) beyond.
 at::Tensor sinh(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+  return FloatUnary("aten::sinh", a, [](const Ctx& c, ir::Value x) {
     ir::Value small = c.bin(Op::Div, c.bin(Op::Sub, c.un(Op::Expm1, x), c.un(Op::Expm1, c.un(Op::Neg, x))), c.c(2));
     ir::Value h = HalfExpAbs(c, x);
     ir::Value big = c.bin(Op::Sub, h, c.bin(Op::Div, c.c(0.25), h));
@@ -93,7 +101,7 @@ at::Tensor sinh(const at::Tensor& a) {
   });
 }
 at::Tensor cosh(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+  return FloatUnary("aten::cosh", a, [](const Ctx& c, ir::Value x) {
     ir::Value h = HalfExpAbs(c, x);
     return c.bin(Op::Add, h, c.bin(Op::Div, c.c(0.25), h));
   });
@@ -105,7 +113,7 @@ constexpr double kHuge = 268435456.0;
 
 // asinh: sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); -0.0 stays -0.0.
 at::Tensor asinh(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+  return FloatUnary("aten::asinh", a, [](const Ctx& c, ir::Value x) {
     ir::Value ax = c.un(Op::Abs, x);
     ir::Value sq = c.bin(Op::Mul, ax, ax);
     ir::Value near = c.un(Op::Log1p, c.bin(Op::Add, ax, c.bin(Op::Div, sq, c.bin(Op::Add, c.c(1), c.un(Op::Sqrt, c.bin(Op::Add, c.c(1), sq))))));
@@ -118,7 +126,7 @@ at::Tensor asinh(const at::Tensor& a) {
 
 // acosh: log1p(t + sqrt(t (x + 1))), t = x - 1 (precise near 1); NaN below 1.
 at::Tensor acosh(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+  return FloatUnary("aten::acosh", a, [](const Ctx& c, ir::Value x) {
     ir::Value t = c.bin(Op::Sub, x, c.c(1));
     ir::Value near = c.un(Op::Log1p, c.bin(Op::Add, t, c.un(Op::Sqrt, c.bin(Op::Mul, t, c.bin(Op::Add, x, c.c(1))))));
     ir::Value far = c.bin(Op::Add, c.un(Op::Log, x), c.c(kLn2));
@@ -126,11 +134,15 @@ at::Tensor acosh(const at::Tensor& a) {
   });
 }
 
-// atanh: log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN beyond.
+// atanh: sign(x) log1p(2|x| / (1 - |x|)) / 2 (precise near both +-1): +-inf
+// at +-1, NaN beyond; -0.0 stays -0.0.
 at::Tensor atanh(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
-    ir::Value q = c.bin(Op::Div, c.bin(Op::Mul, c.c(2), x), c.bin(Op::Sub, c.c(1), x));
-    return c.bin(Op::Mul, c.c(0.5), c.un(Op::Log1p, q));
+  return FloatUnary("aten::atanh", a, [](const Ctx& c, ir::Value x) {
+    ir::Value ax = c.un(Op::Abs, x);
+    ir::Value q = c.bin(Op::Div, c.bin(Op::Mul, c.c(2), ax), c.bin(Op::Sub, c.c(1), ax));
+    ir::Value r = c.bin(Op::Mul, c.c(0.5), c.un(Op::Log1p, q));
+    r = c.sel(c.cmp(CompareDir::LT, x, c.c(0)), c.un(Op::Neg, r), r);
+    return c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), x, r);
   });
 }
 
@@ -143,19 +155,20 @@ ir::Value LogBase(const Ctx& c, ir::Value x, double base) {
   return c.sel(exact, k, r);
 }
 at::Tensor log2(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return LogBase(c, x, 2); });
+  return FloatUnary("aten::log2", a, [](const Ctx& c, ir::Value x) { return LogBase(c, x, 2); });
 }
 at::Tensor log10(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return LogBase(c, x, 10); });
+  return FloatUnary("aten::log10", a, [](const Ctx& c, ir::Value x) { return LogBase(c, x, 10); });
 }
 at::Tensor exp2(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Pow, c.c(2), x); });
+  return FloatUnary("aten::exp2", a, [](const Ctx& c, ir::Value x) { return c.bin(Op::Pow, c.c(2), x); });
 }
 
 // max + log1p(exp(-|a - b|)) (in base 2 for logaddexp2); equal infinities
 // give themselves, as on the CPU (inf - inf would be NaN).
 at::Tensor LogAddExp(const at::Tensor& a, const at::Tensor& b, bool base2) {
   const at::ScalarType t = at::result_type(a, b);
+  if (at::isComplexType(t)) return OnCpu(base2 ? "aten::logaddexp2" : "aten::logaddexp", "", a, b);
   CheckFloat(t, base2 ? "logaddexp2" : "logaddexp");
   return BinaryIn(a, b, t, [base2](const Ctx& c, ir::Value x, ir::Value y) {
     ir::Value m = c.bin(Op::Max, x, y);
@@ -173,6 +186,7 @@ at::Tensor logaddexp2(const at::Tensor& a, const at::Tensor& b) { return LogAddE
 
 // x log(y) (x log1p(y)), 0 where x is 0 unless y is NaN.
 at::Tensor XLog(const at::Tensor& a, const at::Tensor& b, Op log) {
+  TORCH_CHECK(!a.is_complex() && !b.is_complex(), log == Op::Log ? "xlogy" : "xlog1py", " is not implemented for complex tensors");
   return BinaryIn(a, b, FloatType(at::result_type(a, b)), [log](const Ctx& c, ir::Value x, ir::Value y) {
     ir::Value r = c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), c.c(0), c.bin(Op::Mul, x, c.un(log, y)));
     return c.sel(c.nan(y), y, r);
@@ -189,6 +203,7 @@ at::Tensor xlog1py_so(const at::Tensor& a, const at::Scalar& b) { return XLog(a,
 // (default: its lowest); other dtypes are returned as they are.
 at::Tensor nan_to_num(const at::Tensor& a, std::optional<double> nan, std::optional<double> posinf,
                       std::optional<double> neginf) {
+  if (a.is_complex()) return OnCpu("aten::nan_to_num", "", a, nan, posinf, neginf);
   TraceScope s;
   const int d = DeviceIndex(a);
   const at::ScalarType t = a.scalar_type();
@@ -216,7 +231,7 @@ at::Tensor frac(const at::Tensor& a) {
 
 // sinc = sin(pi x) / (pi x), 1 at 0.
 at::Tensor sinc(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+  return FloatUnary("aten::sinc", a, [](const Ctx& c, ir::Value x) {
     ir::Value px = c.bin(Op::Mul, x, c.c(kPi));
     return c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), c.c(1), c.bin(Op::Div, c.un(Op::Sin, px), px));
   });
@@ -224,6 +239,7 @@ at::Tensor sinc(const at::Tensor& a) {
 
 // fmax/fmin: the other operand where one is NaN (NaN only where both are).
 at::Tensor FMaxMin(const at::Tensor& a, const at::Tensor& b, Op op) {
+  TORCH_CHECK(!a.is_complex() && !b.is_complex(), op == Op::Max ? "fmax" : "fmin", " not implemented for complex tensors.");
   return BinaryIn(a, b, at::result_type(a, b), [op](const Ctx& c, ir::Value x, ir::Value y) {
     ir::Value r = c.bin(op, x, y);
     if (!at::isFloatingType(c.t)) return r;
@@ -261,8 +277,11 @@ at::Tensor heaviside(const at::Tensor& a, const at::Tensor& values) {
 }
 
 // logit = log(z / (1 - z)), z = x clamped to [eps, 1 - eps] when eps is given.
+// (a negative eps is no eps, as on the CPU)
 at::Tensor logit(const at::Tensor& a, std::optional<double> eps) {
-  return FloatUnary(a, [eps](const Ctx& c, ir::Value x) {
+  if (eps && *eps < 0) eps = std::nullopt;
+  TORCH_CHECK(!a.is_complex(), "logit is not implemented for complex tensors");
+  return FloatUnary("aten::logit", a, [eps](const Ctx& c, ir::Value x) {
     ir::Value z = x;
     if (eps) z = c.b().Clamp(c.c(*eps), x, c.c(1 - *eps));
     return c.un(Op::Log, c.bin(Op::Div, z, c.bin(Op::Sub, c.c(1), z)));
@@ -273,6 +292,7 @@ at::Tensor logit(const at::Tensor& a, std::optional<double> eps) {
 // without, NaN outside [0, 1] (the CPU's vectorized kernel, which runs all
 // but a tail).
 at::Tensor logit_backward(const at::Tensor& grad, const at::Tensor& self, std::optional<double> eps) {
+  if (eps && *eps < 0) eps = std::nullopt;
   const at::ScalarType t = at::result_type(grad, self);
   return BinaryIn(grad, self, t, [eps](const Ctx& c, ir::Value g, ir::Value x) {
     ir::Value r = c.bin(Op::Div, g, c.bin(Op::Mul, x, c.bin(Op::Sub, c.c(1), x)));
@@ -290,7 +310,7 @@ at::Tensor logit_backward(const at::Tensor& grad, const at::Tensor& self, std::o
 // is steep, |y| < 2 (one for float; two, |y| < 5.5, for double); +-inf at +-1, NaN
 // beyond.
 at::Tensor erfinv(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+  return FloatUnary("aten::erfinv", a, [](const Ctx& c, ir::Value x) {
     auto poly = [&](ir::Value w, std::initializer_list<double> coef) {
       ir::Value p = c.c(*coef.begin());
       for (auto it = coef.begin() + 1; it != coef.end(); ++it) p = c.bin(Op::Add, c.c(*it), c.bin(Op::Mul, p, w));
@@ -320,7 +340,7 @@ at::Tensor erfinv(const at::Tensor& a) {
 
 // entr = -x log(x) for x > 0, 0 at 0, -inf below; NaN stays NaN.
 at::Tensor entr(const at::Tensor& a) {
-  return FloatUnary(a, [](const Ctx& c, ir::Value x) {
+  return FloatUnary("aten::special_entr", a, [](const Ctx& c, ir::Value x) {
     ir::Value r = c.sel(c.cmp(CompareDir::GT, x, c.c(0)), c.un(Op::Neg, c.bin(Op::Mul, x, c.un(Op::Log, x))), c.c(-INFINITY));
     r = c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), c.c(0), r);
     return c.sel(c.nan(x), x, r);

@@ -4,7 +4,7 @@
 //
 // Per padded dim of size n with pads (lo, hi): reflect adds x[lo..1] before
 // and x[n-2..n-1-hi] after (mirrored without the edge, so a pad must be < n;
-// a negative pad crops first), replicate takes x[clamp(o - lo, 0, n - 1)] at
+// a negative pad then crops), replicate takes x[clamp(o - lo, 0, n - 1)] at
 // each output position o (x[0] and x[n-1] repeated; negative pads crop). The
 // backward adds each copied element's gradient back to its source.
 #include <array>
@@ -75,13 +75,16 @@ ir::Value PadDim(ir::Builder& b, ir::Value x, int64_t dim, int64_t lo, int64_t h
     if (r.c > 0) parts.push_back(Repeat(b, SliceDim(b, x, dim, n - 1, n), dim, r.c));
     return parts.size() == 1 ? parts[0] : b.Concatenate(parts, dim);
   }
-  // reflection: a negative pad crops first
-  x = SliceDim(b, x, dim, lo < 0 ? -lo : 0, hi < 0 ? n + hi : n);
-  const int64_t m = b.shape(x).dims[static_cast<size_t>(dim)];
-  if (lo > 0) parts.push_back(b.Reverse(SliceDim(b, x, dim, 1, lo + 1), {dim}));
+  // reflection against x's own edges, then a negative pad crops:
+  // out[o] = x[reflect(o - lo)]
+  const int64_t plo = std::max<int64_t>(lo, 0), phi = std::max<int64_t>(hi, 0);
+  if (plo > 0) parts.push_back(b.Reverse(SliceDim(b, x, dim, 1, plo + 1), {dim}));
   parts.push_back(x);
-  if (hi > 0) parts.push_back(b.Reverse(SliceDim(b, x, dim, m - 1 - hi, m - 1), {dim}));
-  return parts.size() == 1 ? x : b.Concatenate(parts, dim);
+  if (phi > 0) parts.push_back(b.Reverse(SliceDim(b, x, dim, n - 1 - phi, n - 1), {dim}));
+  ir::Value r = parts.size() == 1 ? x : b.Concatenate(parts, dim);
+  if (lo >= 0 && hi >= 0) return r;
+  const int64_t len = n + plo + phi;
+  return SliceDim(b, r, dim, lo < 0 ? -lo : 0, hi < 0 ? len + hi : len);
 }
 
 // The gradient of PadDim: g has the padded size along dim; n is the input's.
@@ -101,17 +104,17 @@ ir::Value PadDimBackward(ir::Builder& b, ir::Value g, int64_t dim, int64_t n, in
     }
     return grad;
   }
-  const int64_t crop_lo = lo < 0 ? -lo : 0, crop_hi = hi < 0 ? -hi : 0;
-  const int64_t m = n - crop_lo - crop_hi;  // the size after cropping
+  // undo the crop (zeros where the reflection was cut off), then the reflection
+  if (lo < 0 || hi < 0) g = ZeroPad(b, g, dim, lo < 0 ? -lo : 0, hi < 0 ? -hi : 0);
   lo = std::max<int64_t>(lo, 0);
   hi = std::max<int64_t>(hi, 0);
-  ir::Value grad = SliceDim(b, g, dim, lo, lo + m);
-  if (lo > 0) grad = b.Binary(Op::Add, grad, ZeroPad(b, b.Reverse(SliceDim(b, g, dim, 0, lo), {dim}), dim, 1, m - 1 - lo));
+  ir::Value grad = SliceDim(b, g, dim, lo, lo + n);
+  if (lo > 0) grad = b.Binary(Op::Add, grad, ZeroPad(b, b.Reverse(SliceDim(b, g, dim, 0, lo), {dim}), dim, 1, n - 1 - lo));
   if (hi > 0) {
-    ir::Value right = b.Reverse(SliceDim(b, g, dim, lo + m, lo + m + hi), {dim});
-    grad = b.Binary(Op::Add, grad, ZeroPad(b, right, dim, m - 1 - hi, 1));
+    ir::Value right = b.Reverse(SliceDim(b, g, dim, lo + n, lo + n + hi), {dim});
+    grad = b.Binary(Op::Add, grad, ZeroPad(b, right, dim, n - 1 - hi, 1));
   }
-  return crop_lo || crop_hi ? ZeroPad(b, grad, dim, crop_lo, crop_hi) : grad;
+  return grad;
 }
 
 // Checks the input's rank and the pads; returns the padded dims, innermost
@@ -153,6 +156,10 @@ at::Tensor Padded(const at::Tensor& x, c10::SymIntArrayRef padding, int64_t k, b
 at::Tensor PaddedBackward(const at::Tensor& grad, const at::Tensor& x, c10::SymIntArrayRef padding, int64_t k, bool reflect,
                           const char* op) {
   auto plan = Plan(x, padding, k, reflect, op);
+  std::vector<int64_t> padded = x.sizes().vec();
+  for (const auto& [dim, lo, hi] : plan) padded[static_cast<size_t>(dim)] += lo + hi;
+  TORCH_CHECK(grad.sizes().vec() == padded, op, ": grad_output of shape ", grad.sizes(), " does not match the padded input's ",
+              at::IntArrayRef(padded));
   TraceScope s;
   const int d = CommonDevice({&grad, &x});
   ir::Builder& b = B(d);
@@ -162,8 +169,6 @@ at::Tensor PaddedBackward(const at::Tensor& grad, const at::Tensor& x, c10::SymI
     const auto& [dim, lo, hi] = *it;
     g = PadDimBackward(b, g, dim, x.size(dim), lo, hi, reflect);
   }
-  TORCH_CHECK(b.shape(g).dims == x.sizes().vec(), op, ": grad_output of shape ", grad.sizes(),
-              " does not match the padded input");
   return Wrap(g, d);
 }
 

@@ -168,8 +168,8 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
 // as torch.multinomial. Without replacement (and for one draw), the top
 // num_samples of log(p) + Gumbel noise (a category of probability 0 is never
 // drawn); with replacement, inverse CDF sampling of independent uniforms.
-// The CPU's checks (finite, non-negative, positive sum; enough categories
-// without replacement) are compiled into the program.
+// The CPU's checks (finite, non-negative, positive sum) are compiled into
+// the program.
 at::Tensor multinomial(const at::Tensor& self, int64_t num_samples, bool replacement, std::optional<at::Generator> gen) {
   NoGenerator(gen);
   TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "prob_dist must be 1 or 2 dim");
@@ -181,16 +181,13 @@ at::Tensor multinomial(const at::Tensor& self, int64_t num_samples, bool replace
   TORCH_CHECK(replacement || num_samples <= k, "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
   at::Tensor p = (self.dim() == 1 ? self.unsqueeze(0) : self).to(self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   const int64_t rows = p.size(0);
-  at::Tensor bad = at::logical_not(at::isfinite(p)).logical_or(p.lt(0)).any().logical_or(p.sum(-1).le(0).any());
-  at::Tensor few = replacement ? at::Tensor() : p.gt(0).sum(-1).lt(num_samples).any();
+  at::Tensor bad = at::logical_not(at::isfinite(p)).logical_or(p.lt(0)).any();
+  at::Tensor empty = p.sum(-1).le(0).any().logical_and(bad.logical_not());  // the first check's error wins
   {
     TraceScope s;
     const int d = DeviceIndex(self);
     CheckNone(d, Val(bad), runtime::ErrorKind::kValue, "probability tensor contains either `inf`, `nan` or element < 0");
-    if (few.defined()) {
-      CheckNone(d, Val(few), runtime::ErrorKind::kValue,
-                "invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)");
-    }
+    CheckNone(d, Val(empty), runtime::ErrorKind::kValue, "invalid multinomial distribution (sum of probabilities <= 0)");
   }
   at::Tensor out;
   if (!replacement || num_samples == 1) {

@@ -512,7 +512,11 @@ at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // vdot: conj(a) . b
-at::Tensor vdot(const at::Tensor& a, const at::Tensor& b) { return at::dot(a.is_complex() ? a.conj() : a, b); }
+at::Tensor vdot(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "vdot : expected both vectors to have same dtype, but found ",
+              a.scalar_type(), " and ", b.scalar_type());
+  return at::dot(a.is_complex() ? a.conj() : a, b);
+}
 
 // linalg_cross: the 3-vector cross product along dim, inputs broadcast
 at::Tensor linalg_cross(const at::Tensor& a, const at::Tensor& b, int64_t dim) {

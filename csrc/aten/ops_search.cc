@@ -8,11 +8,12 @@ namespace {
 
 // For each value (shape [..., n], or any shape when seq is 1-d), the number
 // of boundaries below it (right: at or below it) in seq [..., m]; NaN
-// values count every boundary.
+// values count every boundary. (NaN boundaries are not sorted input, and
+// their count need not match the CPU's binary search.)
 at::Tensor CountBelow(const at::Tensor& seq, const at::Tensor& values, bool right, bool out_int32) {
   TORCH_CHECK(!at::isComplexType(seq.scalar_type()) && !at::isComplexType(values.scalar_type()),
               "searchsorted/bucketize: complex inputs are not supported");
-  const at::ScalarType t = at::promoteTypes(seq.scalar_type(), values.scalar_type());
+  const at::ScalarType t = at::result_type(seq, values);
   at::Tensor s = seq.to(t), v = values.to(t);
   // not (b >= v), not (b > v): the CPU's binary search, which puts NaN last
   at::Tensor b = seq.dim() <= 1 ? s.reshape({-1}) : s.unsqueeze(-2);
@@ -51,7 +52,9 @@ at::Tensor searchsorted_scalar(const at::Tensor& seq, const at::Scalar& value, b
                                std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
   TORCH_CHECK(seq.dim() == 1, "torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension "
               "is 1, but we got boundaries tensor dim(", seq.dim(), ")");
-  return tpj::aten::searchsorted(seq, at::scalar_tensor(value, seq.options()), out_int32, right, side, sorter);
+  // a Python number: promoted as one (searchsorted(int_seq, 2.5) compares in float)
+  const at::ScalarType t = at::result_type(seq, value);
+  return tpj::aten::searchsorted(seq, at::scalar_tensor(value, seq.options().dtype(t)), out_int32, right, side, sorter);
 }
 
 at::Tensor bucketize(const at::Tensor& values, const at::Tensor& boundaries, bool out_int32, bool right) {
@@ -60,7 +63,8 @@ at::Tensor bucketize(const at::Tensor& values, const at::Tensor& boundaries, boo
 }
 
 at::Tensor bucketize_scalar(const at::Scalar& value, const at::Tensor& boundaries, bool out_int32, bool right) {
-  return tpj::aten::bucketize(at::scalar_tensor(value, boundaries.options()), boundaries, out_int32, right);
+  const at::ScalarType t = at::result_type(boundaries, value);
+  return tpj::aten::bucketize(at::scalar_tensor(value, boundaries.options().dtype(t)), boundaries, out_int32, right);
 }
 
 }  // namespace

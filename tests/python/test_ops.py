@@ -268,9 +268,27 @@ def test_weight_norm_runs_on_the_device():
 
 def test_binary_cross_entropy_checks_its_input_range():
     p = torch.tensor([0.2, 1.5, 0.7], device=DEV)
-    loss = F.binary_cross_entropy(p, torch.ones(3, device=DEV))
-    with pytest.raises(RuntimeError, match="between 0 and 1"):
-        loss.cpu()
+    with pytest.raises(RuntimeError, match="input should be between 0 and 1"):
+        F.binary_cross_entropy(p, torch.ones(3, device=DEV)).cpu()
+    with pytest.raises(RuntimeError, match="target should be between 0 and 1"):
+        F.binary_cross_entropy(p.clamp(0, 1), torch.full((3,), 2.0, device=DEV)).cpu()
+
+
+def test_math_lowerings_leave_complex_inputs_to_the_cpu():
+    z = torch.tensor([0.3 + 0.4j, -1.2 + 0.1j])
+    torch_pjrt.metrics.reset()
+    for fn in (torch.asin, torch.sinh, torch.acosh, torch.log2, torch.nan_to_num):
+        torch.testing.assert_close(fn(z.to(DEV)).cpu(), fn(z))
+    assert sum(torch_pjrt.metrics.fallbacks().values()) == 5
+    with pytest.raises(RuntimeError, match="fmax not implemented for complex"):
+        torch.fmax(z.to(DEV), z.to(DEV))
+
+
+def test_searchsorted_promotes_a_python_number():
+    seq = torch.tensor([1, 2, 3])
+    for right in (False, True):
+        assert torch.searchsorted(seq.to(DEV), 2.5, right=right).item() == torch.searchsorted(seq, 2.5, right=right).item()
+        assert torch.bucketize(2.5, seq.to(DEV), right=right).item() == torch.bucketize(2.5, seq, right=right).item()
 
 
 def test_multinomial_draws_by_probability_on_the_device():
@@ -291,5 +309,5 @@ def test_multinomial_draws_by_probability_on_the_device():
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
     with pytest.raises(RuntimeError, match="element < 0"):
         torch.multinomial(torch.tensor([0.5, -1.0], device=DEV), 1).cpu()
-    with pytest.raises(RuntimeError, match="not enough non-negative category"):
-        torch.multinomial(torch.tensor([0.5, 0.0, 0.0], device=DEV), 2).cpu()
+    with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+        torch.multinomial(torch.zeros(2, 3, device=DEV), 1).cpu()
