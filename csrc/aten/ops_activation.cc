@@ -94,8 +94,10 @@ std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(const at::Tensor& grad,
 
 // ----------------------------------------------------------------- shrinks
 
-// hardshrink: 0 for -lambd <= x <= lambd, else x
-at::Tensor hardshrink(const at::Tensor& self, const at::Scalar& lambd) {
+// hardshrink: 0 for -lambd <= x <= lambd, else x. softshrink:
+// x - clamp(x, -lambd, lambd), as the CPU's vectorized kernel (-0.0 gives
+// +0.0). NaN stays NaN in both.
+at::Tensor Shrink(const at::Tensor& self, const at::Scalar& lambd, bool soft) {
   TraceScope s;
   const int d = DeviceIndex(self);
   const at::ScalarType t = self.scalar_type();
@@ -103,8 +105,17 @@ at::Tensor hardshrink(const at::Tensor& self, const at::Scalar& lambd) {
   ir::Builder& b = B(d);
   ir::Value x = Val(self);
   ir::Value l = Number(d, lambd, t, shape);
+  if (soft) {
+    ir::Value r = b.Binary(Op::Sub, x, b.Clamp(b.Unary(Op::Neg, l), x, l));
+    return Wrap(b.Select(IsNan(d, x), x, r), d);
+  }
   ir::Value inside = b.Binary(Op::And, b.Compare(CompareDir::GE, x, b.Unary(Op::Neg, l)), b.Compare(CompareDir::LE, x, l));
   return Wrap(b.Select(inside, Fill(d, 0, t, shape), x), d);
+}
+at::Tensor hardshrink(const at::Tensor& self, const at::Scalar& lambd) { return Shrink(self, lambd, false); }
+at::Tensor softshrink(const at::Tensor& self, const at::Scalar& lambd) {
+  TORCH_CHECK(lambd.toDouble() >= 0, "lambda must be greater or equal to 0, but found to be ", lambd.toDouble(), ".");
+  return Shrink(self, lambd, true);
 }
 
 // The shrinks' backward: grad where x < -lambd or x > lambd, else 0 (NaN
@@ -117,21 +128,6 @@ at::Tensor shrink_backward(const at::Tensor& grad, const at::Tensor& self, const
   ir::Value l = Number(o.device, lambd, t, o.shape);
   ir::Value outside = b.Binary(Op::Or, b.Compare(CompareDir::LT, o.y, b.Unary(Op::Neg, l)), b.Compare(CompareDir::GT, o.y, l));
   return Wrap(b.Select(outside, o.x, Fill(o.device, 0, t, o.shape)), o.device);
-}
-
-// softshrink: x - clamp(x, -lambd, lambd), as the CPU's vectorized kernel
-// (-0.0 gives +0.0; NaN stays NaN)
-at::Tensor softshrink(const at::Tensor& self, const at::Scalar& lambd) {
-  TORCH_CHECK(lambd.toDouble() >= 0, "lambda must be greater or equal to 0, but found to be ", lambd.toDouble(), ".");
-  TraceScope s;
-  const int d = DeviceIndex(self);
-  const at::ScalarType t = self.scalar_type();
-  const auto shape = self.sizes().vec();
-  ir::Builder& b = B(d);
-  ir::Value x = Val(self);
-  ir::Value l = Number(d, lambd, t, shape);
-  ir::Value r = b.Binary(Op::Sub, x, b.Clamp(b.Unary(Op::Neg, l), x, l));
-  return Wrap(b.Select(IsNan(d, x), x, r), d);
 }
 
 }  // namespace

@@ -125,32 +125,34 @@ ir::Value SmoothGrad(const Loss& l, double th, bool huber) {
   return b.Select(b.Compare(CompareDir::LE, x, l.c(-th)), l.c(-1), r);
 }
 
+at::Tensor SmoothForward(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double th, bool huber) {
+  TraceScope s;
+  Loss l = Prepared(self, target, huber ? "huber_loss" : "smooth_l1_loss");
+  return Reduced(l, SmoothLoss(l, th, huber), reduction);
+}
+
+at::Tensor SmoothBackward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                          double th, bool huber) {
+  TraceScope s;
+  Loss l = Prepared(self, target, huber ? "huber_loss_backward" : "smooth_l1_loss_backward");
+  return AsInput(l, B(l.d).Binary(Op::Mul, Spread(l, grad, reduction), SmoothGrad(l, th, huber)), self);
+}
+
 at::Tensor smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double beta) {
   TORCH_CHECK(beta >= 0, "smooth_l1_loss does not support negative values for beta.");
-  TraceScope s;
-  Loss l = Prepared(self, target, "smooth_l1_loss");
-  return Reduced(l, SmoothLoss(l, beta, false), reduction);
+  return SmoothForward(self, target, reduction, beta, false);
 }
-
 at::Tensor smooth_l1_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
                                    int64_t reduction, double beta) {
-  TraceScope s;
-  Loss l = Prepared(self, target, "smooth_l1_loss_backward");
-  return AsInput(l, B(l.d).Binary(Op::Mul, Spread(l, grad, reduction), SmoothGrad(l, beta, false)), self);
+  return SmoothBackward(grad, self, target, reduction, beta, false);
 }
-
 at::Tensor huber_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double delta) {
   TORCH_CHECK(delta > 0, "huber_loss does not support non-positive values for delta.");
-  TraceScope s;
-  Loss l = Prepared(self, target, "huber_loss");
-  return Reduced(l, SmoothLoss(l, delta, true), reduction);
+  return SmoothForward(self, target, reduction, delta, true);
 }
-
 at::Tensor huber_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
                                int64_t reduction, double delta) {
-  TraceScope s;
-  Loss l = Prepared(self, target, "huber_loss_backward");
-  return AsInput(l, B(l.d).Binary(Op::Mul, Spread(l, grad, reduction), SmoothGrad(l, delta, true)), self);
+  return SmoothBackward(grad, self, target, reduction, delta, true);
 }
 
 }  // namespace

@@ -319,7 +319,8 @@ at::Tensor std_correction(const at::Tensor& a, at::OptionalIntArrayRef dim, cons
   return VarStd(a, dim, c, keepdim, true);
 }
 
-at::Tensor cumsum(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType> dtype) {
+// cumsum and cumprod: a window over every earlier element along dim
+at::Tensor Cumulative(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType> dtype, ReduceKind kind) {
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -331,27 +332,15 @@ at::Tensor cumsum(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType
   std::vector<int64_t> window(r, 1), strides(r, 1), low(r, 0), high(r, 0);
   window[w] = std::max<int64_t>(shape[w], 1);
   low[w] = window[w] - 1;
-  return Wrap(b.ReduceWindow(ValAs(a, t), b.ScalarConstant(ToIr(t), 0), ReduceKind::Sum, window, strides, {}, {}, low,
+  return Wrap(b.ReduceWindow(ValAs(a, t), b.ScalarConstant(ToIr(t), InitFor(kind)), kind, window, strides, {}, {}, low,
                              high),
               d);
 }
-
-// cumprod: a windowed product, as cumsum's windowed sum
+at::Tensor cumsum(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType> dtype) {
+  return Cumulative(a, dim, dtype, ReduceKind::Sum);
+}
 at::Tensor cumprod(const at::Tensor& a, int64_t dim, std::optional<at::ScalarType> dtype) {
-  TraceScope s;
-  const int d = DeviceIndex(a);
-  ir::Builder& b = B(d);
-  const at::ScalarType t = SumType(a, dtype);
-  if (a.dim() == 0) return Wrap(ValAs(a, t), d);
-  const int64_t w = WrapDim(dim, a.dim());
-  const auto shape = a.sizes().vec();
-  const int64_t r = a.dim();
-  std::vector<int64_t> window(r, 1), strides(r, 1), low(r, 0), high(r, 0);
-  window[w] = std::max<int64_t>(shape[w], 1);
-  low[w] = window[w] - 1;
-  return Wrap(b.ReduceWindow(ValAs(a, t), b.ScalarConstant(ToIr(t), 1), ReduceKind::Prod, window, strides, {}, {}, low,
-                             high),
-              d);
+  return Cumulative(a, dim, dtype, ReduceKind::Prod);
 }
 
 // ---------------------------------------------------------------- softmax
