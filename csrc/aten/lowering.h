@@ -106,6 +106,13 @@ inline ir::Value InMemory(int device, ir::Value x) {
 // operands to the backend, and every comparison with NaN is false.
 inline ir::Value IsNan(int device, ir::Value x) { return B(device).Compare(ir::CompareDir::NE, x, x); }
 
+// Index (i64) of the first extreme of x (of `shape`) along `dim`, kept as a
+// size-1 dim; the first NaN when there is one (as PyTorch). `values`, when
+// given, receives the element at that index, so its sign of zero is the
+// CPU's too (ops_reduce.cc).
+ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, bool is_max, at::ScalarType t,
+                     ir::Value* values);
+
 // A Python number as a CPU 0-d tensor marked "wrapped number", so that type
 // promotion treats it as PyTorch does (float32 tensor * 0.5 stays float32).
 inline at::Tensor WrappedScalar(const at::Scalar& s) {

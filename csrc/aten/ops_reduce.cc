@@ -162,9 +162,8 @@ at::Tensor min_all(const at::Tensor& a) {
   return Extreme(a, {}, false, ReduceKind::Min);
 }
 
-// Index (i64) of the first extreme along `dim`; the first NaN when there is
-// one (as PyTorch). `values`, when given, receives the element at that
-// index, so its sign of zero is the CPU's too.
+}  // namespace
+
 ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, bool is_max, at::ScalarType t,
                      ir::Value* values) {
   ir::Builder& b = B(d);
@@ -191,6 +190,8 @@ ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int6
   }
   return idx;
 }
+
+namespace {
 
 std::tuple<at::Tensor, at::Tensor> MaxMinDim(const at::Tensor& a, int64_t dim, bool keepdim, bool is_max) {
   TraceScope s;

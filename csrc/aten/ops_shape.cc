@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include <ATen/AccumulateType.h>
+#include <ATen/native/RangeUtils.h>
+
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -534,20 +537,31 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64
   return {v.narrow(w, 0, k).clone(), i.narrow(w, 0, k).clone()};
 }
 
+// arange: the CPU's size (at::native::compute_arange_size, which truncates
+// an integer range's start, end and step first) and its arithmetic, start +
+// step * i in the output's accumulate type (int64 for integers, double for
+// float, float for half types). The CPU's vectorized body adds i * step to a
+// block's first element, so a float or double result may differ from it in
+// the last bit.
 at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step, at::Tensor& out) {
-  const double st = step.toDouble();
-  TORCH_CHECK(st != 0, "step must be nonzero");
-  const double n_real = std::ceil((end.toDouble() - start.toDouble()) / st);
-  TORCH_CHECK(n_real >= 0, "upper bound and larger bound inconsistent with step sign");
-  const int64_t n = static_cast<int64_t>(n_real);
+  const at::ScalarType t = out.scalar_type();
+  int64_t n = 0;
+  at::Scalar lo, st;
+  at::ScalarType ct = at::kDouble;
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, t, "arange", [&] {
+    using acc_t = at::acc_type<scalar_t, false>;
+    n = at::native::compute_arange_size<scalar_t>(start, end, step);
+    lo = at::Scalar(start.to<acc_t>());
+    st = at::Scalar(step.to<acc_t>());
+    ct = c10::CppTypeToScalarType<acc_t>::value;
+  });
   if (out.numel() != n) out.resize_({n});
+  if (n == 0) return out;
   TraceScope s;
   const int d = DeviceIndex(out);
   ir::Builder& b = B(d);
-  const at::ScalarType t = out.scalar_type();
-  const at::ScalarType ct = at::isIntegralType(t, true) && !start.isFloatingPoint() && !step.isFloatingPoint() ? at::kLong : at::kDouble;
   ir::Value iota = b.Iota({ToIr(ct), {n}}, 0);
-  ir::Value v = b.Binary(Op::Add, Number(d, start, ct, {n}), b.Binary(Op::Mul, iota, Number(d, step, ct, {n})));
+  ir::Value v = b.Binary(Op::Add, Number(d, lo, ct, {n}), b.Binary(Op::Mul, Number(d, st, ct, {n}), iota));
   Assign(out, v);
   return out;
 }

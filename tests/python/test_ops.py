@@ -105,6 +105,18 @@ CASES = {
     "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1) + F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
                    [r(1, 2, 7, 7)], [0]),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), [r(2, 2, 7, 5)], [0]),
+    "pool3d": (lambda x: torch.cat([F.max_pool3d(x, 3, 2, padding=1, dilation=(1, 2, 1), ceil_mode=True).flatten(),
+                                    F.avg_pool3d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False).flatten(),
+                                    F.avg_pool3d(x, (2, 3, 2), 2, padding=(1, 1, 0), divisor_override=5).flatten(),
+                                    F.lp_pool3d(x, 2, 2).flatten()]), [r(2, 2, 7, 8, 6)], [0]),
+    "adaptive_pools": (lambda x: torch.cat([F.adaptive_max_pool2d(x[0], (3, 4)).flatten(),
+                                            F.adaptive_max_pool3d(x, (2, 3, 4)).flatten(),
+                                            F.adaptive_max_pool1d(x[0, 0], 3).flatten(),
+                                            F.adaptive_avg_pool3d(x, (2, 3, 4)).flatten()]), [r(2, 3, 5, 7, 9)], [0]),
+    "adaptive_max_indices": (lambda x: torch.cat([F.adaptive_max_pool2d(x, (3, 2), return_indices=True)[1].flatten(),
+                                                  F.adaptive_max_pool3d(x[None], (1, 3, 2), return_indices=True)[1].flatten(),
+                                                  F.max_pool3d(x[None], 2, 1, return_indices=True)[1].flatten()]),
+                             [torch.tensor([[[1.0, 5, 5, 2], [5, 0, 3, 3], [7, 7, 1, 0]]] * 2)], []),
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t), [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])], [0]),
     "cross_entropy_weight_ignore": (lambda x, t, w: F.cross_entropy(x, t, weight=w, ignore_index=2),
                                     [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), pos(5)], [0]),
@@ -204,6 +216,53 @@ def test_log2_log10_exact_at_powers():
     x = torch.tensor([2.0 ** k for k in range(-20, 21)] + [10.0 ** k for k in range(-6, 8)])
     assert torch.equal(x.to(DEV).log2().cpu(), x.log2())
     assert torch.equal(x[41:].to(DEV).log10().cpu(), x[41:].log10())
+
+
+def _factory(fn, *args, **kw):
+    try:
+        return fn(*args, **kw).cpu()
+    except Exception as e:  # the device must raise what the CPU raises
+        return type(e)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                   torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_range_factories_follow_the_cpu(dtype):
+    # linspace: bit-exact (one step is `start`; an integer range truncates its
+    # ends first; half types round each product and sum). arange: the CPU's
+    # size (integer ranges truncate start, end and step) and values; a block
+    # of the CPU's vectorized body may differ in the last bit.
+    for args in [(-2.5, 7, 1), (-2.5, 7, 4), (0.1, 0.7, 7), (3, -9, 50), (0, 255, 1), (1e-3, 1.0001, 3000)]:
+        want, got = _factory(torch.linspace, *args, dtype=dtype), _factory(torch.linspace, *args, dtype=dtype, device=DEV)
+        assert (want is got) if isinstance(want, type) else torch.equal(want, got), (args, want, got)
+    for args in [(5,), (0.1, 0.9, 0.1), (-3, 7, 2.5), (10, 0, -3), (0, 1, 0.3), (3, 1, 1), (0, 1, 0), (-1, 1, 1e-2)]:
+        want, got = _factory(torch.arange, *args, dtype=dtype), _factory(torch.arange, *args, dtype=dtype, device=DEV)
+        if isinstance(want, type):
+            assert want is got, (args, want, got)
+        else:
+            # integers exact; floats within an ulp, or near 0 what cancellation leaves
+            tol = {} if not dtype.is_floating_point else dict(atol=1e-4, rtol=1e-2 if dtype.itemsize == 2 else 1e-6)
+            torch.testing.assert_close(got, want, **tol)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: F.max_pool3d(x, 9),                               # output size 0
+    lambda x: F.max_pool3d(x, 2, padding=2),                    # pad over half the kernel
+    lambda x: F.avg_pool3d(x[0, 0], 2),                         # 3-d input
+    lambda x: F.avg_pool3d(x, (2, 2)),                          # two kernel sizes
+    lambda x: F.avg_pool3d(x, 2, divisor_override=0),
+    lambda x: F.max_pool2d(x[0], 2, stride=0),
+    lambda x: F.adaptive_max_pool3d(x, (2, 2)),
+    lambda x: F.adaptive_avg_pool3d(x, (2, -1, 2)),
+])
+def test_pooling_rejects_what_the_cpu_rejects(call):
+    torch_pjrt.metrics.reset()
+    x = r(1, 2, 4, 4, 4)
+    with pytest.raises(RuntimeError) as cpu:
+        call(x)
+    with pytest.raises(RuntimeError):
+        call(x.to(DEV)).cpu()
+    assert torch_pjrt.metrics.fallbacks() == {}, cpu.value
 
 
 def test_mask_indexing_runs_on_the_device():
