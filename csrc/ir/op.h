@@ -48,6 +48,11 @@ namespace tpj::ir {
   X(RoundAwayFromZero, "stablehlo.round_nearest_afz", kRealFloatUnary) \
   X(IsFinite, "stablehlo.is_finite", kSpecial)                   \
   X(Erf, "chlo.erf", kRealFloatUnary)                            \
+  X(Erfc, "chlo.erfc", kRealFloatUnary)                          \
+  X(Lgamma, "chlo.lgamma", kRealFloatUnary)                      \
+  X(Digamma, "chlo.digamma", kRealFloatUnary)                    \
+  X(Polygamma, "chlo.polygamma", kBinary)                        \
+  X(Zeta, "chlo.zeta", kBinary)                                  \
   X(Compare, "stablehlo.compare", kSpecial)                      \
   X(Select, "stablehlo.select", kSpecial)                        \
   X(Clamp, "stablehlo.clamp", kSpecial)                          \

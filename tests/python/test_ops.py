@@ -181,6 +181,9 @@ CASES = {
     "factories": (lambda a: a + torch.arange(4, device=a.device) + torch.ones(4, device=a.device)
                   + torch.full((4,), 2.5, device=a.device) + torch.zeros_like(a) + torch.arange(1, 9, 2, device=a.device),
                   [r(4)], [0]),
+    "gamma_family": (lambda a: torch.lgamma(a) + torch.digamma(a) + torch.erfc(a) + torch.polygamma(1, a)
+                     + torch.polygamma(2, a) / 10 + torch.special.zeta(3.5, a.abs() + 0.5) + torch.mvlgamma(a.abs() + 1, 2),
+                     [torch.tensor([-2.5, -0.3, 0.2, 0.7, 1.5, 3.3, 9.1])], [0]),
     "bf16_half": (lambda a: (a.bfloat16() * 3).float() + (a.half() + 1).float(), [r(8)], []),
     "any_all": (lambda a: torch.stack([(a > 0).any(), (a > -3).all(), (a > 0).any(0).all()]), [r(3, 3)], []),
 }
@@ -263,6 +266,19 @@ def test_pooling_rejects_what_the_cpu_rejects(call):
     with pytest.raises(RuntimeError):
         call(x.to(DEV)).cpu()
     assert torch_pjrt.metrics.fallbacks() == {}, cpu.value
+
+
+def test_zeta_and_polygamma_follow_the_cpu_at_the_edges():
+    v = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 1.0, 2.0, -2.5, 3.0, 0.5, -1.0, 7.25])
+    s, q = v[:, None].expand(12, 12).reshape(-1), v[None, :].expand(12, 12).reshape(-1)
+    torch.testing.assert_close(torch.special.zeta(s.to(DEV), q.to(DEV)).cpu(), torch.special.zeta(s, q),
+                               equal_nan=True, rtol=3e-5, atol=1e-6)
+    x = torch.tensor([0.0, -0.0, -3.0, -2.5, -0.5, 1e-3, float("inf"), float("-inf"), float("nan")])
+    for n in range(4):
+        torch.testing.assert_close(torch.polygamma(n, x.to(DEV)).cpu(), torch.polygamma(n, x), equal_nan=True)
+    # the CPU sums as many terms as q is below 0; pjrt sums up to 16
+    with pytest.raises(RuntimeError, match="below -16 is not supported"):
+        torch.polygamma(2, torch.tensor([-20.5]).to(DEV)).cpu()
 
 
 def test_mask_indexing_runs_on_the_device():
