@@ -2,6 +2,7 @@
 // indexing (index, index_put_), embedding backward, tril/triu, padding,
 // sort/topk, flip, arange.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <ATen/AccumulateType.h>
@@ -111,23 +112,35 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
   return Wrap(b.Gather(Val(self), coords, g, std::vector<int64_t>(self.dim(), 1)), d);
 }
 
-ir::Value ScatterInto(int d, const at::Tensor& self, int64_t dim, const at::Tensor& index, ir::Value src, bool replace) {
+// `src` written into `operand` (of `shape`) where `index` points along dim:
+// overwriting (replace) or combined by `kind`.
+ir::Value ScatterInto(int d, ir::Value operand, const std::vector<int64_t>& shape, int64_t dim, const at::Tensor& index,
+                      ir::Value src, bool replace, ir::ReduceKind kind = ir::ReduceKind::Sum) {
   ir::Builder& b = B(d);
-  if (self.dim() == 0) {
-    // 0-d self, index and src: one element, replaced or accumulated
+  if (shape.empty()) {
+    // 0-d self, index and src: one element, replaced or combined
     ir::Value one = b.Reshape(src, {});
-    return replace ? one : b.Binary(Op::Add, Val(self), one);
+    if (replace) return one;
+    const Op op = kind == ir::ReduceKind::Prod ? Op::Mul
+                  : kind == ir::ReduceKind::Max ? Op::Max
+                  : kind == ir::ReduceKind::Min ? Op::Min
+                                                : Op::Add;
+    return b.Binary(op, operand, one);
   }
-  const int64_t w = WrapDim(dim, self.dim());
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t w = WrapDim(dim, rank);
   const auto ishape = index.sizes().vec();
-  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), self.size(w), false, "scatter()"), ishape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), shape[w], false, "scatter()"), ishape, w);
   ir::ScatterDims sd;
-  for (int64_t i = 0; i < self.dim(); ++i) {
+  for (int64_t i = 0; i < rank; ++i) {
     sd.inserted_window_dims.push_back(i);
     sd.scatter_dims_to_operand_dims.push_back(i);
   }
   sd.index_vector_dim = index.dim();
-  return b.Scatter(Val(self), coords, src, sd, replace);
+  return b.Scatter(operand, coords, src, sd, replace, kind);
+}
+ir::Value ScatterInto(int d, const at::Tensor& self, int64_t dim, const at::Tensor& index, ir::Value src, bool replace) {
+  return ScatterInto(d, Val(self), self.sizes().vec(), dim, index, src, replace);
 }
 
 ir::Value SrcRegion(int d, const at::Tensor& src, const at::Tensor& index, at::ScalarType t) {
@@ -157,6 +170,105 @@ at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& 
   const int d = CommonDevice({&self, &index});
   if (index.numel() == 0) return Wrap(Val(self), d);
   return Wrap(ScatterInto(d, self, dim, index, Number(d, value, self.scalar_type(), index.sizes().vec()), true), d);
+}
+
+// scatter_reduce: the updates combined with self (include_self) or with
+// the reduction's identity where any update lands; "mean" divides the sum
+// by the number of values (floor division for integers, as the CPU), and
+// positions no update reaches keep self. NaN wins amax and amin, as on the
+// CPU (StableHLO's maximum and minimum propagate it).
+at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                          c10::string_view reduce, bool include_self) {
+  const std::string r(reduce);
+  TORCH_CHECK(r == "sum" || r == "prod" || r == "mean" || r == "amax" || r == "amin",
+              "reduce argument must be either sum, prod, mean, amax or amin, got ", r);
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "scatter(): Expected dtype int32/int64 for index");
+  TORCH_CHECK(self.scalar_type() == src.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
+  TORCH_CHECK(index.dim() == self.dim() || (index.dim() <= 1 && self.dim() <= 1),
+              "Index tensor must have the same number of dimensions as self tensor");
+  TraceScope s;
+  const int d = CommonDevice({&self, &index, &src});
+  ir::Builder& b = B(d);
+  const at::ScalarType t = self.scalar_type();
+  const auto shape = self.sizes().vec();
+  if (index.numel() == 0) return Wrap(Val(self), d);
+  const ir::ReduceKind kind = r == "prod"   ? ir::ReduceKind::Prod
+                              : r == "amax" ? ir::ReduceKind::Max
+                              : r == "amin" ? ir::ReduceKind::Min
+                                            : ir::ReduceKind::Sum;
+  ir::Value upd = SrcRegion(d, src, index, t);
+  ir::Value count;  // values per position (self included), for mean and include_self=False
+  if (r == "mean" || !include_self) {
+    count = ScatterInto(d, Fill(d, include_self ? 1 : 0, t, shape), shape, dim, index, Fill(d, 1, t, index.sizes().vec()),
+                        false);
+  }
+  ir::Value base = Val(self);
+  if (!include_self) {
+    ir::Value identity = kind == ir::ReduceKind::Max   ? BroadcastTo(d, ExtremeConst(d, t, true), shape)
+                         : kind == ir::ReduceKind::Min ? BroadcastTo(d, ExtremeConst(d, t, false), shape)
+                                                       : Fill(d, kind == ir::ReduceKind::Prod ? 1 : 0, t, shape);
+    base = b.Select(b.Compare(ir::CompareDir::GT, count, Fill(d, 0, t, shape)), identity, base);
+  }
+  ir::Value out = ScatterInto(d, base, shape, dim, index, upd, false, kind);
+  if (at::isFloatingType(t) && (kind == ir::ReduceKind::Max || kind == ir::ReduceKind::Min)) {
+    // XLA's scatter may drop a NaN update: mark where any lands (or self is)
+    ir::Value nan = ScatterInto(d, IsNan(d, base), shape, dim, index, IsNan(d, upd), false, ir::ReduceKind::Sum);
+    out = b.Select(nan, Fill(d, NAN, t, shape), out);
+  }
+  if (r == "mean") {
+    ir::Value zero = b.Compare(ir::CompareDir::EQ, count, Fill(d, 0, t, shape));
+    ir::Value n = b.Select(zero, Fill(d, 1, t, shape), count);
+    ir::Value q = b.Binary(Op::Div, out, n);
+    if (!at::isFloatingType(t)) {
+      // floor division (n > 0): truncation moved an inexact negative quotient up
+      ir::Value inexact = b.Compare(ir::CompareDir::NE, b.Binary(Op::Rem, out, n), Fill(d, 0, t, shape));
+      ir::Value adjust = b.Binary(Op::And, inexact, b.Compare(ir::CompareDir::LT, out, Fill(d, 0, t, shape)));
+      q = b.Select(adjust, b.Binary(Op::Sub, q, Fill(d, 1, t, shape)), q);
+    }
+    out = q;
+  }
+  return Wrap(out, d);
+}
+
+// scatter(..., reduce="add" | "multiply"), the older spelling of scatter_reduce.
+const char* ScatterReduction(c10::string_view reduce) {
+  TORCH_CHECK(reduce == "add" || reduce == "multiply", "reduce argument must be either add or multiply, got ", reduce);
+  return reduce == "add" ? "sum" : "prod";
+}
+at::Tensor scatter_src_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                              c10::string_view reduce) {
+  return tpj::aten::scatter_reduce(self, dim, index, src, ScatterReduction(reduce), true);
+}
+at::Tensor scatter_value_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value,
+                                c10::string_view reduce) {
+  return tpj::aten::scatter_reduce(self, dim, index, at::full(index.sizes(), value, self.options()), ScatterReduction(reduce),
+                                   true);
+}
+
+// index_reduce: scatter_reduce with the index repeated across source's
+// other dims.
+at::Tensor index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                        c10::string_view reduce, bool include_self) {
+  TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
+              "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ", reduce, ".");
+  TORCH_CHECK(index.dim() <= 1, "index_reduce_(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_reduce_(): Expected dtype int32/int64 for index but got: ", index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "index_reduce_(): self (", self.scalar_type(),
+              ") and source (", source.scalar_type(), ") must have the same scalar type");
+  const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
+  TORCH_CHECK(source.dim() == 0 ? index.numel() == 1 : source.size(w) == index.numel(),
+              "index_reduce_(): Number of indices (", index.numel(), ") should be equal to source.size(dim)");
+  at::Tensor idx = index.to(at::kLong);
+  if (source.dim() == 0) {
+    idx = idx.reshape({});
+  } else {
+    std::vector<int64_t> view(static_cast<size_t>(source.dim()), 1);
+    view[static_cast<size_t>(w)] = index.numel();
+    idx = idx.reshape(view).expand(source.sizes());
+  }
+  return tpj::aten::scatter_reduce(self, w, idx, source, reduce, include_self);
 }
 
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
@@ -622,6 +734,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("index_select", index_select);
   K("gather", gather);
   K("scatter_add", scatter_add);
+  K("scatter_reduce.two", scatter_reduce);
+  K("scatter.reduce", scatter_src_reduce);
+  K("scatter.value_reduce", scatter_value_reduce);
+  K("index_reduce", index_reduce);
   K("index_copy", index_copy);
   K("index_fill.int_Scalar", index_fill_scalar);
   K("index_fill.int_Tensor", index_fill_tensor);

@@ -510,8 +510,8 @@ Value Builder::Gather(Value operand, Value indices, const GatherDims& dims,
 }
 
 Value Builder::Scatter(Value operand, Value indices, Value updates, const ScatterDims& dims,
-                       bool replace) {
-  return Add({operand, indices, updates}, ScatterAttrs{dims, replace});
+                       bool replace, ReduceKind kind) {
+  return Add({operand, indices, updates}, ScatterAttrs{dims, replace, kind});
 }
 
 std::vector<Value> Builder::Sort(const std::vector<Value>& xs, int64_t dim, bool descending) {

@@ -295,11 +295,13 @@ struct GatherAttrs {
 struct ScatterAttrs {
   static constexpr Op kOp = Op::Scatter;
   ScatterDims dims;
-  bool replace = false;  // updates overwrite; false: they are added
+  bool replace = false;  // updates overwrite; false: they are combined by `kind`
+  ReduceKind kind = ReduceKind::Sum;
   template <class S, class F>
   static void Fields(S& s, F&& f) {
     f("dims", s.dims);
     f("replace", s.replace);
+    f("kind", s.kind);
   }
 };
 
@@ -564,8 +566,10 @@ class Builder {
                     int64_t batch_groups);
   Value Gather(Value operand, Value indices, const GatherDims& dims,
                const std::vector<int64_t>& slice_sizes);
-  // replace=false: updates are added (scatter_add); true: they overwrite.
-  Value Scatter(Value operand, Value indices, Value updates, const ScatterDims& dims, bool replace);
+  // replace=false: updates are combined with the operand by `kind` (Sum:
+  // scatter_add; Prod, Max, Min: scatter_reduce); true: they overwrite.
+  Value Scatter(Value operand, Value indices, Value updates, const ScatterDims& dims, bool replace,
+                ReduceKind kind = ReduceKind::Sum);
   // Stable-sorts all `xs` along `dim` by the first one (NaN above +inf, see
   // SortAttrs); returns one value per input.
   std::vector<Value> Sort(const std::vector<Value>& xs, int64_t dim, bool descending);

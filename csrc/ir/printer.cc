@@ -416,7 +416,7 @@ class Printer {
   }
   Parts Text(const ScatterAttrs& a, const Shapes& in, const Shape&) {
     const ScatterDims& sd = a.dims;
-    std::string region = a.replace ? TakeUpdate(in[0].dtype) : Combine(ReduceKind::Sum, in[0].dtype);
+    std::string region = a.replace ? TakeUpdate(in[0].dtype) : Combine(a.kind, in[0].dtype);
     std::vector<std::string> parts;
     if (!sd.update_window_dims.empty()) parts.push_back("update_window_dims = " + Bracket(sd.update_window_dims));
     if (!sd.inserted_window_dims.empty()) parts.push_back("inserted_window_dims = " + Bracket(sd.inserted_window_dims));

@@ -19,6 +19,7 @@ def pos(*shape):
 
 
 IDX = torch.tensor([[0, 2, 1], [3, 3, 0]])
+SIDX = torch.tensor([[0, 2, 0, 1], [2, 2, 1, 0], [0, 0, 0, 0], [1, 2, 1, 2], [2, 0, 0, 1]])
 
 # name -> (fn, inputs, differentiable input indices)
 CASES = {
@@ -184,6 +185,11 @@ CASES = {
     "gamma_family": (lambda a: torch.lgamma(a) + torch.digamma(a) + torch.erfc(a) + torch.polygamma(1, a)
                      + torch.polygamma(2, a) / 10 + torch.special.zeta(3.5, a.abs() + 0.5) + torch.mvlgamma(a.abs() + 1, 2),
                      [torch.tensor([-2.5, -0.3, 0.2, 0.7, 1.5, 3.3, 9.1])], [0]),
+    "scatter_reduce": (lambda a, s: torch.cat([a.scatter_reduce(0, SIDX.to(a.device), s, r, include_self=i).flatten()
+                                               for r in ("sum", "mean", "amax", "amin", "prod") for i in (True, False)]
+                                              + [a.index_reduce(1, torch.tensor([2, 0, 2], device=a.device), s[:3, :3].mT,
+                                                                "mean", include_self=False).flatten()]),
+                       [r(3, 4), r(5, 4, seed=3)], [0, 1]),
     "bf16_half": (lambda a: (a.bfloat16() * 3).float() + (a.half() + 1).float(), [r(8)], []),
     "any_all": (lambda a: torch.stack([(a > 0).any(), (a > -3).all(), (a > 0).any(0).all()]), [r(3, 3)], []),
 }
@@ -279,6 +285,23 @@ def test_zeta_and_polygamma_follow_the_cpu_at_the_edges():
     # the CPU sums as many terms as q is below 0; pjrt sums up to 16
     with pytest.raises(RuntimeError, match="below -16 is not supported"):
         torch.polygamma(2, torch.tensor([-20.5]).to(DEV)).cpu()
+
+
+def test_scatter_reduce_in_place_integer_mean_and_nan():
+    torch_pjrt.metrics.reset()
+    idx = torch.tensor([0, 2, 0, 2, 1])
+    src = torch.tensor([-7, 3, 4, -2, 5])
+    want = torch.tensor([1, 1, 1]).scatter_reduce(0, idx, src, "mean")  # floor division, as the CPU
+    got = torch.tensor([1, 1, 1]).to(DEV).scatter_reduce_(0, idx.to(DEV), src.to(DEV), "mean")
+    assert torch.equal(got.cpu(), want)
+    x = torch.tensor([1.0, float("nan"), 3.0, -1.0, 2.0])
+    for r in ("amax", "amin"):
+        want = torch.zeros(3).scatter_reduce(0, idx, x, r, include_self=False)
+        got = torch.zeros(3).to(DEV).scatter_reduce(0, idx.to(DEV), x.to(DEV), r, include_self=False)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    assert torch.equal(torch.ones(3).to(DEV).scatter(0, idx[:3].to(DEV), 2.5, reduce="multiply").cpu(),
+                       torch.ones(3).scatter(0, idx[:3], 2.5, reduce="multiply"))
+    assert torch_pjrt.metrics.fallbacks() == {}
 
 
 def test_mask_indexing_runs_on_the_device():
