@@ -77,13 +77,15 @@ ir::Value Col2Im(int d, ir::Value cols, int64_t n, int64_t c, const Geometry& g)
 
 at::Tensor im2col(const at::Tensor& self, at::IntArrayRef kernel, at::IntArrayRef dilation, at::IntArrayRef padding,
                   at::IntArrayRef stride) {
-  TORCH_CHECK((self.dim() == 3 || self.dim() == 4) && self.numel() > 0,
+  // as the CPU: a batch may be empty, no other dim
+  TORCH_CHECK((self.dim() == 3 || self.dim() == 4) && self.size(-1) > 0 && self.size(-2) > 0 && self.size(-3) > 0,
               "im2col: expected a non-empty 3D or 4D input tensor, got sizes ", self.sizes());
   TraceScope s;
   const int d = DeviceIndex(self);
   const bool batched = self.dim() == 4;
   const int64_t n = batched ? self.size(0) : 1, c = self.size(-3);
   const Geometry g = Make(kernel, dilation, padding, stride, self.size(-2), self.size(-1), "im2col");
+  if (n == 0) return Wrap(Fill(d, 0, self.scalar_type(), {0, c * g.kh * g.kw, g.oh * g.ow}), d);
   ir::Value x = B(d).Reshape(Val(self), {n, c, g.h, g.w});
   ir::Value r = Im2Col(d, x, n, c, g);
   if (!batched) r = B(d).Reshape(r, {c * g.kh * g.kw, g.oh * g.ow});
@@ -92,7 +94,7 @@ at::Tensor im2col(const at::Tensor& self, at::IntArrayRef kernel, at::IntArrayRe
 
 at::Tensor col2im(const at::Tensor& self, c10::SymIntArrayRef output_size, at::IntArrayRef kernel,
                   at::IntArrayRef dilation, at::IntArrayRef padding, at::IntArrayRef stride) {
-  TORCH_CHECK((self.dim() == 2 || self.dim() == 3) && self.numel() > 0,
+  TORCH_CHECK((self.dim() == 2 || self.dim() == 3) && self.size(-1) > 0 && self.size(-2) > 0,
               "col2im: expected a non-empty 2D or 3D input tensor, got sizes ", self.sizes());
   TORCH_CHECK(output_size.size() == 2, "col2im: output_size must have two elements, got ", output_size.size());
   TraceScope s;
@@ -109,6 +111,7 @@ at::Tensor col2im(const at::Tensor& self, c10::SymIntArrayRef output_size, at::I
               ", ", g.sw, "), expected size of input's dimension 2 to match the calculated number of sliding blocks ",
               g.oh, " * ", g.ow, " = ", g.oh * g.ow, ", but got input.size(2)=", self.size(-1), ".");
   const int64_t c = self.size(-2) / kk;
+  if (n == 0) return Wrap(Fill(d, 0, self.scalar_type(), {0, c, g.h, g.w}), d);
   ir::Value cols = B(d).Reshape(Val(self), {n, c * kk, g.oh * g.ow});
   ir::Value r = Col2Im(d, cols, n, c, g);
   if (!batched) r = B(d).Reshape(r, {c, g.h, g.w});

@@ -286,7 +286,8 @@ Lu LuFactor(ir::Builder& b, Value a) {
   rows.collapsed_slice_dims = {0};
   rows.start_index_map = {0};
   rows.index_vector_dim = 1;
-  for (int64_t j = 0; j < k; ++j) {
+  // An empty batch has nothing to factor (its row gathers have no rows).
+  for (int64_t j = 0; j < (nb > 0 ? k : 0); ++j) {
     // Pivot: the first row r >= j of largest |x[r, j]|.
     Value c = column(x, j);
     Value below = b.Compare(CompareDir::GE, row_idx, i64(col, j));
@@ -329,12 +330,12 @@ Lu LuFactor(ir::Builder& b, Value a) {
   }
   Lu r;
   r.lu = b.Reshape(x, s.dims);
-  Value piv = k > 0 ? b.Concatenate([&] {
+  Value piv = !pivots.empty() ? b.Concatenate([&] {
     std::vector<Value> cols;
     for (Value v : pivots) cols.push_back(b.Reshape(v, {nb, 1}));
     return cols;
   }(), 1)
-                    : b.Full(ir::DType::I32, {nb, 0}, 0);
+                              : b.Full(ir::DType::I32, {nb, k}, 0);
   r.pivots = b.Reshape(piv, With(batch, {k}));
   std::vector<int64_t> perm_dims = batch;
   perm_dims.push_back(m);

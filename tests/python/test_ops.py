@@ -304,6 +304,20 @@ def test_scatter_reduce_in_place_integer_mean_and_nan():
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
+def test_empty_batches_give_empty_results():
+    # an empty batch is valid input on the CPU: inverses, LU and unfold/fold of none
+    torch_pjrt.metrics.reset()
+    x = torch.randn(0, 5, 5)
+    assert torch.linalg.inv(x.to(DEV)).cpu().shape == (0, 5, 5)
+    lu, piv = torch.linalg.lu_factor(torch.randn(0, 3, 2).to(DEV))
+    assert lu.cpu().shape == (0, 3, 2) and piv.cpu().shape == (0, 2)
+    assert F.unfold(torch.randn(0, 1, 5, 5).to(DEV), 2).cpu().shape == (0, 4, 16)
+    assert F.fold(torch.randn(0, 4, 16).to(DEV), (5, 5), 2).cpu().shape == (0, 1, 5, 5)
+    with pytest.raises(RuntimeError, match="non-empty"):
+        F.unfold(torch.randn(1, 0, 5, 5).to(DEV), 2)
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def test_mask_indexing_runs_on_the_device():
     torch.manual_seed(0)
     x, y = torch.randn(6, 5), torch.randn(6, 5)
