@@ -546,6 +546,25 @@ at::Tensor mse_loss_backward(const at::Tensor& grad, const at::Tensor& self, con
   return Wrap(r, o.device);
 }
 
+// _batch_norm_with_update / batch_norm_backward: the training-mode batch
+// norm that updates running statistics, as torch.compile's graphs spell it;
+// the same lowering as native_batch_norm, with an empty reserve.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> batch_norm_with_update(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, double momentum, double eps) {
+  auto [out, mean, invstd] = at::native_batch_norm(input, weight, bias, running_mean, running_var, true, momentum, eps);
+  return {out, mean, invstd, at::empty({0}, input.options().dtype(at::kByte))};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_var, bool update, double eps,
+    std::array<bool, 3> mask, const at::Tensor&) {
+  return at::native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update,
+                                        eps, mask);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -555,6 +574,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("native_layer_norm", native_layer_norm);
   K("native_layer_norm_backward", native_layer_norm_backward);
   K("native_batch_norm", native_batch_norm);
+  K("_batch_norm_with_update", batch_norm_with_update);
+  K("batch_norm_backward", batch_norm_backward);
   K("_native_batch_norm_legit", bn_legit);
   K("_native_batch_norm_legit.no_stats", bn_legit_no_stats);
   K("_native_batch_norm_legit_no_training", bn_legit_no_training);

@@ -2,6 +2,8 @@
 // norm/var/prod/nansum/trace/equal, cumulative sums and products, softmax and
 // log-softmax with their backward formulas, mm/bmm/addmm/baddbmm/dot/vdot/mv,
 // the 3-vector cross product.
+#include <ATen/AccumulateType.h>
+
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -344,6 +346,91 @@ at::Tensor cumprod(const at::Tensor& a, int64_t dim, std::optional<at::ScalarTyp
   return Cumulative(a, dim, dtype, ReduceKind::Prod);
 }
 
+// count_nonzero: a sum of x != 0 (int64).
+at::Tensor count_nonzero_dims(const at::Tensor& a, at::IntArrayRef dims) {
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const auto shape = a.sizes().vec();
+  ir::Value x = Val(a);
+  ir::Value nz = b.Unary(Op::Not, b.Compare(ir::CompareDir::EQ, x, b.Full(b.shape(x).dtype, shape, 0)));
+  return Wrap(ReduceValue(d, b.Convert(nz, ir::DType::I64), shape, ReduceDims(dims, a.dim()), ReduceKind::Sum, at::kLong,
+                          false),
+              d);
+}
+at::Tensor count_nonzero(const at::Tensor& a, std::optional<int64_t> dim) {
+  if (dim) return count_nonzero_dims(a, {*dim});
+  return count_nonzero_dims(a, {});
+}
+
+// cummax/cummin: the running extreme (NaN once one is seen) and the CPU's
+// index: the last place where x was the new extreme or equalled it (x >= the
+// running max), or the last NaN so far. Both are prefix reductions.
+void CumulativeExtreme(const at::Tensor& a, const at::Tensor& values, const at::Tensor& indices, int64_t dim, bool is_max) {
+  TraceScope s;
+  const int d = CommonDevice({&a, &values, &indices});
+  ir::Builder& b = B(d);
+  const at::ScalarType t = a.scalar_type();
+  const auto shape = a.sizes().vec();
+  if (a.dim() == 0 || a.numel() == 0) {
+    Assign(values, Val(a));
+    Assign(indices, Fill(d, 0, at::kLong, shape));
+    return;
+  }
+  const int64_t w = WrapDim(dim, a.dim());
+  const int64_t r = a.dim();
+  std::vector<int64_t> window(r, 1), strides(r, 1), low(r, 0), high(r, 0);
+  window[w] = shape[w];
+  low[w] = shape[w] - 1;
+  auto prefix = [&](ir::Value v, ReduceKind kind, ir::Value init) {
+    return b.ReduceWindow(v, init, kind, window, strides, {}, {}, low, high);
+  };
+  const ReduceKind kind = is_max ? ReduceKind::Max : ReduceKind::Min;
+  ir::Value x = Val(a);
+  ir::Value run = prefix(x, kind, ExtremeConst(d, t, is_max));
+  ir::Value pos = b.Iota({ir::DType::I64, shape}, w);
+  // x_j >= max(x_0..x_j) (<= for min): x_j is the running extreme at j
+  ir::Value record = b.Compare(ir::CompareDir::EQ, x, run);
+  if (at::isFloatingType(t)) {
+    ir::Value nan = IsNan(d, x);
+    ir::Value seen = prefix(b.Convert(nan, ir::DType::I32), ReduceKind::Max, b.ScalarConstant(ir::DType::I32, 0));
+    ir::Value any = b.Compare(ir::CompareDir::GT, seen, b.Full(ir::DType::I32, shape, 0));
+    run = b.Select(any, Fill(d, NAN, t, shape), run);
+    record = b.Binary(Op::Or, nan, b.Binary(Op::And, record, b.Unary(Op::Not, any)));
+  }
+  ir::Value idx = prefix(b.Select(record, pos, b.Full(ir::DType::I64, shape, 0)), ReduceKind::Max,
+                         b.ScalarConstant(ir::DType::I64, 0));
+  Assign(values, run);
+  Assign(indices, idx);
+}
+void cummax_helper(const at::Tensor& a, at::Tensor& values, at::Tensor& indices, int64_t dim) {
+  CumulativeExtreme(a, values, indices, dim, true);
+}
+void cummin_helper(const at::Tensor& a, at::Tensor& values, at::Tensor& indices, int64_t dim) {
+  CumulativeExtreme(a, values, indices, dim, false);
+}
+
+// renorm: each slice along dim scaled to a p-norm of at most maxnorm, by the
+// CPU's factor maxnorm / (norm + 1e-7), the norm in the accumulate type.
+at::Tensor renorm(const at::Tensor& a, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm) {
+  TORCH_CHECK(!maxnorm.isComplex() && maxnorm.toDouble() >= 0, "renorm: expected maxnorm to be >= 0 but got ",
+              maxnorm.toDouble());
+  TORCH_CHECK(!p.isComplex() && p.toDouble() > 0, "renorm: non-positive-norm not supported");
+  TORCH_CHECK(!a.is_complex() && at::isFloatingType(a.scalar_type()), "renorm: expected a floating-point input, got ",
+              a.scalar_type());
+  const int64_t rank = std::max<int64_t>(a.dim(), 1);
+  const int64_t w = WrapDim(dim, rank);
+  std::vector<int64_t> others;
+  for (int64_t i = 0; i < a.dim(); ++i) {
+    if (i != w) others.push_back(i);
+  }
+  const at::ScalarType acc = at::toAccumulateType(a.scalar_type(), /*is_cuda=*/true);
+  at::Tensor norm = at::linalg_vector_norm(a, p, others, /*keepdim=*/true, acc);
+  const double m = maxnorm.toDouble();
+  at::Tensor factor = at::where(norm > m, m / (norm + 1e-7), at::ones_like(norm)).to(a.scalar_type());
+  return a * factor;
+}
+
 // ---------------------------------------------------------------- softmax
 
 ir::Value LogSoftmax(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, at::ScalarType t) {
@@ -527,6 +614,35 @@ bool equal(const at::Tensor& a, const at::Tensor& b) {
   return at::eq(a, b).all().item<bool>();
 }
 
+// addmv: beta * self + alpha * (mat @ vec), self broadcast to the result.
+at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
+                 const at::Scalar& alpha) {
+  TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1 && self.dim() <= 1,
+              "vector + matrix @ vector expected, got ", self.dim(), ", ", mat.dim(), ", ", vec.dim());
+  TORCH_CHECK(mat.size(1) == vec.size(0) && (self.dim() == 0 || self.size(0) == 1 || self.size(0) == mat.size(0)),
+              "size mismatch, got input (", self.dim() ? self.size(0) : 1, "), mat (", mat.size(0), "x", mat.size(1),
+              "), vec (", vec.size(0), ")");
+  TORCH_CHECK(mat.scalar_type() == vec.scalar_type(), "expected mat and vec to have the same dtype, but got: ",
+              mat.scalar_type(), " != ", vec.scalar_type());
+  TraceScope s;
+  const int d = CommonDevice({&self, &mat, &vec});
+  return Scaled(d, Dot(d, Val(mat), Val(vec), {}, {}, 1, 0), self, beta, alpha, mat.scalar_type());
+}
+
+// addbmm: beta * self + alpha * sum_i batch1[i] @ batch2[i].
+at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                  const at::Scalar& alpha) {
+  CheckMatmul(b1, b2, 3, 3, "addbmm");
+  TORCH_CHECK(b1.size(0) == b2.size(0) && b1.size(2) == b2.size(1), "addbmm: incompatible batch1 ", b1.sizes(),
+              " and batch2 ", b2.sizes());
+  TraceScope s;
+  const int d = CommonDevice({&self, &b1, &b2});
+  ir::DotDims dd;
+  dd.lhs_contract = {0, 2};
+  dd.rhs_contract = {0, 1};
+  return Scaled(d, B(d).DotGeneral(Val(b1), Val(b2), dd), self, beta, alpha, b1.scalar_type());
+}
+
 at::Tensor mv(const at::Tensor& a, const at::Tensor& v) {
   TORCH_CHECK(a.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", a.dim(), ", ", v.dim());
   TraceScope s;
@@ -586,4 +702,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("trace", trace);
   K("cumprod", cumprod);
   K("mv", mv);
+  K("addmv", addmv);
+  K("addbmm", addbmm);
+  K("count_nonzero", count_nonzero);
+  K("count_nonzero.dim_IntList", count_nonzero_dims);
+  K("_cummax_helper", cummax_helper);
+  K("_cummin_helper", cummin_helper);
+  K("renorm", renorm);
 }

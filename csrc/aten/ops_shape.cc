@@ -271,6 +271,108 @@ at::Tensor index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& i
   return tpj::aten::scatter_reduce(self, w, idx, source, reduce, include_self);
 }
 
+// take: self read as a flat vector at `index` (negative indices count from
+// the end; out-of-range ones raise when the result is read).
+at::Tensor take(const at::Tensor& self, const at::Tensor& index) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ", index.scalar_type());
+  TraceScope s;
+  const int d = CommonDevice({&self, &index});
+  ir::Builder& b = B(d);
+  const auto ishape = index.sizes().vec();
+  if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), ishape), d);
+  TORCH_CHECK_INDEX(self.numel() > 0, "take(): tried to take from an empty tensor");
+  std::vector<int64_t> col = ishape;
+  col.push_back(1);
+  ir::Value idx = b.Reshape(CheckedIndex(d, Val(index), self.numel(), true, "take()"), col);
+  ir::GatherDims g;
+  g.collapsed_slice_dims = {0};
+  g.start_index_map = {0};
+  g.index_vector_dim = index.dim();
+  return Wrap(b.Gather(b.Reshape(Val(self), {self.numel()}), idx, g, {1}), d);
+}
+
+// put_: `source` written (or, accumulate, added) into self read as a flat
+// vector at `index`.
+at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& source, bool accumulate) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, but got ", index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "put_(): self and source expected to have the same dtype, but got "
+              "self.dtype = ", self.scalar_type(), " and source.dtype = ", source.scalar_type());
+  TORCH_CHECK(index.numel() == source.numel(), "put_(): Expected source and index to have the same number of elements, "
+              "but got source.numel() = ", source.numel(), ", index.numel() = ", index.numel());
+  if (index.numel() == 0) return self;
+  TORCH_CHECK_INDEX(self.numel() > 0, "put_(): Tried to put elements into an empty tensor");
+  TraceScope s;
+  const int d = CommonDevice({&self, &index, &source});
+  ir::Builder& b = B(d);
+  const int64_t k = index.numel();
+  ir::Value idx = b.Reshape(CheckedIndex(d, Val(index), self.numel(), true, "put_()"), {k, 1});
+  ir::ScatterDims sd;
+  sd.inserted_window_dims = {0};
+  sd.scatter_dims_to_operand_dims = {0};
+  sd.index_vector_dim = 1;
+  ir::Value flat = b.Scatter(b.Reshape(Val(self), {self.numel()}), idx, b.Reshape(Val(source), {k}), sd, !accumulate);
+  Assign(self, b.Reshape(flat, self.sizes().vec()));
+  return self;
+}
+
+// unfold_backward: each window's gradient added back onto the elements it
+// read, one scatter-add (element j of window i came from i * step + j).
+at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_sizes_, int64_t dim, int64_t size,
+                           int64_t step) {
+  std::vector<int64_t> input_sizes;
+  for (const c10::SymInt& v : input_sizes_) input_sizes.push_back(v.guard_int(__FILE__, __LINE__));
+  TraceScope s;
+  const int d = DeviceIndex(grad);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = grad.scalar_type();
+  const int64_t r = static_cast<int64_t>(input_sizes.size());
+  if (r == 0) return Wrap(b.Reshape(Val(grad), {}), d);
+  const int64_t w = WrapDim(dim, r);
+  const auto gshape = grad.sizes().vec();
+  TORCH_CHECK(static_cast<int64_t>(gshape.size()) == r + 1 && gshape.back() == size, "unfold_backward: grad of shape ",
+              grad.sizes(), " does not fit input sizes ", input_sizes, " and window size ", size);
+  if (grad.numel() == 0) return Wrap(Fill(d, 0, t, input_sizes), d);
+  std::vector<int64_t> one = gshape;
+  one.push_back(1);
+  std::vector<ir::Value> parts;
+  for (int64_t k = 0; k < r; ++k) {
+    ir::Value c = b.Iota({ir::DType::I64, gshape}, k);
+    if (k == w) {
+      c = b.Binary(Op::Add, b.Binary(Op::Mul, c, b.Full(ir::DType::I64, gshape, static_cast<double>(step))),
+                   b.Iota({ir::DType::I64, gshape}, r));
+    }
+    parts.push_back(b.Reshape(c, one));
+  }
+  ir::ScatterDims sd;
+  for (int64_t k = 0; k < r; ++k) {
+    sd.inserted_window_dims.push_back(k);
+    sd.scatter_dims_to_operand_dims.push_back(k);
+  }
+  sd.index_vector_dim = r + 1;
+  return Wrap(b.Scatter(Fill(d, 0, t, input_sizes), b.Concatenate(parts, r + 1), Val(grad), sd, false), d);
+}
+
+// channel_shuffle: channels [g, c / g] read as [c / g, g].
+at::Tensor channel_shuffle(const at::Tensor& self, c10::SymInt groups_) {
+  const int64_t groups = groups_.guard_int(__FILE__, __LINE__);
+  TORCH_CHECK(self.dim() > 2, "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes ",
+              self.sizes());
+  TORCH_CHECK(groups > 0, "Number of groups to divide channels in must be positive. Value of groups:", groups);
+  const int64_t c = self.size(1);
+  TORCH_CHECK(c % groups == 0, "Number of channels must be divisible by groups. Got ", c, " channels and ", groups,
+              " groups.");
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  std::vector<int64_t> split{shape[0], groups, c / groups};
+  split.insert(split.end(), shape.begin() + 2, shape.end());
+  std::vector<int64_t> perm(split.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[1], perm[2]);
+  return Wrap(b.Reshape(b.Transpose(b.Reshape(Val(self), split), perm), shape), d);
+}
+
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   at::Tensor r = tpj::aten::scatter_add(self, dim, index, src);
   TraceScope s;
@@ -735,6 +837,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("gather", gather);
   K("scatter_add", scatter_add);
   K("scatter_reduce.two", scatter_reduce);
+  K("take", take);
+  K("put_", put_);
+  K("unfold_backward", unfold_backward);
+  K("channel_shuffle", channel_shuffle);
+  K("native_channel_shuffle", channel_shuffle);
   K("scatter.reduce", scatter_src_reduce);
   K("scatter.value_reduce", scatter_value_reduce);
   K("index_reduce", index_reduce);

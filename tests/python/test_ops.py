@@ -190,6 +190,18 @@ CASES = {
                                               + [a.index_reduce(1, torch.tensor([2, 0, 2], device=a.device), s[:3, :3].mT,
                                                                 "mean", include_self=False).flatten()]),
                        [r(3, 4), r(5, 4, seed=3)], [0, 1]),
+    "take_put_unfold": (lambda a: torch.cat([a.take(torch.tensor([[0, 5], [-1, 27]], device=a.device)).flatten(),
+                                             a.put(torch.tensor([0, 5, -1], device=a.device), a[1, :3] * 2,
+                                                   accumulate=True).flatten(),
+                                             a.unfold(1, 3, 2).flatten(), a.unfold(0, 2, 1).unfold(1, 4, 3).flatten(),
+                                             F.channel_shuffle(a.reshape(1, 4, 7), 2).flatten(),
+                                             a.renorm(2, 0, 1.5).flatten()]), [r(4, 7)], [0]),
+    "addmv_addbmm": (lambda s, m, v, b1, b2: torch.cat([torch.addmv(s, m, v, beta=0.5, alpha=2),
+                                                        torch.addbmm(m[:3, :5], b1, b2, beta=0.3, alpha=1.5).flatten()]),
+                     [r(4), r(4, 7), r(7, seed=2), r(2, 3, 6, seed=3), r(2, 6, 5, seed=4)], [0, 1, 2, 3, 4]),
+    "cummax_cummin": (lambda a: torch.cat([torch.cummax(a, 1).values, torch.cummin(a, 0).values,
+                                           torch.cummax(a, 1).indices.float(), torch.cummin(a.round(), 0).indices.float(),
+                                           torch.count_nonzero(a.round(), 1)[:, None].float()], 1), [r(4, 6)], [0]),
     "bf16_half": (lambda a: (a.bfloat16() * 3).float() + (a.half() + 1).float(), [r(8)], []),
     "any_all": (lambda a: torch.stack([(a > 0).any(), (a > -3).all(), (a > 0).any(0).all()]), [r(3, 3)], []),
 }
@@ -315,6 +327,17 @@ def test_empty_batches_give_empty_results():
     assert F.fold(torch.randn(0, 4, 16).to(DEV), (5, 5), 2).cpu().shape == (0, 1, 5, 5)
     with pytest.raises(RuntimeError, match="non-empty"):
         F.unfold(torch.randn(1, 0, 5, 5).to(DEV), 2)
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def test_cummax_cummin_indices_follow_the_cpu_on_ties_and_nan():
+    # the CPU's index: the last tie of the running extreme, the last NaN once one is seen
+    torch_pjrt.metrics.reset()
+    x = torch.tensor([[3.0, 1, 3, 2, 5, 5, 0], [1, float("nan"), 4, float("nan"), 0, -1, 2]])
+    for f in (torch.cummax, torch.cummin):
+        want, got = f(x, 1), f(x.to(DEV), 1)
+        torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
+        assert torch.equal(got.indices.cpu(), want.indices), (f, got.indices, want.indices)
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
