@@ -2,6 +2,7 @@
 // indexing (index, index_put_), embedding backward, tril/triu, padding,
 // sort/topk, flip, arange.
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <numeric>
 
@@ -751,6 +752,52 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64
   return {v.narrow(w, 0, k).clone(), i.narrow(w, 0, k).clone()};
 }
 
+// median, nanmedian and kthvalue: the element at one position of the
+// stably sorted row (NaN sorts last). median: the lower middle, or the first
+// NaN when there is one (as the CPU); nanmedian: the lower middle of the
+// non-NaN values; kthvalue: position k - 1. Among equal values the CPU's
+// selection may report another one's index (its quickselect leaves that
+// open); the values agree.
+std::tuple<at::Tensor, at::Tensor> SortedAt(const at::Tensor& self, int64_t dim, bool keepdim, const char* op,
+                                            const std::function<at::Tensor(const at::Tensor& valid, int64_t n)>& position) {
+  if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
+  const int64_t w = WrapDim(dim, self.dim());
+  TORCH_CHECK_INDEX(self.size(w) > 0, op, "(): Expected reduction dim ", w, " to have non-zero size.");
+  auto [v, i] = sort_stable(self, true, w, false);
+  const int64_t n = self.size(w);
+  at::Tensor valid = at::isFloatingType(self.scalar_type()) ? self.isnan().logical_not().sum(w, true)
+                                                            : at::full_like(self.narrow(w, 0, 1), n, self.options().dtype(at::kLong));
+  at::Tensor pos = position(valid, n);
+  at::Tensor vals = v.gather(w, pos), idx = i.gather(w, pos);
+  if (!keepdim) return {vals.squeeze(w), idx.squeeze(w)};
+  return {vals, idx};
+}
+std::tuple<at::Tensor, at::Tensor> median_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return SortedAt(self, dim, keepdim, "median", [](const at::Tensor& valid, int64_t n) {
+    return at::where(valid < n, valid, at::full_like(valid, (n - 1) / 2));
+  });
+}
+std::tuple<at::Tensor, at::Tensor> nanmedian_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return SortedAt(self, dim, keepdim, "nanmedian", [](const at::Tensor& valid, int64_t) {
+    return at::where(valid > 0, at::floor_divide(valid - 1, 2), at::zeros_like(valid));
+  });
+}
+// The whole tensor's median: NaN when it is empty, as the CPU.
+at::Tensor MedianAll(const at::Tensor& self, bool ignore_nan) {
+  if (self.numel() == 0) return at::full({}, NAN, self.options());
+  at::Tensor flat = self.reshape({-1});
+  return std::get<0>(ignore_nan ? nanmedian_dim(flat, 0, false) : median_dim(flat, 0, false));
+}
+at::Tensor median_all(const at::Tensor& self) { return MedianAll(self, false); }
+at::Tensor nanmedian_all(const at::Tensor& self) { return MedianAll(self, true); }
+std::tuple<at::Tensor, at::Tensor> kthvalue(const at::Tensor& self, int64_t k, int64_t dim, bool keepdim) {
+  const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
+  const int64_t n = self.dim() ? self.size(w) : 1;
+  TORCH_CHECK(k >= 1 && k <= n, "kthvalue(): selected number k out of range for dimension ", w);
+  return SortedAt(self, dim, keepdim, "kthvalue",
+                  [k](const at::Tensor& valid, int64_t) { return at::full_like(valid, k - 1); });
+}
+
 // arange: the CPU's size (at::native::compute_arange_size, which truncates
 // an integer range's start, end and step first) and its arithmetic, start +
 // step * i in the output's accumulate type (int64 for integers, double for
@@ -837,6 +884,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("gather", gather);
   K("scatter_add", scatter_add);
   K("scatter_reduce.two", scatter_reduce);
+  K("median.dim", median_dim);
+  K("median", median_all);
+  K("nanmedian.dim", nanmedian_dim);
+  K("nanmedian", nanmedian_all);
+  K("kthvalue", kthvalue);
   K("take", take);
   K("put_", put_);
   K("unfold_backward", unfold_backward);

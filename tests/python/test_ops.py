@@ -202,6 +202,9 @@ CASES = {
     "cummax_cummin": (lambda a: torch.cat([torch.cummax(a, 1).values, torch.cummin(a, 0).values,
                                            torch.cummax(a, 1).indices.float(), torch.cummin(a.round(), 0).indices.float(),
                                            torch.count_nonzero(a.round(), 1)[:, None].float()], 1), [r(4, 6)], [0]),
+    "median_kthvalue": (lambda a: torch.cat([torch.median(a, 1).values, torch.median(a, 1).indices.float(),
+                                             torch.nanmedian(a, 0).values, torch.kthvalue(a, 2, 1).values,
+                                             torch.median(a)[None], torch.nanmedian(a)[None]]), [r(4, 6)], [0]),
     "bf16_half": (lambda a: (a.bfloat16() * 3).float() + (a.half() + 1).float(), [r(8)], []),
     "any_all": (lambda a: torch.stack([(a > 0).any(), (a > -3).all(), (a > 0).any(0).all()]), [r(3, 3)], []),
 }
