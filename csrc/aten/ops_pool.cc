@@ -1,5 +1,5 @@
 // Pooling over 2 or 3 spatial dims, forward and backward: max (with the
-// CPU's flat indices), average (its divisors: padding counted or not, a
+// CPU's flat indices) and its inverse max_unpool, average (its divisors: padding counted or not, a
 // divisor override, ceil_mode windows cut at the padded edge), adaptive
 // average and adaptive max (windows [floor(o*in/out), ceil((o+1)*in/out))).
 // 1-d pooling reaches these through the 2-d ops, as on the CPU.
@@ -105,28 +105,64 @@ ir::Value OverBatch(int d, ir::Value v, int64_t bsz, const std::vector<int64_t>&
   return B(d).BroadcastInDim(v, to, map);
 }
 
-// Gradient of a pooling that picked input elements by flat spatial index:
-// each output's gradient added onto the element it picked.
-at::Tensor ScatterByIndex(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& indices, int64_t n) {
-  TraceScope s;
-  const int d = CommonDevice({&grad, &self, &indices});
+// Values placed by flat spatial index into `shape` (zeros elsewhere), over
+// [N, spatial...]: the gradient of a pooling that picked input elements
+// (added where windows overlap), and max_unpool (written, replace).
+ir::Value PlaceByIndex(int d, ir::Value values, ir::Value index, const std::vector<int64_t>& shape, int64_t n,
+                       at::ScalarType t, bool replace) {
   ir::Builder& b = B(d);
-  TORCH_CHECK(grad.sizes() == indices.sizes(), "pooling backward: grad of shape ", grad.sizes(),
-              " does not match the indices' shape ", indices.sizes());
-  const auto shape = self.sizes().vec();
   const int64_t in = Numel({shape.end() - n, shape.end()});
-  const int64_t bsz = self.numel() / std::max<int64_t>(in, 1);
-  const int64_t per = grad.numel() / std::max<int64_t>(bsz, 1);
-  ir::Value g = b.Reshape(ValAs(grad, self.scalar_type()), {bsz, per});
-  ir::Value idx = b.Reshape(Val(indices), {bsz, per});
+  const int64_t bsz = Numel(shape) / std::max<int64_t>(in, 1);
+  const int64_t per = b.shape(values).numel() / std::max<int64_t>(bsz, 1);
+  ir::Value g = b.Reshape(values, {bsz, per});
+  ir::Value idx = b.Reshape(index, {bsz, per});
   ir::Value brow = b.Iota({ir::DType::I64, {bsz, per}}, 0);
   ir::Value coords = b.Concatenate({b.Reshape(brow, {bsz, per, 1}), b.Reshape(idx, {bsz, per, 1})}, 2);
   ir::ScatterDims sd;
   sd.inserted_window_dims = {0, 1};
   sd.scatter_dims_to_operand_dims = {0, 1};
   sd.index_vector_dim = 2;
-  ir::Value r = b.Scatter(Fill(d, 0, self.scalar_type(), {bsz, in}), coords, g, sd, false);
-  return Wrap(b.Reshape(r, shape), d);
+  ir::Value r = b.Scatter(Fill(d, 0, t, {bsz, in}), coords, g, sd, replace);
+  return b.Reshape(r, shape);
+}
+
+at::Tensor ScatterByIndex(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& indices, int64_t n) {
+  TraceScope s;
+  const int d = CommonDevice({&grad, &self, &indices});
+  TORCH_CHECK(grad.sizes() == indices.sizes(), "pooling backward: grad of shape ", grad.sizes(),
+              " does not match the indices' shape ", indices.sizes());
+  const at::ScalarType t = self.scalar_type();
+  return Wrap(PlaceByIndex(d, ValAs(grad, t), Val(indices), self.sizes().vec(), n, t, false), d);
+}
+
+// max_unpool: each value written at its index of an output of
+// `output_size`; an index outside it raises when the result is read.
+at::Tensor MaxUnpool(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size, int64_t n,
+                     const char* op) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong, op, "(): elements in indices should be type int64 but got: ",
+              indices.scalar_type());
+  TORCH_CHECK(static_cast<int64_t>(output_size.size()) == n, op, "(): There should be exactly ", n,
+              " elements (depth, height, width) in output_size, but got ", output_size.size(), " elements.");
+  TORCH_CHECK(self.dim() == n + 1 || self.dim() == n + 2, op, "(): Expected ", n + 1, "d or ", n + 2,
+              "d tensor, but got ", self.sizes());
+  TORCH_CHECK(self.sizes() == indices.sizes(), op, "(): Shape of indices (", indices.sizes(),
+              ") should match shape of input (", self.sizes(), ")");
+  std::vector<int64_t> out;
+  for (const c10::SymInt& v : output_size) out.push_back(v.guard_int(__FILE__, __LINE__));
+  TraceScope s;
+  const int d = CommonDevice({&self, &indices});
+  const at::ScalarType t = self.scalar_type();
+  const auto oshape = WithSpatial(self.sizes().vec(), out);
+  if (self.numel() == 0) return Wrap(Fill(d, 0, t, oshape), d);
+  ir::Value idx = CheckedIndex(d, Val(indices), Numel(out), false, op);
+  return Wrap(PlaceByIndex(d, Val(self), idx, oshape, n, t, true), d);
+}
+at::Tensor max_unpool2d(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size) {
+  return MaxUnpool(self, indices, output_size, 2, "max_unpool2d");
+}
+at::Tensor max_unpool3d(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size,
+                        at::IntArrayRef, at::IntArrayRef) {
+  return MaxUnpool(self, indices, output_size, 3, "max_unpool3d");
 }
 
 // The window element that beats `best`: greater, or the first NaN.
@@ -579,4 +615,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("adaptive_max_pool2d_backward", adaptive_max_pool2d_backward);
   K("adaptive_max_pool3d", adaptive_max_pool3d);
   K("adaptive_max_pool3d_backward", adaptive_max_pool3d_backward);
+  K("max_unpool2d", max_unpool2d);
+  K("max_unpool3d", max_unpool3d);
 }
