@@ -130,6 +130,24 @@ at::Tensor shrink_backward(const at::Tensor& grad, const at::Tensor& self, const
   return Wrap(b.Select(outside, o.x, Fill(o.device, 0, t, o.shape)), o.device);
 }
 
+// rrelu: in training, each non-positive element scaled by a slope drawn
+// uniformly from [lower, upper] on the device (recorded in `noise`, 1 for
+// the others); in evaluation, leaky_relu with the mean slope, as the CPU.
+at::Tensor rrelu_with_noise(const at::Tensor& self, at::Tensor& noise, const at::Scalar& lower, const at::Scalar& upper,
+                            bool training, std::optional<at::Generator> gen) {
+  const double lo = lower.toDouble(), hi = upper.toDouble();
+  if (!training) return at::leaky_relu(self, (lo + hi) / 2);
+  TORCH_CHECK(noise.sizes() == self.sizes(), "rrelu_with_noise: noise of shape ", noise.sizes(),
+              " does not match the input's ", self.sizes());
+  at::Tensor slope = at::where(self <= 0, at::empty_like(self).uniform_(lo, hi, gen), at::ones_like(self));
+  noise.copy_(slope);
+  return self * slope;
+}
+at::Tensor& rrelu_with_noise_(at::Tensor& self, at::Tensor& noise, const at::Scalar& lower, const at::Scalar& upper,
+                              bool training, std::optional<at::Generator> gen) {
+  return self.copy_(tpj::aten::rrelu_with_noise(self, noise, lower, upper, training, std::move(gen)));
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -137,6 +155,8 @@ at::Tensor shrink_backward(const at::Tensor& grad, const at::Tensor& self, const
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("glu", glu);
+  K("rrelu_with_noise", rrelu_with_noise);
+  K("rrelu_with_noise_", rrelu_with_noise_);
   K("glu_backward", glu_backward);
   K("_prelu_kernel", prelu_kernel);
   K("_prelu_kernel_backward", prelu_kernel_backward);

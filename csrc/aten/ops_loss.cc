@@ -1,7 +1,8 @@
 // Pointwise losses with their reductions and backward formulas, as the CPU
 // computes them: binary cross entropy (log clamped at -100, input and target
 // checked to lie in [0, 1] by checks compiled into the program), smooth L1
-// and Huber.
+// and Huber, and the class-margin losses multi_margin_loss and
+// multilabel_margin_loss.
 
 #include "aten/lowering.h"
 
@@ -155,6 +156,199 @@ at::Tensor huber_loss_backward(const at::Tensor& grad, const at::Tensor& self, c
   return SmoothBackward(grad, self, target, reduction, delta, true);
 }
 
+// ------------------------------------------------------------ margin losses
+
+// The rows of a class-score input: [nframe, dim] (a 0-d or 1-d input is one
+// row), as the CPU reads it.
+struct Rows {
+  int d;
+  at::ScalarType t;
+  int64_t nframe, dim;
+  ir::Value x;
+  ir::Value c(double v, const std::vector<int64_t>& shape) const { return Fill(d, v, t, shape); }
+};
+
+Rows RowsOf(const at::Tensor& self, int d, const char* op) {
+  TORCH_CHECK(self.dim() <= 2 && (self.dim() == 0 || self.numel() > 0), op, ": Expected non-empty vector or matrix with "
+              "optional 0-dim batch size, but got: ", self.sizes());
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), op, " on pjrt expects a floating-point input, got ", self.scalar_type());
+  Rows r{d, self.scalar_type(), self.dim() <= 1 ? 1 : self.size(0), self.dim() == 0 ? 1 : self.size(-1), {}};
+  r.x = B(d).Reshape(Val(self), {r.nframe, r.dim});
+  return r;
+}
+
+// Per-row losses [nframe] reduced; None keeps a row per target (0-d for a
+// 0-d target).
+at::Tensor RowsReduced(const Rows& r, ir::Value loss, int64_t reduction, bool scalar_target) {
+  ir::Builder& b = B(r.d);
+  if (reduction == at::Reduction::None) return Wrap(scalar_target ? b.Reshape(loss, {}) : loss, r.d);
+  ir::Value sum = b.Reduce(loss, b.ScalarConstant(ToIr(r.t), 0), {0}, ir::ReduceKind::Sum);
+  if (reduction == at::Reduction::Mean) sum = b.Binary(Op::Div, sum, r.c(static_cast<double>(r.nframe), {}));
+  return Wrap(sum, r.d);
+}
+
+// The gradient of each row's loss: grad_output per row (None) or its one
+// value, /nframe for a mean.
+ir::Value RowScale(const Rows& r, const at::Tensor& grad, int64_t reduction) {
+  ir::Builder& b = B(r.d);
+  ir::Value g = ValAs(grad, r.t);
+  g = reduction == at::Reduction::None && grad.numel() == r.nframe ? b.Reshape(g, {r.nframe})
+                                                                     : BroadcastTo(r.d, b.Reshape(g, {}), {r.nframe});
+  if (reduction == at::Reduction::Mean) g = b.Binary(Op::Div, g, r.c(static_cast<double>(r.nframe), {r.nframe}));
+  return g;
+}
+
+// multi_margin_loss: per row sum over j != y of max(0, margin - x[y] + x[j])^p
+// (times weight[y]), / dim, as the CPU.
+struct MultiMargin {
+  ir::Value z, mask, wy, is_y;  // [nframe, dim] (wy: [nframe, dim] broadcast)
+};
+
+MultiMargin MultiMarginParts(const Rows& r, const at::Tensor& target, const at::Scalar& margin,
+                             const std::optional<at::Tensor>& weight) {
+  ir::Builder& b = B(r.d);
+  const std::vector<int64_t> m{r.nframe, r.dim};
+  TORCH_CHECK(target.dim() <= 1 && target.numel() == r.nframe, "inconsistent target size, expected ", r.nframe,
+              " but got ", target.sizes());
+  ir::Value y = b.Reshape(CheckedIndex(r.d, Val(target), r.dim, false, "multi_margin_loss"), {r.nframe});
+  MultiMargin p;
+  p.is_y = b.Compare(CompareDir::EQ, b.Iota({ir::DType::I64, m}, 1), b.BroadcastInDim(y, m, {0}));
+  // x[y] and weight[y] as sums of one selected element and -0.0 elsewhere
+  // (no NaN from the rest; -0.0 + v is v, a -0.0 included)
+  auto at_y = [&](ir::Value v) {
+    ir::Value sel = b.Select(p.is_y, v, r.c(-0.0, m));
+    return b.BroadcastInDim(b.Reduce(sel, b.ScalarConstant(ToIr(r.t), -0.0), {1}, ir::ReduceKind::Sum), m, {0});
+  };
+  p.z = b.Binary(Op::Add, b.Binary(Op::Sub, Number(r.d, margin, r.t, m), at_y(r.x)), r.x);
+  p.mask = b.Binary(Op::And, b.Unary(Op::Not, p.is_y), b.Compare(CompareDir::GT, p.z, r.c(0, m)));
+  if (weight && weight->defined()) {
+    TORCH_CHECK(weight->numel() == r.dim && weight->dim() <= 1, "inconsistent weight size, expected ", r.dim, " but got ",
+                weight->sizes());
+    p.wy = at_y(b.BroadcastInDim(b.Reshape(ValAs(*weight, r.t), {r.dim}), m, {1}));
+  }
+  return p;
+}
+
+double MarginPower(const at::Scalar& p) {
+  TORCH_CHECK(!p.isComplex() && (p.toDouble() == 1 || p.toDouble() == 2), "only p == 1 and p == 2 supported");
+  return p.toDouble();
+}
+
+at::Tensor multi_margin_loss(const at::Tensor& self, const at::Tensor& target, const at::Scalar& p_,
+                             const at::Scalar& margin, const std::optional<at::Tensor>& weight, int64_t reduction) {
+  const double p = MarginPower(p_);
+  TraceScope s;
+  const int d = CommonDevice({&self, &target});
+  ir::Builder& b = B(d);
+  Rows r = RowsOf(self, d, "multi_margin_loss");
+  MultiMargin parts = MultiMarginParts(r, target, margin, weight);
+  const std::vector<int64_t> m{r.nframe, r.dim};
+  ir::Value h = p == 1 ? parts.z : b.Binary(Op::Mul, parts.z, parts.z);
+  if (parts.wy.valid()) h = b.Binary(Op::Mul, h, parts.wy);
+  h = b.Select(parts.mask, h, r.c(0, m));
+  ir::Value loss = b.Binary(Op::Div, b.Reduce(h, b.ScalarConstant(ToIr(r.t), 0), {1}, ir::ReduceKind::Sum),
+                            r.c(static_cast<double>(r.dim), {r.nframe}));
+  return RowsReduced(r, loss, reduction, target.dim() == 0);
+}
+
+at::Tensor multi_margin_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                                      const at::Scalar& p_, const at::Scalar& margin,
+                                      const std::optional<at::Tensor>& weight, int64_t reduction) {
+  const double p = MarginPower(p_);
+  TraceScope s;
+  const int d = CommonDevice({&grad, &self, &target});
+  ir::Builder& b = B(d);
+  Rows r = RowsOf(self, d, "multi_margin_loss_backward");
+  MultiMargin parts = MultiMarginParts(r, target, margin, weight);
+  const std::vector<int64_t> m{r.nframe, r.dim};
+  ir::Value g = p == 1 ? r.c(1, m) : b.Binary(Op::Mul, r.c(2, m), parts.z);
+  if (parts.wy.valid()) g = b.Binary(Op::Mul, g, parts.wy);
+  g = b.Binary(Op::Div, b.Select(parts.mask, g, r.c(0, m)), r.c(static_cast<double>(r.dim), m));
+  // each margin term pulls x[j] up and x[y] down
+  ir::Value down = b.Reduce(g, b.ScalarConstant(ToIr(r.t), 0), {1}, ir::ReduceKind::Sum);
+  g = b.Select(parts.is_y, b.Binary(Op::Sub, r.c(0, m), b.BroadcastInDim(down, m, {0})), g);  // 0 - sum: +0.0 as the CPU
+  g = b.Binary(Op::Mul, g, b.BroadcastInDim(RowScale(r, grad, reduction), m, {0}));
+  return Wrap(b.Reshape(g, self.sizes().vec()), d);
+}
+
+// multilabel_margin_loss: the targets of a row are its entries up to the
+// first -1; per row, sum over targets y and non-targets j of
+// max(0, 1 - x[y] + x[j]), / dim.
+struct MultiLabel {
+  ir::Value onehot;  // [nframe, K, dim]: target k of the row is class c
+  ir::Value mask;    // [nframe, K, dim]: a positive margin term
+  ir::Value z;       // [nframe, K, dim]
+  ir::Value is_target;  // [nframe, dim], bool
+};
+
+MultiLabel MultiLabelParts(const Rows& r, const at::Tensor& target) {
+  ir::Builder& b = B(r.d);
+  TORCH_CHECK(target.sizes() == (r.nframe == 1 && target.dim() <= 1 ? target.sizes() : at::IntArrayRef({r.nframe, r.dim})) &&
+                  target.numel() == r.nframe * r.dim,
+              "inconsistent target size: ", target.sizes(), " for input of size: ", r.nframe, "x", r.dim);
+  const int64_t n = r.nframe, k = r.dim;
+  const std::vector<int64_t> nk{n, k}, nkc{n, k, r.dim}, nc{n, r.dim};
+  ir::Value tg = b.Reshape(b.Convert(Val(target), ir::DType::I64), nk);
+  ir::Value bad = b.Binary(Op::Or, b.Compare(CompareDir::LT, tg, b.Full(ir::DType::I64, nk, -1)),
+                           b.Compare(CompareDir::GE, tg, b.Full(ir::DType::I64, nk, static_cast<double>(r.dim))));
+  CheckNone(r.d, bad, runtime::ErrorKind::kIndex, "multilabel_margin_loss: target out of range");
+  // a row's targets end at its first negative entry
+  ir::Value neg = b.Convert(b.Compare(CompareDir::LT, tg, b.Full(ir::DType::I64, nk, 0)), ir::DType::I32);
+  ir::Value ended = b.ReduceWindow(neg, b.ScalarConstant(ir::DType::I32, 0), ir::ReduceKind::Max, {1, k}, {1, 1}, {}, {},
+                                   {0, k - 1}, {0, 0});
+  ir::Value valid = b.Compare(CompareDir::EQ, ended, b.Full(ir::DType::I32, nk, 0));
+  MultiLabel p;
+  p.onehot = b.Binary(Op::And, b.Compare(CompareDir::EQ, b.Iota({ir::DType::I64, nkc}, 2), b.BroadcastInDim(tg, nkc, {0, 1})),
+                      b.BroadcastInDim(valid, nkc, {0, 1}));
+  ir::Value hits = b.Reduce(b.Convert(p.onehot, ir::DType::I32), b.ScalarConstant(ir::DType::I32, 0), {1},
+                            ir::ReduceKind::Sum);
+  p.is_target = b.Compare(CompareDir::GT, hits, b.Full(ir::DType::I32, nc, 0));
+  ir::Value xb = b.BroadcastInDim(r.x, nkc, {0, 2});
+  ir::Value xy = b.Reduce(b.Select(p.onehot, xb, r.c(-0.0, nkc)), b.ScalarConstant(ToIr(r.t), -0.0), {2},
+                          ir::ReduceKind::Sum);  // x[y]: one element, -0.0 elsewhere
+  p.z = b.Binary(Op::Add, b.Binary(Op::Sub, r.c(1, nkc), b.BroadcastInDim(xy, nkc, {0, 1})), xb);
+  p.mask = b.Binary(Op::And, b.BroadcastInDim(valid, nkc, {0, 1}),
+                    b.Binary(Op::And, b.Unary(Op::Not, b.BroadcastInDim(p.is_target, nkc, {0, 2})),
+                             b.Compare(CompareDir::GT, p.z, r.c(0, nkc))));
+  return p;
+}
+
+std::tuple<at::Tensor, at::Tensor> multilabel_margin_loss_forward(const at::Tensor& self, const at::Tensor& target,
+                                                                  int64_t reduction) {
+  TORCH_CHECK(target.scalar_type() == at::kLong, "multilabel_margin_loss: expected target of dtype int64, got ",
+              target.scalar_type());
+  TraceScope s;
+  const int d = CommonDevice({&self, &target});
+  ir::Builder& b = B(d);
+  Rows r = RowsOf(self, d, "multilabel_margin_loss");
+  MultiLabel parts = MultiLabelParts(r, target);
+  const std::vector<int64_t> nkc{r.nframe, r.dim, r.dim};
+  ir::Value h = b.Select(parts.mask, parts.z, r.c(0, nkc));
+  ir::Value loss = b.Binary(Op::Div, b.Reduce(h, b.ScalarConstant(ToIr(r.t), 0), {1, 2}, ir::ReduceKind::Sum),
+                            r.c(static_cast<double>(r.dim), {r.nframe}));
+  ir::Value is_target = b.Reshape(b.Convert(parts.is_target, ToIr(r.t)), target.sizes().vec());
+  return {RowsReduced(r, loss, reduction, target.dim() <= 1), Wrap(is_target, d)};
+}
+
+at::Tensor multilabel_margin_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                                           int64_t reduction, const at::Tensor&) {
+  TraceScope s;
+  const int d = CommonDevice({&grad, &self, &target});
+  ir::Builder& b = B(d);
+  Rows r = RowsOf(self, d, "multilabel_margin_loss_backward");
+  MultiLabel parts = MultiLabelParts(r, target);
+  const std::vector<int64_t> nkc{r.nframe, r.dim, r.dim}, nc{r.nframe, r.dim};
+  ir::Value one = b.Select(parts.mask, r.c(1, nkc), r.c(0, nkc));
+  // +1 on x[j] for each positive term, -(its count) on that target's x[y]
+  ir::Value up = b.Reduce(one, b.ScalarConstant(ToIr(r.t), 0), {1}, ir::ReduceKind::Sum);
+  ir::Value per_target = b.Reduce(one, b.ScalarConstant(ToIr(r.t), 0), {2}, ir::ReduceKind::Sum);
+  ir::Value down = b.Reduce(b.Select(parts.onehot, b.BroadcastInDim(per_target, nkc, {0, 1}), r.c(0, nkc)),
+                            b.ScalarConstant(ToIr(r.t), 0), {1}, ir::ReduceKind::Sum);
+  ir::Value g = b.Binary(Op::Div, b.Binary(Op::Sub, up, down), r.c(static_cast<double>(r.dim), nc));
+  g = b.Binary(Op::Mul, g, b.BroadcastInDim(RowScale(r, grad, reduction), nc, {0}));
+  return Wrap(b.Reshape(g, self.sizes().vec()), d);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -167,4 +361,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("smooth_l1_loss_backward", smooth_l1_loss_backward);
   K("huber_loss", huber_loss);
   K("huber_loss_backward", huber_loss_backward);
+  K("multi_margin_loss", multi_margin_loss);
+  K("multi_margin_loss_backward", multi_margin_loss_backward);
+  K("multilabel_margin_loss_forward", multilabel_margin_loss_forward);
+  K("multilabel_margin_loss_backward", multilabel_margin_loss_backward);
 }

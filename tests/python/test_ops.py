@@ -208,6 +208,13 @@ CASES = {
     "median_kthvalue": (lambda a: torch.cat([torch.median(a, 1).values, torch.median(a, 1).indices.float(),
                                              torch.nanmedian(a, 0).values, torch.kthvalue(a, 2, 1).values,
                                              torch.median(a)[None], torch.nanmedian(a)[None]]), [r(4, 6)], [0]),
+    "margin_losses": (lambda a, w: torch.cat([F.multi_margin_loss(a, torch.tensor([0, 4, 2, 2], device=a.device), p=p,
+                                                                  margin=0.7, weight=w, reduction=red).flatten()
+                                              for p in (1, 2) for red in ("none", "mean")]
+                                             + [F.multilabel_margin_loss(a, torch.tensor([[3, 0, -1, 1, 1], [1, 2, 4, -1, 0],
+                                                                                          [0, -1, 0, 0, 0], [4, 3, 2, 1, 0]],
+                                                                                         device=a.device), reduction=red).flatten()
+                                                for red in ("none", "sum")]), [r(4, 5), pos(5)], [0]),
     "bf16_half": (lambda a: (a.bfloat16() * 3).float() + (a.half() + 1).float(), [r(8)], []),
     "any_all": (lambda a: torch.stack([(a > 0).any(), (a > -3).all(), (a > 0).any(0).all()]), [r(3, 3)], []),
 }
@@ -344,6 +351,20 @@ def test_cummax_cummin_indices_follow_the_cpu_on_ties_and_nan():
         want, got = f(x, 1), f(x.to(DEV), 1)
         torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
         assert torch.equal(got.indices.cpu(), want.indices), (f, got.indices, want.indices)
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def test_rrelu_draws_slopes_on_the_device():
+    torch_pjrt.metrics.reset()
+    x = torch.randn(4000).to(DEV).requires_grad_()
+    y = torch.nn.RReLU(0.1, 0.3).train()(x)
+    y.sum().backward()
+    xc, yc, gc = x.detach().cpu(), y.detach().cpu(), x.grad.cpu()
+    slope = (yc / xc)[xc < 0]
+    assert 0.1 <= slope.min() and slope.max() <= 0.3 and slope.std() > 0.03  # drawn, not the mean
+    assert torch.equal(yc[xc > 0], xc[xc > 0])
+    torch.testing.assert_close(gc[xc < 0], slope)  # the gradient is the slope drawn
+    assert torch.equal(torch.nn.RReLU(0.1, 0.3).eval()(x.detach()).cpu(), F.leaky_relu(xc, 0.2))
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
