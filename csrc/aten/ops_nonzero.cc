@@ -5,7 +5,8 @@
 // computed on the device: a prefix sum numbers the true elements, a scatter
 // puts each one's flat index at its number, and division by the strides
 // unravels it. nonzero_static reads nothing: its size is given, and the
-// rows beyond the count are filled.
+// rows beyond the count are filled. unique and unique_consecutive read the
+// number of distinct values, bincount its length.
 //
 // Each count gives the ops that follow new shapes, so a step that indexes
 // with a mask compiles once per distinct count (as any lazy device does).
@@ -101,6 +102,80 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
   return self.index_put_(index, values);
 }
 
+// unique and unique_consecutive (flattened): where a run of equal values
+// starts (in sorted order for unique) is marked, and the one number read is
+// their count; values, inverse indices and counts follow on the device. As
+// on the CPU, every NaN is a value of its own.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> Runs(const at::Tensor& self, bool sort, bool return_inverse,
+                                                    bool return_counts) {
+  const at::TensorOptions longs = self.options().dtype(at::kLong);
+  const int64_t n = self.numel();
+  at::Tensor inverse = at::zeros(return_inverse ? self.sizes() : at::IntArrayRef{0}, longs);
+  if (n == 0) return {at::empty({0}, self.options()), inverse, at::empty({0}, longs)};
+  at::Tensor flat = self.reshape({-1});
+  at::Tensor order;
+  if (sort) std::tie(flat, order) = at::sort(flat, /*stable=*/true, 0, false);
+  at::Tensor starts = at::cat({at::ones({1}, flat.options().dtype(at::kBool)),
+                               flat.narrow(0, 1, n - 1).ne(flat.narrow(0, 0, n - 1))});
+  const int64_t count = Count(starts);
+  at::Tensor first = TrueIndices(starts, count);
+  at::Tensor values = flat.index_select(0, first);
+  if (return_inverse) {
+    at::Tensor group = at::cumsum(starts, 0, at::kLong).sub_(1);
+    if (sort) group = at::zeros({n}, longs).scatter_(0, order, group);
+    inverse = group.reshape(self.sizes());
+  }
+  at::Tensor counts = at::empty({0}, longs);
+  if (return_counts) counts = at::cat({first.narrow(0, 1, count - 1), at::full({1}, n, longs)}).sub_(first);
+  return {values, inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool, bool return_inverse,
+                                                       bool return_counts) {
+  return Runs(self, true, return_inverse, return_counts);
+}
+std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool, bool return_inverse) {
+  auto [v, i, c] = Runs(self, true, return_inverse, false);
+  return {v, i};
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
+                                                                  bool return_counts, std::optional<int64_t> dim) {
+  if (dim && self.dim() > 1) {
+    // runs of equal slices along a dim: the CPU computes them
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::unique_consecutive", "");
+    c10::Stack stack{self, return_inverse, return_counts, dim};
+    CpuFallback(op, &stack);
+    return {stack.at(0).toTensor(), stack.at(1).toTensor(), stack.at(2).toTensor()};
+  }
+  return Runs(self, false, return_inverse, return_counts);
+}
+
+// bincount: counts (or summed weights) per value of a 1-d non-negative
+// integer input; the length, max(input) + 1 or minlength, is the one number
+// read (with the input's least value, checked to be >= 0).
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, c10::SymInt minlength_) {
+  const int64_t minlength = minlength_.guard_int(__FILE__, __LINE__);
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(self.scalar_type(), false), "\"bincount\" not implemented for '",
+                              self.scalar_type(), "'");
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  const bool weighted = weights && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  const at::ScalarType out_t = !weighted ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  int64_t length = minlength;
+  if (self.numel() > 0) {
+    auto [mn, mx] = at::aminmax(self.to(at::kLong));
+    at::Tensor both = at::stack({mn, mx}).cpu();
+    TORCH_CHECK(both[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    length = std::max(length, both[1].item<int64_t>() + 1);
+  }
+  at::Tensor out = at::zeros({length}, self.options().dtype(out_t));
+  if (self.numel() == 0) return out;
+  at::Tensor add = weighted ? weights->to(out_t) : at::ones({self.numel()}, out.options());
+  return out.scatter_add_(0, self.to(at::kLong), add);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -110,5 +185,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("nonzero", nonzero);
   K("nonzero_static", nonzero_static);
   K("masked_select", masked_select);
+  K("_unique2", unique2);
+  K("_unique", unique);
+  K("unique_consecutive", unique_consecutive);
+  K("bincount", bincount);
   m.impl("masked_scatter_", TORCH_FN(tpj::aten::masked_scatter_));
 }

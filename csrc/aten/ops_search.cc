@@ -1,6 +1,9 @@
 // Searching sorted sequences: bucketize and searchsorted, by comparing each
 // value with every boundary and counting (exact, O(values x boundaries)
-// work, which suits the bucket tables models use; no data-dependent control).
+// work, which suits the bucket tables models use; no data-dependent control),
+// and histc's equal-width bins.
+#include <cmath>
+
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -67,6 +70,41 @@ at::Tensor bucketize_scalar(const at::Scalar& value, const at::Tensor& boundarie
   return tpj::aten::bucketize(at::scalar_tensor(value, boundaries.options().dtype(t)), boundaries, out_int32, right);
 }
 
+// histc: counts of the elements in [min, max] by bins of equal width, the
+// CPU's bin (elt - min) * bins / (max - min) truncated, max in the last bin;
+// NaN and elements outside are not counted. min == max takes the data's
+// range (on the device, checked to be finite when the result is read).
+at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins, " for dimension 0");
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogram\" not implemented for '",
+                              self.scalar_type(), "'");
+  const double lo = min.toDouble(), hi = max.toDouble();
+  const at::ScalarType t = self.scalar_type();
+  at::Tensor x = self.reshape({-1});
+  at::Tensor left = at::scalar_tensor(lo, x.options()), right = at::scalar_tensor(hi, x.options());
+  if (lo == hi && x.numel() > 0) {
+    auto [mn, mx] = at::aminmax(x);
+    left = mn;
+    right = mx;
+    TraceScope s;
+    const int d = DeviceIndex(self);
+    ir::Builder& b = B(d);
+    ir::Value bad = b.Unary(ir::Op::Not, b.Binary(ir::Op::And, b.IsFinite(Val(mn)), b.IsFinite(Val(mx))));
+    CheckNone(d, bad, runtime::ErrorKind::kValue, "torch.histc: range of the data is not finite");
+  } else {
+    TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "torch.histc: range of [", lo, ", ", hi, "] is not finite");
+    TORCH_CHECK(lo < hi || lo == hi, "torch.histc: max must be larger than min");
+  }
+  at::Tensor same = left == right;
+  left = at::where(same, left - 1, left);
+  right = at::where(same, right + 1, right);
+  at::Tensor pos = ((x - left) * static_cast<double>(bins) / (right - left)).to(at::kLong);
+  pos = at::where(pos == bins, at::scalar_tensor(bins - 1, pos.options()), pos);
+  at::Tensor inside = (x >= left).logical_and(x <= right);
+  pos = at::where(inside, pos, at::scalar_tensor(bins, pos.options()));  // a spare bin
+  return at::zeros({bins + 1}, x.options()).scatter_add_(0, pos, at::ones_like(x)).narrow(0, 0, bins).to(t);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -77,4 +115,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("searchsorted.Scalar", searchsorted_scalar);
   K("bucketize.Tensor", bucketize);
   K("bucketize.Scalar", bucketize_scalar);
+  K("histc", histc);
 }

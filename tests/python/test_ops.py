@@ -368,6 +368,32 @@ def test_rrelu_draws_slopes_on_the_device():
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
+def test_unique_bincount_histc_run_on_the_device():
+    torch_pjrt.metrics.reset()
+    x = torch.tensor([[3, 1, 2, 3], [1, 5, 2, 2]])
+    for sort in (True, False):
+        want = torch.unique(x, sorted=sort, return_inverse=True, return_counts=True)
+        got = torch.unique(x.to(DEV), sorted=sort, return_inverse=True, return_counts=True)
+        for w, g in zip(want, got):
+            assert torch.equal(g.cpu(), w)
+    want = torch.unique_consecutive(x.flatten(), return_inverse=True, return_counts=True)
+    got = torch.unique_consecutive(x.flatten().to(DEV), return_inverse=True, return_counts=True)
+    for w, g in zip(want, got):
+        assert torch.equal(g.cpu(), w)
+    f = torch.tensor([1.0, float("nan"), 1.0, float("nan"), -0.0, 0.0])  # every NaN a value of its own
+    torch.testing.assert_close(torch.unique(f.to(DEV), return_counts=True)[1].cpu(), torch.unique(f, return_counts=True)[1])
+    i, w = torch.tensor([0, 3, 1, 3]), torch.tensor([0.5, 1.0, 2.0, 3.0])
+    assert torch.equal(torch.bincount(i.to(DEV), w.to(DEV), minlength=6).cpu(), torch.bincount(i, w, minlength=6))
+    y = torch.randn(5000)
+    assert torch.equal(torch.histc(y.to(DEV), bins=17).cpu(), torch.histc(y, bins=17))
+    assert torch.equal(torch.histc(y.to(DEV), bins=10, min=-1, max=1).cpu(), torch.histc(y, bins=10, min=-1, max=1))
+    assert torch_pjrt.metrics.fallbacks() == {}
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.bincount(torch.tensor([-1, 2]).to(DEV))
+    with pytest.raises(RuntimeError, match="not finite"):
+        torch.histc(torch.tensor([1.0, float("inf")]).to(DEV), bins=3).cpu()
+
+
 def test_mask_indexing_runs_on_the_device():
     torch.manual_seed(0)
     x, y = torch.randn(6, 5), torch.randn(6, 5)
