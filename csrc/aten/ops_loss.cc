@@ -163,16 +163,17 @@ at::Tensor huber_loss_backward(const at::Tensor& grad, const at::Tensor& self, c
 struct Rows {
   int d;
   at::ScalarType t;
-  int64_t nframe, dim;
+  int64_t nframe, dim, rank;  // rank: the input's
   ir::Value x;
   ir::Value c(double v, const std::vector<int64_t>& shape) const { return Fill(d, v, t, shape); }
 };
 
 Rows RowsOf(const at::Tensor& self, int d, const char* op) {
-  TORCH_CHECK(self.dim() <= 2 && (self.dim() == 0 || self.numel() > 0), op, ": Expected non-empty vector or matrix with "
+  // as the CPU: a batch of no rows is allowed, no empty class dim
+  TORCH_CHECK(self.dim() <= 2 && (self.dim() == 0 || self.size(-1) > 0), op, ": Expected non-empty vector or matrix with "
               "optional 0-dim batch size, but got: ", self.sizes());
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), op, " on pjrt expects a floating-point input, got ", self.scalar_type());
-  Rows r{d, self.scalar_type(), self.dim() <= 1 ? 1 : self.size(0), self.dim() == 0 ? 1 : self.size(-1), {}};
+  Rows r{d, self.scalar_type(), self.dim() <= 1 ? 1 : self.size(0), self.dim() == 0 ? 1 : self.size(-1), self.dim(), {}};
   r.x = B(d).Reshape(Val(self), {r.nframe, r.dim});
   return r;
 }
@@ -183,7 +184,8 @@ at::Tensor RowsReduced(const Rows& r, ir::Value loss, int64_t reduction, bool sc
   ir::Builder& b = B(r.d);
   if (reduction == at::Reduction::None) return Wrap(scalar_target ? b.Reshape(loss, {}) : loss, r.d);
   ir::Value sum = b.Reduce(loss, b.ScalarConstant(ToIr(r.t), 0), {0}, ir::ReduceKind::Sum);
-  if (reduction == at::Reduction::Mean) sum = b.Binary(Op::Div, sum, r.c(static_cast<double>(r.nframe), {}));
+  // the mean of no rows is 0, as the CPU's multi_margin_loss gives it
+  if (reduction == at::Reduction::Mean && r.nframe > 0) sum = b.Binary(Op::Div, sum, r.c(static_cast<double>(r.nframe), {}));
   return Wrap(sum, r.d);
 }
 
@@ -283,8 +285,9 @@ struct MultiLabel {
 
 MultiLabel MultiLabelParts(const Rows& r, const at::Tensor& target) {
   ir::Builder& b = B(r.d);
-  TORCH_CHECK(target.sizes() == (r.nframe == 1 && target.dim() <= 1 ? target.sizes() : at::IntArrayRef({r.nframe, r.dim})) &&
-                  target.numel() == r.nframe * r.dim,
+  // the input's own shape: [dim] (a 0-d input: at most one dim) or [nframe, dim]
+  TORCH_CHECK(r.rank <= 1 ? target.dim() <= 1 && target.numel() == r.dim
+                          : target.dim() == 2 && target.size(0) == r.nframe && target.size(1) == r.dim,
               "inconsistent target size: ", target.sizes(), " for input of size: ", r.nframe, "x", r.dim);
   const int64_t n = r.nframe, k = r.dim;
   const std::vector<int64_t> nk{n, k}, nkc{n, k, r.dim}, nc{n, r.dim};

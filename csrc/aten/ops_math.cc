@@ -365,7 +365,9 @@ ir::Value Zeta(const Ctx& c, ir::Value s, ir::Value q, const char* op) {
   ir::Value s_int = c.cmp(CompareDir::EQ, s, c.un(Op::Floor, s));
   ir::Value s_odd = c.cmp(CompareDir::EQ, c.bin(Op::Sub, s, c.bin(Op::Mul, c.c(2), c.un(Op::Floor, c.bin(Op::Mul, s, c.c(0.5))))), c.c(1));
   // terms (q + k)^-s while q + k <= 0, with the sign of an odd power
-  ir::Value steps = c.sel(both(q_low, c.b().Unary(Op::Not, q_int)), c.un(Op::Ceil, c.un(Op::Neg, q)), c.c(0));
+  // (where the CPU sums: an integer s > 1; otherwise its answer is NaN or inf)
+  ir::Value sums = both(both(q_low, c.b().Unary(Op::Not, q_int)), both(s_int, c.cmp(CompareDir::GT, s, c.c(1))));
+  ir::Value steps = c.sel(sums, c.un(Op::Ceil, c.un(Op::Neg, q)), c.c(0));
   CheckNone(c.d, c.cmp(CompareDir::GT, steps, c.c(kZetaShift)), runtime::ErrorKind::kValue,
             std::string(op) + " on pjrt: a non-integer q (or x) below -" + std::to_string(kZetaShift) +
                 " is not supported; compute it on the CPU");

@@ -170,8 +170,9 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
     TORCH_CHECK(both[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
     length = std::max(length, both[1].item<int64_t>() + 1);
   }
+  // an empty input counts nothing, weighted or not (int64, as the CPU)
+  if (self.numel() == 0) return at::zeros({length}, self.options().dtype(at::kLong));
   at::Tensor out = at::zeros({length}, self.options().dtype(out_t));
-  if (self.numel() == 0) return out;
   at::Tensor add = weighted ? weights->to(out_t) : at::ones({self.numel()}, out.options());
   return out.scatter_add_(0, self.to(at::kLong), add);
 }

@@ -35,12 +35,12 @@ std::vector<int64_t> PerDim(at::IntArrayRef v, int64_t n, const char* op, const 
   return v.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(n), v[0]) : v.vec();
 }
 
-// The input's rank: n + 1 (unbatched) or n + 2, its spatial dims non-empty.
+// The input's rank: n + 1 (unbatched) or n + 2; only a batch may be empty.
 void CheckInput(const at::Tensor& x, int64_t n, const char* op) {
   bool ok = x.dim() == n + 1 || x.dim() == n + 2;
-  for (int64_t i = 1; ok && i < x.dim(); ++i) ok = x.size(i) > 0;
-  TORCH_CHECK(ok, op, ": non-empty ", n + 1, "D or ", n + 2, "D (batch mode) tensor expected for input, got ",
-              x.sizes());
+  for (int64_t i = x.dim() == n + 2 ? 1 : 0; ok && i < x.dim(); ++i) ok = x.size(i) > 0;
+  TORCH_CHECK(ok, op, ": Expected ", n + 1, "D or ", n + 2, "D (batch mode) tensor with optional 0 dim batch size for "
+              "input, but got: ", x.sizes());
 }
 
 // PyTorch's pooling_output_shape.
@@ -77,6 +77,9 @@ Pool MakePool(const at::Tensor& x, int64_t n, at::IntArrayRef k, at::IntArrayRef
   TORCH_CHECK(ok, op, ": given input size ", x.sizes(), ", the calculated output size ", p.out, " is too small");
   return p;
 }
+
+// Half and bfloat16 average in float and round once, as the CPU's opmath.
+at::ScalarType Acc(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t; }
 
 int64_t Numel(const std::vector<int64_t>& v) {
   int64_t r = 1;
@@ -165,13 +168,12 @@ at::Tensor max_unpool3d(const at::Tensor& self, const at::Tensor& indices, c10::
   return MaxUnpool(self, indices, output_size, 3, "max_unpool3d");
 }
 
-// The window element that beats `best`: greater, or the first NaN.
+// The window element that beats `best`, in the CPU's loop: greater, or any
+// NaN (so the last NaN of a window wins).
 ir::Value Better(ir::Builder& b, ir::Value v, ir::Value best, at::ScalarType t) {
   ir::Value better = b.Compare(ir::CompareDir::GT, v, best);
   if (!at::isFloatingType(t)) return better;
-  ir::Value vnan = b.Compare(ir::CompareDir::NE, v, v);
-  ir::Value bnan = b.Compare(ir::CompareDir::NE, best, best);
-  return b.Binary(Op::Or, better, b.Binary(Op::And, vnan, b.Unary(Op::Not, bnan)));
+  return b.Binary(Op::Or, better, b.Compare(ir::CompareDir::NE, v, v));
 }
 
 // -0.0 made +0.0. The CPU's window sums start from +0.0, so a window of -0.0
@@ -187,7 +189,9 @@ ir::Value PlusZero(int d, ir::Value sum) {
 // ---------------------------------------------------------------------- max
 
 // One strided slice of the padded input per kernel offset, compared in the
-// CPU's order (the first maximum wins, NaN beats everything).
+// CPU's order: from the lowest value at the window's first element inside
+// the input, an element wins when greater or NaN (the first maximum, the
+// last NaN); padding never wins.
 std::tuple<at::Tensor, at::Tensor> MaxPool(const at::Tensor& self, int64_t n, at::IntArrayRef k, at::IntArrayRef st,
                                            at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode, const char* op) {
   Pool p = MakePool(self, n, k, st, pad, dil, ceil_mode, op);
@@ -205,17 +209,28 @@ std::tuple<at::Tensor, at::Tensor> MaxPool(const at::Tensor& self, int64_t n, at
     oshape.push_back(p.out[i]);
   }
   ir::Value padded = b.Pad(x, ExtremeConst(d, t, /*lowest=*/true), lo, hi, std::vector<int64_t>(n + 1, 0));
-  // flat index of the window's first element: sum_i (o_i * s_i - p_i) * stride_i
+  // which padded positions are the input's
+  const std::vector<int64_t> none(n, 0);
+  ir::Value inside = b.Pad(b.Full(ir::DType::Bool, p.in, 1), b.ScalarConstant(ir::DType::Bool, 0),
+                           std::vector<int64_t>(lo.begin() + 1, lo.end()), std::vector<int64_t>(hi.begin() + 1, hi.end()), none);
   std::vector<int64_t> in_stride(n, 1);
   for (int64_t i = n - 2; i >= 0; --i) in_stride[i] = in_stride[i + 1] * p.in[i + 1];
-  ir::Value base = Fill(d, 0, at::kLong, oshape);
+  auto i64 = [&](double v) { return Fill(d, v, at::kLong, oshape); };
+  // flat index of the window's first element, o_i * s_i - p_i per dim, and
+  // of its first element inside the input (the CPU's index when no element
+  // beats the lowest value)
+  ir::Value base = i64(0), first = i64(0);
   for (int64_t i = 0; i < n; ++i) {
     ir::Value o = b.Iota({ir::DType::I64, oshape}, i + 1);
-    ir::Value pos = b.Binary(Op::Sub, b.Binary(Op::Mul, o, Fill(d, static_cast<double>(p.s[i]), at::kLong, oshape)),
-                             Fill(d, static_cast<double>(p.p[i]), at::kLong, oshape));
-    base = b.Binary(Op::Add, base, b.Binary(Op::Mul, pos, Fill(d, static_cast<double>(in_stride[i]), at::kLong, oshape)));
+    ir::Value pos = b.Binary(Op::Sub, b.Binary(Op::Mul, o, i64(static_cast<double>(p.s[i]))), i64(static_cast<double>(p.p[i])));
+    ir::Value below = b.Binary(Op::Max, b.Binary(Op::Sub, i64(0), pos), i64(0));
+    ir::Value steps = b.Binary(Op::Div, b.Binary(Op::Add, below, i64(static_cast<double>(p.dil[i] - 1))),
+                               i64(static_cast<double>(p.dil[i])));
+    ir::Value in_pos = b.Binary(Op::Add, pos, b.Binary(Op::Mul, steps, i64(static_cast<double>(p.dil[i]))));
+    base = b.Binary(Op::Add, base, b.Binary(Op::Mul, pos, i64(static_cast<double>(in_stride[i]))));
+    first = b.Binary(Op::Add, first, b.Binary(Op::Mul, in_pos, i64(static_cast<double>(in_stride[i]))));
   }
-  ir::Value best, best_idx;
+  ir::Value best = BroadcastTo(d, ExtremeConst(d, t, /*lowest=*/true), oshape), best_idx = first;
   std::vector<int64_t> off(n, 0);  // the kernel offset, row-major
   for (int64_t w = 0, count = Numel(p.k); w < count; ++w) {
     for (int64_t i = n - 1, rest = w; i >= 0; --i) {
@@ -232,13 +247,10 @@ std::tuple<at::Tensor, at::Tensor> MaxPool(const at::Tensor& self, int64_t n, at
       shift += r0 * in_stride[i];
     }
     ir::Value v = b.Slice(padded, start, limit, step);
-    ir::Value idx = b.Binary(Op::Add, base, Fill(d, static_cast<double>(shift), at::kLong, oshape));
-    if (w == 0) {
-      best = v;
-      best_idx = idx;
-      continue;
-    }
-    ir::Value better = Better(b, v, best, t);
+    ir::Value valid = b.Slice(inside, std::vector<int64_t>(start.begin() + 1, start.end()),
+                              std::vector<int64_t>(limit.begin() + 1, limit.end()), std::vector<int64_t>(step.begin() + 1, step.end()));
+    ir::Value idx = b.Binary(Op::Add, base, i64(static_cast<double>(shift)));
+    ir::Value better = b.Binary(Op::And, OverBatch(d, valid, bsz, p.out), Better(b, v, best, t));
     best = b.Select(better, v, best);
     best_idx = b.Select(better, idx, best_idx);
   }
@@ -287,9 +299,9 @@ at::Tensor AvgPool(const at::Tensor& self, int64_t n, at::IntArrayRef k, at::Int
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = self.scalar_type(), ct = Acc(t);
   const auto shape = self.sizes().vec();
-  ir::Value x = Batched(d, Val(self), shape, n);
+  ir::Value x = Batched(d, ValAs(self, ct), shape, n);
   const int64_t bsz = b.shape(x).dims[0];
   std::vector<int64_t> window{1}, stride{1}, lo{0}, hi{0};
   for (int64_t i = 0; i < n; ++i) {
@@ -298,10 +310,10 @@ at::Tensor AvgPool(const at::Tensor& self, int64_t n, at::IntArrayRef k, at::Int
     lo.push_back(p.p[i]);
     hi.push_back(p.p[i] + p.extra[i]);
   }
-  ir::Value sum = b.ReduceWindow(x, b.ScalarConstant(ToIr(t), 0), ReduceKind::Sum, window, stride, {}, {}, lo, hi);
-  ir::Value div = OverBatch(d, AvgDivisor(d, p, count_include_pad, divisor_override, t), bsz, p.out);
+  ir::Value sum = b.ReduceWindow(x, b.ScalarConstant(ToIr(ct), 0), ReduceKind::Sum, window, stride, {}, {}, lo, hi);
+  ir::Value div = OverBatch(d, AvgDivisor(d, p, count_include_pad, divisor_override, ct), bsz, p.out);
   // the CPU adds each quotient to a zeroed output: never -0.0
-  return Wrap(b.Reshape(PlusZero(d, b.Binary(Op::Div, sum, div)), WithSpatial(shape, p.out)), d);
+  return Wrap(b.Convert(b.Reshape(PlusZero(d, b.Binary(Op::Div, sum, div)), WithSpatial(shape, p.out)), ToIr(t)), d);
 }
 
 at::Tensor AvgPoolBackward(const at::Tensor& grad, const at::Tensor& self, int64_t n, at::IntArrayRef k,
@@ -313,13 +325,13 @@ at::Tensor AvgPoolBackward(const at::Tensor& grad, const at::Tensor& self, int64
   TraceScope s;
   const int d = CommonDevice({&grad, &self});
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = self.scalar_type(), ct = Acc(t);
   const auto shape = self.sizes().vec();
   const int64_t bsz = self.numel() / std::max<int64_t>(Numel(p.in), 1);
   std::vector<int64_t> gshape{bsz};
   gshape.insert(gshape.end(), p.out.begin(), p.out.end());
-  ir::Value g = b.Reshape(ValAs(grad, t), gshape);
-  g = b.Binary(Op::Div, g, OverBatch(d, AvgDivisor(d, p, count_include_pad, divisor_override, t), bsz, p.out));
+  ir::Value g = b.Reshape(ValAs(grad, ct), gshape);
+  g = b.Binary(Op::Div, g, OverBatch(d, AvgDivisor(d, p, count_include_pad, divisor_override, ct), bsz, p.out));
   // Spread each output's gradient over its window: dilate by the stride, pad
   // by k - 1, sum windows of k; then drop the padding.
   std::vector<int64_t> lo{0}, hi{0}, interior{0}, window{1}, start{0}, limit{bsz};
@@ -332,10 +344,10 @@ at::Tensor AvgPoolBackward(const at::Tensor& grad, const at::Tensor& self, int64
     start.push_back(p.p[i]);
     limit.push_back(p.p[i] + p.in[i]);
   }
-  ir::Value dilated = b.Pad(g, b.ScalarConstant(ToIr(t), 0), lo, hi, interior);
+  ir::Value dilated = b.Pad(g, b.ScalarConstant(ToIr(ct), 0), lo, hi, interior);
   const std::vector<int64_t> ones(n + 1, 1), none(n + 1, 0);
-  ir::Value full = b.ReduceWindow(dilated, b.ScalarConstant(ToIr(t), 0), ReduceKind::Sum, window, ones, {}, {}, none, none);
-  return Wrap(b.Reshape(b.Slice(full, start, limit, ones), shape), d);
+  ir::Value full = b.ReduceWindow(dilated, b.ScalarConstant(ToIr(ct), 0), ReduceKind::Sum, window, ones, {}, {}, none, none);
+  return Wrap(b.Convert(b.Reshape(b.Slice(full, start, limit, ones), shape), ToIr(t)), d);
 }
 
 at::Tensor avg_pool2d(const at::Tensor& self, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad, bool ceil_mode,
@@ -447,36 +459,66 @@ at::Tensor AdaptiveAvgPool(const at::Tensor& self, at::IntArrayRef output_size, 
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = self.scalar_type(), ct = Acc(t);
   const auto shape = self.sizes().vec();
   const auto oshape = WithSpatial(shape, out);
   if (Numel(oshape) == 0) return Wrap(Fill(d, 0, t, oshape), d);
-  ir::Value y = Batched(d, Val(self), shape, n);
-  for (int64_t i = 0; i < n; ++i) y = AdaptiveAvgAlong(d, y, i + 1, shape[shape.size() - n + i], out[i], t);
-  return Wrap(b.Reshape(y, oshape), d);
+  ir::Value y = Batched(d, ValAs(self, ct), shape, n);
+  for (int64_t i = 0; i < n; ++i) y = AdaptiveAvgAlong(d, y, i + 1, shape[shape.size() - n + i], out[i], ct);
+  return Wrap(b.Convert(b.Reshape(y, oshape), ToIr(t)), d);
 }
 
-// Averaging matrix [out, in] of adaptive pooling along one dimension.
-ir::Value AdaptiveMatrix(int d, int64_t in, int64_t out, at::ScalarType t) {
-  std::vector<float> m(static_cast<size_t>(out * in), 0.f);
+// The gradient of adaptive average pooling along `dim` (from `in` to `out`
+// elements): each output's gradient, divided by its window's extent, added
+// onto that window's own elements (one scatter), as the CPU spreads it; a
+// NaN or inf stays in its window.
+ir::Value AdaptiveSpreadAlong(int d, ir::Value g, int64_t dim, int64_t in, int64_t out, at::ScalarType t) {
+  ir::Builder& b = B(d);
+  const std::vector<int64_t> shape = b.shape(g).dims;
+  const int64_t kmax = WidestWindow(in, out);
+  std::vector<int64_t> coord;
+  std::vector<uint8_t> valid;
+  std::vector<float> count;
   for (int64_t o = 0; o < out; ++o) {
     const int64_t start = WindowStart(o, in, out), end = WindowEnd(o, in, out);
-    for (int64_t i = start; i < end; ++i) m[o * in + i] = 1.f / static_cast<float>(end - start);
+    for (int64_t j = 0; j < kmax; ++j) {
+      coord.push_back(std::min(start + j, end - 1));
+      valid.push_back(start + j < end);
+    }
+    count.push_back(static_cast<float>(end - start));
   }
-  return B(d).Convert(HostConstant(d, ir::DType::F32, {out, in}, m), ToIr(t));
+  ir::Value c = b.Convert(HostConstant(d, ir::DType::F32, {out}, count), ToIr(t));
+  g = b.Binary(Op::Div, g, b.BroadcastInDim(c, shape, {dim}));
+  std::vector<int64_t> split = shape, map;
+  split.insert(split.begin() + dim + 1, kmax);
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) map.push_back(i <= dim ? i : i + 1);
+  ir::Value spread = b.Select(b.BroadcastInDim(HostConstant(d, ir::DType::Bool, {out, kmax}, valid), split, {dim, dim + 1}),
+                              b.BroadcastInDim(g, split, map), Fill(d, 0, t, split));
+  std::vector<int64_t> flat = shape, target = shape;
+  flat[dim] = out * kmax;
+  target[dim] = in;
+  ir::ScatterDims sd;
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
+    if (i != dim) sd.update_window_dims.push_back(i);
+  }
+  sd.inserted_window_dims = {dim};
+  sd.scatter_dims_to_operand_dims = {dim};
+  sd.index_vector_dim = 1;
+  return b.Scatter(Fill(d, 0, t, target), HostConstant(d, ir::DType::I64, {out * kmax, 1}, coord), b.Reshape(spread, flat),
+                   sd, false);
 }
 
 at::Tensor AdaptiveAvgPoolBackward(const at::Tensor& grad, const at::Tensor& self, int64_t n) {
   TraceScope s;
   const int d = CommonDevice({&grad, &self});
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = self.scalar_type(), ct = Acc(t);
   const auto shape = self.sizes().vec(), gshape = grad.sizes().vec();
   TORCH_CHECK(gshape.size() == shape.size(), "adaptive_avg_pool backward: grad of shape ", grad.sizes(),
               " does not fit the input's ", self.sizes());
   std::vector<int64_t> in(shape.end() - n, shape.end()), out(gshape.end() - n, gshape.end());
   if (self.numel() == 0) return Wrap(Fill(d, 0, t, shape), d);
-  ir::Value g = Batched(d, ValAs(grad, t), gshape, n);
+  ir::Value g = Batched(d, ValAs(grad, ct), gshape, n);
   const int64_t bsz = b.shape(g).dims[0];
   bool tiles = true;
   for (int64_t i = 0; i < n; ++i) tiles = tiles && out[i] > 0 && in[i] % out[i] == 0;
@@ -485,22 +527,15 @@ at::Tensor AdaptiveAvgPoolBackward(const at::Tensor& grad, const at::Tensor& sel
     // by each window extent in turn (the CPU's order), so NaN stays inside
     std::vector<int64_t> spread{bsz}, map{0};
     for (int64_t i = 0; i < n; ++i) {
-      g = b.Binary(Op::Div, g, Fill(d, static_cast<double>(in[i] / out[i]), t, b.shape(g).dims));
+      g = b.Binary(Op::Div, g, Fill(d, static_cast<double>(in[i] / out[i]), ct, b.shape(g).dims));
       map.push_back(static_cast<int64_t>(spread.size()));
       spread.push_back(out[i]);
       spread.push_back(in[i] / out[i]);
     }
-    return Wrap(b.Reshape(b.BroadcastInDim(g, spread, map), shape), d);
+    return Wrap(b.Convert(b.Reshape(b.BroadcastInDim(g, spread, map), shape), ToIr(t)), d);
   }
-  // Per spatial dim, contract the leading output dim with its averaging
-  // matrix; the new input dim lands last, so n contractions restore the order.
-  for (int64_t i = 0; i < n; ++i) {
-    ir::DotDims dd;
-    dd.lhs_contract = {1};
-    dd.rhs_contract = {0};
-    g = b.DotGeneral(g, AdaptiveMatrix(d, in[i], out[i], t), dd);
-  }
-  return Wrap(b.Reshape(g, shape), d);
+  for (int64_t i = 0; i < n; ++i) g = AdaptiveSpreadAlong(d, g, i + 1, in[i], out[i], ct);
+  return Wrap(b.Convert(b.Reshape(g, shape), ToIr(t)), d);
 }
 
 at::Tensor adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output_size) {
@@ -518,9 +553,10 @@ at::Tensor adaptive_avg_pool3d_backward(const at::Tensor& grad, const at::Tensor
 
 // Adaptive max: the windows of every spatial dim gathered side by side,
 // [N, o1, k1, o2, k2, ...], moved to [N, o1, o2, ..., k1 * k2 * ...] and
-// reduced to the first maximum (or NaN) in the CPU's row-major window order;
-// the repeats that pad a short window sit after its last element and never
-// win. The index is the input position's flat spatial offset.
+// reduced to the first maximum (or the last NaN) in the CPU's row-major
+// window order. The repeats that pad a short window copy its last element
+// and its offset, so they never change the answer. The index is the input
+// position's flat spatial offset.
 std::tuple<at::Tensor, at::Tensor> AdaptiveMaxPool(const at::Tensor& self, at::IntArrayRef output_size, int64_t n,
                                                    const char* op) {
   const std::vector<int64_t> out = AdaptiveSize(self, output_size, n, op);
@@ -570,7 +606,14 @@ std::tuple<at::Tensor, at::Tensor> AdaptiveMaxPool(const at::Tensor& self, at::I
   ir::Value v = b.Reshape(b.Transpose(x, perm), {bsz * ocount, kcount});
   ir::Value offsets = b.Reshape(b.Transpose(flat, wperm), {ocount, kcount});
   ir::Value best;
-  ir::Value at = ArgExtreme(d, v, {bsz * ocount, kcount}, 1, /*is_max=*/true, t, &best);
+  const std::vector<int64_t> rows{bsz * ocount, kcount};
+  ir::Value at = b.Reshape(ArgExtreme(d, v, rows, 1, /*is_max=*/true, t, &best), {bsz * ocount});
+  if (at::isFloatingType(t)) {
+    // the CPU's loop keeps the last NaN (ArgExtreme finds the first)
+    ir::Value last_nan = b.Reduce(b.Select(IsNan(d, v), b.Iota({ir::DType::I64, rows}, 1), b.Full(ir::DType::I64, rows, -1)),
+                                  b.ScalarConstant(ir::DType::I64, -1), {1}, ReduceKind::Max);
+    at = b.Select(b.Compare(ir::CompareDir::GE, last_nan, b.Full(ir::DType::I64, {bsz * ocount}, 0)), last_nan, at);
+  }
   // the offset at the winning place: one match per row
   ir::Value place = b.Iota({ir::DType::I64, {bsz, ocount, kcount}}, 2);
   ir::Value hit = b.Compare(ir::CompareDir::EQ, place, b.BroadcastInDim(b.Reshape(at, {bsz, ocount}), {bsz, ocount, kcount}, {0, 1}));

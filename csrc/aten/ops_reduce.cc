@@ -363,9 +363,9 @@ at::Tensor count_nonzero(const at::Tensor& a, std::optional<int64_t> dim) {
   return count_nonzero_dims(a, {});
 }
 
-// cummax/cummin: the running extreme (NaN once one is seen) and the CPU's
-// index: the last place where x was the new extreme or equalled it (x >= the
-// running max), or the last NaN so far. Both are prefix reductions.
+// cummax/cummin: the CPU's index, the last place where x was the new
+// extreme or equalled it (x >= the running max), or the last NaN so far (a
+// prefix reduction), and the element there as the value.
 void CumulativeExtreme(const at::Tensor& a, const at::Tensor& values, const at::Tensor& indices, int64_t dim, bool is_max) {
   TraceScope s;
   const int d = CommonDevice({&a, &values, &indices});
@@ -395,13 +395,13 @@ void CumulativeExtreme(const at::Tensor& a, const at::Tensor& values, const at::
     ir::Value nan = IsNan(d, x);
     ir::Value seen = prefix(b.Convert(nan, ir::DType::I32), ReduceKind::Max, b.ScalarConstant(ir::DType::I32, 0));
     ir::Value any = b.Compare(ir::CompareDir::GT, seen, b.Full(ir::DType::I32, shape, 0));
-    run = b.Select(any, Fill(d, NAN, t, shape), run);
     record = b.Binary(Op::Or, nan, b.Binary(Op::And, record, b.Unary(Op::Not, any)));
   }
   ir::Value idx = prefix(b.Select(record, pos, b.Full(ir::DType::I64, shape, 0)), ReduceKind::Max,
                          b.ScalarConstant(ir::DType::I64, 0));
-  Assign(values, run);
   Assign(indices, idx);
+  // the value is the element at the index (its sign of zero, its NaN)
+  values.copy_(at::gather(a, w, indices));
 }
 void cummax_helper(const at::Tensor& a, at::Tensor& values, at::Tensor& indices, int64_t dim) {
   CumulativeExtreme(a, values, indices, dim, true);
@@ -418,8 +418,8 @@ at::Tensor renorm(const at::Tensor& a, const at::Scalar& p, int64_t dim, const a
   TORCH_CHECK(!p.isComplex() && p.toDouble() > 0, "renorm: non-positive-norm not supported");
   TORCH_CHECK(!a.is_complex() && at::isFloatingType(a.scalar_type()), "renorm: expected a floating-point input, got ",
               a.scalar_type());
-  const int64_t rank = std::max<int64_t>(a.dim(), 1);
-  const int64_t w = WrapDim(dim, rank);
+  TORCH_CHECK(a.dim() > 1, "renorm: input needs at least 2 dimensions, got ", a.dim(), " dimensions");
+  const int64_t w = WrapDim(dim, a.dim());
   std::vector<int64_t> others;
   for (int64_t i = 0; i < a.dim(); ++i) {
     if (i != w) others.push_back(i);

@@ -186,8 +186,23 @@ at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "scatter(): Expected dtype int32/int64 for index");
   TORCH_CHECK(self.scalar_type() == src.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
-  TORCH_CHECK(index.dim() == self.dim() || (index.dim() <= 1 && self.dim() <= 1),
-              "Index tensor must have the same number of dimensions as self tensor");
+  // the CPU's shape rules (a 0-d tensor counts as one element of one dim)
+  const int64_t rank = std::max<int64_t>(self.dim(), 1);
+  TORCH_CHECK(std::max<int64_t>(index.dim(), 1) == rank, "Index tensor must have the same number of dimensions as self tensor");
+  TORCH_CHECK(std::max<int64_t>(src.dim(), 1) == rank, "Index tensor must have the same number of dimensions as src tensor");
+  const int64_t wd = WrapDim(dim, rank);
+  auto size = [](const at::Tensor& x, int64_t i) { return x.dim() ? x.size(i) : int64_t{1}; };
+  for (int64_t i = 0; i < rank; ++i) {
+    TORCH_CHECK(size(index, i) <= size(src, i) && (i == wd || size(index, i) <= size(self, i)), "Expected index ",
+                index.sizes(), " to be no larger than self ", self.sizes(), " apart from dimension ", wd,
+                " and to be no larger size than src ", src.sizes());
+  }
+  if (self.dim() == 1 && index.dim() == 0) {
+    return tpj::aten::scatter_reduce(self, dim, index.reshape({1}), src.reshape({-1}), reduce, include_self);
+  }
+  if (self.dim() == 1 && src.dim() == 0) {
+    return tpj::aten::scatter_reduce(self, dim, index, src.reshape({1}), reduce, include_self);
+  }
   TraceScope s;
   const int d = CommonDevice({&self, &index, &src});
   ir::Builder& b = B(d);
@@ -261,6 +276,14 @@ at::Tensor index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& i
   const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
   TORCH_CHECK(source.dim() == 0 ? index.numel() == 1 : source.size(w) == index.numel(),
               "index_reduce_(): Number of indices (", index.numel(), ") should be equal to source.size(dim)");
+  std::vector<int64_t> want = self.sizes().vec(), got = source.sizes().vec();
+  if (!want.empty() && !got.empty()) {
+    want.erase(want.begin() + w);
+    got.erase(got.begin() + w);
+  }
+  TORCH_CHECK(want == got && (self.dim() == 0) == (source.dim() == 0),
+              "source tensor shape must match self tensor shape, excluding the specified dimension. Got self.shape = ",
+              self.sizes(), " source.shape = ", source.sizes());
   at::Tensor idx = index.to(at::kLong);
   if (source.dim() == 0) {
     idx = idx.reshape({});

@@ -308,6 +308,8 @@ def test_zeta_and_polygamma_follow_the_cpu_at_the_edges():
     for n in range(4):
         torch.testing.assert_close(torch.polygamma(n, x.to(DEV)).cpu(), torch.polygamma(n, x), equal_nan=True)
     # the CPU sums as many terms as q is below 0; pjrt sums up to 16
+    # a non-integer s below 0 is NaN on both, no error
+    assert torch.special.zeta(torch.tensor([2.5]).to(DEV), torch.tensor([-20.5]).to(DEV)).cpu().isnan().all()
     with pytest.raises(RuntimeError, match="below -16 is not supported"):
         torch.polygamma(2, torch.tensor([-20.5]).to(DEV)).cpu()
 
@@ -326,6 +328,11 @@ def test_scatter_reduce_in_place_integer_mean_and_nan():
         torch.testing.assert_close(got.cpu(), want, equal_nan=True)
     assert torch.equal(torch.ones(3).to(DEV).scatter(0, idx[:3].to(DEV), 2.5, reduce="multiply").cpu(),
                        torch.ones(3).scatter(0, idx[:3], 2.5, reduce="multiply"))
+    one = torch.zeros(3).scatter_reduce(0, torch.tensor(1), torch.tensor(5.0), "sum")  # a 0-d index into 1-d self
+    assert torch.equal(torch.zeros(3).to(DEV).scatter_reduce(0, torch.tensor(1).to(DEV), torch.tensor(5.0).to(DEV), "sum").cpu(),
+                       one)
+    with pytest.raises(RuntimeError, match="no larger size than src"):
+        torch.zeros(3).to(DEV).scatter_reduce(0, torch.tensor([1, 2, 0, 1]).to(DEV), torch.ones(3).to(DEV), "sum")
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
@@ -392,6 +399,30 @@ def test_unique_bincount_histc_run_on_the_device():
         torch.bincount(torch.tensor([-1, 2]).to(DEV))
     with pytest.raises(RuntimeError, match="not finite"):
         torch.histc(torch.tensor([1.0, float("inf")]).to(DEV), bins=3).cpu()
+
+
+def test_pooling_indices_and_gradients_at_special_values():
+    # the CPU's loop: a window of -inf points at its first element inside the
+    # input (never the padding), the last NaN wins; an inf output gradient
+    # stays in its adaptive window
+    torch_pjrt.metrics.reset()
+    nan, inf = float("nan"), float("inf")
+    for x in (torch.full((1, 1, 2, 2), -inf), torch.full((1, 1, 2, 2), -(2 ** 63))):
+        want = F.max_pool2d(x, 2, 1, padding=1, return_indices=True)
+        got = F.max_pool2d(x.to(DEV), 2, 1, padding=1, return_indices=True)
+        assert torch.equal(got[1].cpu(), want[1]) and torch.equal(got[0].cpu(), want[0])
+    x = torch.tensor([[[[nan, 2, nan], [1, nan, 3], [nan, 0, 5.0]]]])
+    for f in (lambda t: F.max_pool2d(t, 2, 1, return_indices=True), lambda t: F.adaptive_max_pool2d(t, 2, return_indices=True)):
+        assert torch.equal(f(x.to(DEV))[1].cpu(), f(x)[1])
+    x = torch.randn(1, 1, 5, 5, requires_grad=True)
+    xd = x.detach().to(DEV).requires_grad_()
+    g = torch.ones(1, 1, 3, 3)
+    g[0, 0, 0, 0] = inf
+    F.adaptive_avg_pool2d(x, 3).backward(g)
+    F.adaptive_avg_pool2d(xd, 3).backward(g.to(DEV))
+    assert torch.equal(xd.grad.cpu().isinf(), x.grad.isinf()) and not xd.grad.cpu().isnan().any()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad)
+    assert torch_pjrt.metrics.fallbacks() == {}
 
 
 def test_mask_indexing_runs_on_the_device():

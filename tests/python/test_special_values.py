@@ -247,15 +247,33 @@ def test_topk(largest):
 # ------------------------------------- order statistics (CPU fallback today)
 
 
+def check_selection(fn, t):
+    """Values exactly as the CPU's; each index points at an element equal to
+    its value (NaN at NaN). Among equal values (an all-NaN row of nanmedian,
+    ties in kthvalue) the CPU's quickselect reports one it picks; pjrt the
+    stable sort's."""
+    want, got = fn(t), fn(t.to(DEV))
+    assert not torch_pjrt.metrics.fallbacks(), torch_pjrt.metrics.fallbacks()
+    _same(got.values, want.values, what="values")
+    idx = got.indices.cpu()
+    assert idx.dtype == torch.long and idx.shape == want.indices.shape
+    picked = t.gather(1, idx.unsqueeze(1)).squeeze(1)
+    _same(picked, want.values, what="the element at the index")
+
+
 def test_median_nanmedian_kthvalue():
+    torch_pjrt.metrics.reset()
     for t in (X, XC, XU):
-        check(lambda t: t.median(), t, native=False)
-        check(lambda t: t.median(1), t, native=False)
-        check(lambda t: t.nanmedian(), t, native=False)
-        check(lambda t: t.nanmedian(1), t, native=False)
-        check(lambda t: t.kthvalue(2, 1), t, native=False)
-    check(lambda t: t.median(1), XI, native=False)
-    check(lambda t: t.kthvalue(3, 1), XI, native=False)
+        check(lambda t: t.median(), t)
+        check(lambda t: t.nanmedian(), t)
+        check_selection(lambda t: t.median(1), t)
+        check_selection(lambda t: t.nanmedian(1), t)
+        check_selection(lambda t: t.kthvalue(2, 1), t)
+    check_selection(lambda t: t.median(1), XI)
+    check_selection(lambda t: t.kthvalue(3, 1), XI)
+    # without ties the index is the CPU's too
+    check(lambda t: t.median(1), XU)
+    check(lambda t: t.kthvalue(2, 1), XU)
 
 
 def test_cummax_cummin():
