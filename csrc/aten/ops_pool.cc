@@ -1,8 +1,9 @@
 // Pooling over 2 or 3 spatial dims, forward and backward: max (with the
-// CPU's flat indices) and its inverse max_unpool, average (its divisors: padding counted or not, a
-// divisor override, ceil_mode windows cut at the padded edge), adaptive
-// average and adaptive max (windows [floor(o*in/out), ceil((o+1)*in/out))).
-// 1-d pooling reaches these through the 2-d ops, as on the CPU.
+// CPU's flat indices) and its inverse max_unpool, average (its divisors:
+// padding counted or not, a divisor override, ceil_mode windows cut at the
+// padded edge), adaptive average and adaptive max (windows
+// [floor(o*in/out), ceil((o+1)*in/out))). 1-d pooling reaches these through
+// the 2-d ops, as on the CPU.
 //
 // Inputs are viewed as [N, spatial...] with batch and channels merged; the
 // spatial dims are 1..n of that view.
