@@ -10,15 +10,15 @@ DEV = torch_pjrt.device()
 
 
 def test_unlowered_op_runs_on_cpu_and_is_counted():
-    # special_i1e: a special function without a lowering (linalg.det, the
-    # example here before, lowers now)
+    # special_bessel_j0: a special function without a lowering (linalg.det
+    # and special_i1e, the examples here before, lower now)
     x = torch.randn(5, 5)
     torch_pjrt.metrics.reset()
-    got = torch.special.i1e(x.to(DEV))
+    got = torch.special.bessel_j0(x.to(DEV))
     assert got.device.type == "pjrt"
-    torch.testing.assert_close(got.cpu(), torch.special.i1e(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.cpu(), torch.special.bessel_j0(x), rtol=1e-5, atol=1e-5)
     fb = torch_pjrt.metrics.fallbacks()
-    assert sum(fb.values()) >= 1 and any("i1e" in op for op in fb), fb
+    assert sum(fb.values()) >= 1 and any("bessel_j0" in op for op in fb), fb
     assert torch_pjrt.metrics.counters()["cpu_fallbacks"] == sum(fb.values())
     # each fallback names the line that triggered it
     sites = torch_pjrt.metrics.fallback_sites()
@@ -31,17 +31,17 @@ def test_unlowered_op_runs_on_cpu_and_is_counted():
 
 
 def test_inplace_fallback_writes_back():
-    x = torch.rand(6) * 0.9
+    x, y = torch.rand(6) + 0.5, torch.rand(6) + 0.5
     d = x.to(DEV)
     torch_pjrt.metrics.reset()
-    d.i0_()  # (erfinv_, the example here before, lowers now)
-    torch.testing.assert_close(d.cpu(), torch.i0(x))
+    d.igamma_(y.to(DEV))  # (i0_ and erfinv_, the examples here before, lower now)
+    torch.testing.assert_close(d.cpu(), torch.igamma(x, y))
     fb = torch_pjrt.metrics.fallbacks()
-    assert sum(n for op, n in fb.items() if op.startswith("aten::i0")) == 1, fb
+    assert sum(n for op, n in fb.items() if op.startswith("aten::igamma")) == 1, fb
 
 
 def test_fallback_can_be_forbidden():
-    r = run_python("import torch, torch_pjrt; torch.special.i1e(torch.eye(3).to('pjrt')).cpu()",
+    r = run_python("import torch, torch_pjrt; torch.special.bessel_j0(torch.eye(3).to('pjrt')).cpu()",
                    TORCH_PJRT_FALLBACK="error")
     assert r.returncode != 0
     assert "has no pjrt lowering" in r.stderr and "TORCH_PJRT_FALLBACK=error" in r.stderr
@@ -55,7 +55,7 @@ def test_fallback_warns_once_per_op_with_its_location():
         "x = torch.rand(4).to('pjrt') * 0.5\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    for _ in range(3):\n"
-        "        torch.i0(x).cpu()\n"
+        "        torch.special.bessel_j0(x).cpu()\n"
         "msgs = [str(m.message) for m in w if issubclass(m.category, torch_pjrt.PjrtWarning)]\n"
         "print(len(msgs)); print(msgs[0])\n"
     )
@@ -63,7 +63,7 @@ def test_fallback_warns_once_per_op_with_its_location():
     assert r.returncode == 0, r.stderr
     count, message = r.stdout.strip().splitlines()
     assert count == "1", r.stdout
-    assert "'aten::i0'" in message and "<string>:6" in message, message
+    assert "'aten::special_bessel_j0'" in message and "<string>:6" in message, message
 
 
 def test_counters_and_report():

@@ -215,6 +215,8 @@ CASES = {
                                                                                           [0, -1, 0, 0, 0], [4, 3, 2, 1, 0]],
                                                                                          device=a.device), reduction=red).flatten()
                                                 for red in ("none", "sum")]), [r(4, 5), pos(5)], [0]),
+    "bessel_i": (lambda a: torch.i0(a) + torch.special.i0e(a) + torch.special.i1(a) + torch.special.i1e(a),
+                 [torch.tensor([-12.0, -8.0, -3.5, -0.0, 0.25, 2.0, 7.9, 8.1, 30.0])], [0]),
     "bf16_half": (lambda a: (a.bfloat16() * 3).float() + (a.half() + 1).float(), [r(8)], []),
     "any_all": (lambda a: torch.stack([(a > 0).any(), (a > -3).all(), (a > 0).any(0).all()]), [r(3, 3)], []),
 }
@@ -423,6 +425,18 @@ def test_pooling_indices_and_gradients_at_special_values():
     assert torch.equal(xd.grad.cpu().isinf(), x.grad.isinf()) and not xd.grad.cpu().isnan().any()
     torch.testing.assert_close(xd.grad.cpu(), x.grad)
     assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def test_kaiser_window_on_the_device():
+    torch_pjrt.metrics.reset()
+    for n, periodic, beta, dtype in [(16, True, 12.0, torch.float32), (17, False, 5.0, torch.float64), (1, True, 3.0, torch.float32),
+                                     (0, True, 3.0, torch.float32), (2000, True, 8.6, torch.float16)]:
+        want = torch.kaiser_window(n, periodic, beta, dtype=dtype)
+        got = torch.kaiser_window(n, periodic, beta, dtype=dtype, device=DEV)
+        torch.testing.assert_close(got.cpu(), want)
+    assert torch_pjrt.metrics.fallbacks() == {}
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.kaiser_window(8, dtype=torch.int64, device=DEV)
 
 
 def test_mask_indexing_runs_on_the_device():
