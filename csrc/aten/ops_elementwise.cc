@@ -209,6 +209,21 @@ at::Tensor bitwise_xor(const at::Tensor& a, const at::Tensor& b) { return Bitwis
 at::Tensor bitwise_and_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, WrappedScalar(b), Op::And); }
 at::Tensor bitwise_or_s(const at::Tensor& a, const at::Scalar& b) { return Bitwise(a, WrappedScalar(b), Op::Or); }
 
+// Shifts of integers, as the CPU: a shift by a negative amount or by the
+// width or more gives 0 (left) or the sign fill (right); StableHLO's shifts
+// read the amount as unsigned, which gives just that.
+at::Tensor Shift(const at::Tensor& a, const at::Tensor& b, bool left) {
+  const at::ScalarType t = at::result_type(a, b);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(t, false), "\"", left ? "lshift" : "rshift", "\" not implemented for '",
+                              t, "'");
+  const bool is_unsigned = t == at::kByte || t == at::kUInt16 || t == at::kUInt32 || t == at::kUInt64;
+  return Simple(a, b, left ? Op::ShiftLeft : is_unsigned ? Op::ShiftRightLogical : Op::ShiftRightArithmetic, t);
+}
+at::Tensor lshift(const at::Tensor& a, const at::Tensor& b) { return Shift(a, b, true); }
+at::Tensor rshift(const at::Tensor& a, const at::Tensor& b) { return Shift(a, b, false); }
+at::Tensor lshift_s(const at::Tensor& a, const at::Scalar& b) { return Shift(a, WrappedScalar(b), true); }
+at::Tensor rshift_s(const at::Tensor& a, const at::Scalar& b) { return Shift(a, WrappedScalar(b), false); }
+
 // ------------------------------------------------------------- comparisons
 
 at::Tensor Cmp(const at::Tensor& a, const at::Tensor& b, ir::CompareDir dir) {
@@ -992,6 +1007,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("bitwise_and.Scalar", bitwise_and_s);
   K("bitwise_or.Scalar", bitwise_or_s);
   K("bitwise_not", bitwise_not);
+  K("bitwise_left_shift.Tensor", lshift);
+  K("bitwise_right_shift.Tensor", rshift);
+  K("bitwise_left_shift.Tensor_Scalar", lshift_s);
+  K("bitwise_right_shift.Tensor_Scalar", rshift_s);
+  K("__lshift__.Tensor", lshift);
+  K("__rshift__.Tensor", rshift);
+  K("__lshift__.Scalar", lshift_s);
+  K("__rshift__.Scalar", rshift_s);
   K("eq.Tensor", eq_tensor);
   K("eq.Scalar", eq_scalar);
   K("ne.Tensor", ne_tensor);

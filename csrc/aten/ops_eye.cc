@@ -42,6 +42,23 @@ at::Tensor& eye_out(c10::SymInt n, at::Tensor& out) {
   return EyeInto(k, k, out);
 }
 
+// tril_indices / triu_indices: the indices depend on the sizes alone; the
+// CPU's kernel computes them and they are copied to the device as data.
+at::Tensor TriIndices(bool lower, int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                      std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin) {
+  const at::TensorOptions cpu = at::TensorOptions().dtype(dtype).layout(layout);
+  at::Tensor r = lower ? at::tril_indices(row, col, offset, cpu) : at::triu_indices(row, col, offset, cpu);
+  return r.to(at::TensorOptions().device(device).pinned_memory(pin));
+}
+at::Tensor tril_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                        std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin) {
+  return TriIndices(true, row, col, offset, dtype, layout, device, pin);
+}
+at::Tensor triu_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                        std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin) {
+  return TriIndices(false, row, col, offset, dtype, layout, device, pin);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -49,6 +66,8 @@ at::Tensor& eye_out(c10::SymInt n, at::Tensor& out) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("eye", eye);
+  K("tril_indices", tril_indices);
+  K("triu_indices", triu_indices);
   K("eye.m", eye_m);
   K("eye.out", eye_out);
   K("eye.m_out", eye_m_out);

@@ -1,4 +1,5 @@
 // Random numbers on the device: uniform/normal/bernoulli/integers,
+// exponential/cauchy/geometric/log-normal,
 // multinomial and dropout, from the runtime's per-device Threefry state
 // (seeded by torch_pjrt.manual_seed / torch.manual_seed). A torch.Generator
 // argument is not supported on pjrt and is refused.
@@ -75,6 +76,43 @@ at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at:
   if (mean != 0) z = b.Binary(Op::Add, z, Number(d, mean, ct, shape));
   Assign(self, z);
   return self;
+}
+
+// Draws from a distribution by transforming uniform numbers strictly inside
+// (0, 1) (the midpoints of the generator's grid), in float for half types.
+at::Tensor OpenUniform(const at::Tensor& self) {
+  const at::ScalarType ct = self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const double half_step = ct == at::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+  return at::empty(self.sizes(), self.options().dtype(ct)).uniform_() + half_step;
+}
+
+// exponential_: -log(1 - u) / lambda, never 0 (F.gumbel_softmax takes its log)
+at::Tensor& exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "exponential_ expects a floating point tensor, got ", self.scalar_type());
+  return self.copy_(OpenUniform(self).neg().log1p().neg().div(lambd));
+}
+// cauchy_: median + sigma * tan(pi (u - 1/2))
+at::Tensor& cauchy_(at::Tensor& self, double median, double sigma, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "cauchy_ expects a floating point tensor, got ", self.scalar_type());
+  return self.copy_((OpenUniform(self).sub(0.5).mul(M_PI)).tan().mul(sigma).add(median));
+}
+// geometric_: the number of trials to the first success, ceil(log(u) / log(1 - p))
+at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
+  return self.copy_(OpenUniform(self).log().div(std::log1p(-p)).ceil());
+}
+// log_normal_: exp of a normal draw
+at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "log_normal_ expects a floating point tensor, got ", self.scalar_type());
+  const at::ScalarType ct = self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return self.copy_(at::empty(self.sizes(), self.options().dtype(ct)).normal_(mean, std).exp());
 }
 
 at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
@@ -210,6 +248,10 @@ at::Tensor multinomial(const at::Tensor& self, int64_t num_samples, bool replace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("uniform_", uniform_);
+  K("exponential_", exponential_);
+  K("cauchy_", cauchy_);
+  K("geometric_", geometric_);
+  K("log_normal_", log_normal_);
   K("normal_", normal_);
   K("bernoulli_.float", bernoulli_float_);
   K("bernoulli_.Tensor", bernoulli_tensor_);

@@ -439,6 +439,31 @@ def test_kaiser_window_on_the_device():
         torch.kaiser_window(8, dtype=torch.int64, device=DEV)
 
 
+def test_shifts_tri_indices_and_distributions_on_the_device():
+    torch_pjrt.metrics.reset()
+    a, n = torch.tensor([1, -8, 3, 2 ** 40, -1]), torch.tensor([0, 1, 63, 64, -1])  # past the width, negative
+    for dt in (torch.int64, torch.int32, torch.int8, torch.uint8):
+        x, k = a.to(dt), n.to(dt)
+        assert torch.equal((x.to(DEV) << k.to(DEV)).cpu(), x << k)
+        assert torch.equal((x.to(DEV) >> k.to(DEV)).cpu(), x >> k)
+        assert torch.equal(torch.bitwise_left_shift(x.to(DEV), 3).cpu(), torch.bitwise_left_shift(x, 3))
+    for r, c, o in ((4, 3, 1), (3, 5, -1), (0, 3, 0)):
+        assert torch.equal(torch.tril_indices(r, c, o, device=DEV).cpu(), torch.tril_indices(r, c, o))
+        assert torch.equal(torch.triu_indices(r, c, o, device=DEV).cpu(), torch.triu_indices(r, c, o))
+    torch.manual_seed(0)
+    e = torch.empty(100000, device=DEV).exponential_(2.0).cpu()
+    assert (e > 0).all() and abs(e.mean().item() - 0.5) < 0.01
+    g = torch.empty(100000, device=DEV).geometric_(0.25).cpu()
+    assert g.min() == 1 and abs(g.mean().item() - 4.0) < 0.08
+    c = torch.empty(100001, device=DEV).cauchy_(1.0, 2.0).cpu()
+    assert abs(c.median().item() - 1.0) < 0.05
+    lg = torch.empty(100000, device=DEV).log_normal_(0.5, 0.3).cpu().log()
+    assert abs(lg.mean().item() - 0.5) < 0.01 and abs(lg.std().item() - 0.3) < 0.01
+    hard = F.gumbel_softmax(torch.randn(4, 5).to(DEV), tau=0.5, hard=True).cpu()
+    assert torch.equal(hard.sum(1), torch.ones(4)) and set(hard.unique().tolist()) <= {0.0, 1.0}
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def test_mask_indexing_runs_on_the_device():
     torch.manual_seed(0)
     x, y = torch.randn(6, 5), torch.randn(6, 5)
