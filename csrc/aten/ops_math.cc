@@ -3,13 +3,18 @@
 // near +-1, for large arguments), and with the CPU's answers for NaN, +-inf
 // and the domain edges: inverse trigonometric and hyperbolic functions,
 // log2/log10/exp2, logaddexp, xlogy, nan_to_num, frac, sinc, fmax/fmin,
-// hypot, heaviside, logit, entr, erfinv, and clamp_min/clamp_max by a
-// tensor.
+// hypot, heaviside, logit, entr, erfinv, the gamma family and zeta, the
+// modified Bessel functions i0/i1 (and kaiser_window), and
+// clamp_min/clamp_max by a tensor.
 //
 // Their gradients are PyTorch's own formulas (derivatives.yaml) over lowered
 // ops, except logit's backward, which is an op of its own.
+#include <ATen/OpMathType.h>
+#include <ATen/native/Math.h>
+
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "aten/lowering.h"
 
@@ -40,7 +45,7 @@ struct Ctx {
 // A float-valued function of one tensor (integers and bool promote to the
 // default float dtype, as PyTorch's unary float ops do).
 // Half and bfloat16 compute in float and round once, as the CPU's opmath.
-at::ScalarType OpMath(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t; }
+at::ScalarType OpMath(at::ScalarType t) { return at::toOpMathType(t); }
 
 // Complex inputs run `op` on the CPU (these formulas are for real numbers).
 template <typename F>
@@ -413,6 +418,81 @@ at::Tensor zeta(const at::Tensor& x, const at::Tensor& q) {
 at::Tensor zeta_ss(const at::Tensor& x, const at::Scalar& q) { return zeta(x, WrappedScalar(q)); }
 at::Tensor zeta_st(const at::Scalar& x, const at::Tensor& q) { return zeta(WrappedScalar(x), q); }
 
+// i0, i0e, i1 and i1e as the CPU computes them: Cephes' two Chebyshev
+// expansions (|x| <= 8 and above) with the coefficients PyTorch ships in
+// ATen/native/Math.h (float ones for float inputs, as the CPU).
+
+// Cephes' chbevl: the series sum_i array[i] T_i(y/2), coefficients highest
+// order first.
+template <typename T>
+ir::Value Chebyshev(const Ctx& c, ir::Value y, std::tuple<const T*, size_t> coeffs) {
+  const auto [a, len] = coeffs;
+  ir::Value b0 = c.c(static_cast<double>(a[0])), b1 = c.c(0), b2 = c.c(0);
+  for (size_t i = 1; i < len; ++i) {
+    b2 = b1;
+    b1 = b0;
+    b0 = c.bin(Op::Add, c.bin(Op::Sub, c.bin(Op::Mul, y, b1), b2), c.c(static_cast<double>(a[i])));
+  }
+  return c.bin(Op::Mul, c.c(0.5), c.bin(Op::Sub, b0, b2));
+}
+
+enum class BesselKind { I0, I0e, I1, I1e };
+
+template <typename T>
+ir::Value BesselOf(const Ctx& c, ir::Value x_in, BesselKind k) {
+  ir::Value x = c.un(Op::Abs, x_in);
+  const bool first = k == BesselKind::I1 || k == BesselKind::I1e;
+  const bool scaled = k == BesselKind::I0e || k == BesselKind::I1e;
+  ir::Value small_y = c.bin(Op::Sub, c.bin(Op::Div, x, c.c(2)), c.c(2));
+  ir::Value large_y = c.bin(Op::Sub, c.bin(Op::Div, c.c(32), x), c.c(2));
+  ir::Value small = first ? Chebyshev<T>(c, small_y, ::chebyshev_coefficients_i1e_A<T>())
+                          : Chebyshev<T>(c, small_y, ::chebyshev_coefficients_i0e_A<T>());
+  ir::Value large = first ? Chebyshev<T>(c, large_y, ::chebyshev_coefficients_i1e_B<T>())
+                          : Chebyshev<T>(c, large_y, ::chebyshev_coefficients_i0e_B<T>());
+  ir::Value e = c.un(Op::Exp, x);
+  // the CPU's order of operations per branch
+  if (first) small = scaled ? c.bin(Op::Mul, small, x) : c.bin(Op::Mul, c.bin(Op::Mul, e, x), small);
+  else if (!scaled) small = c.bin(Op::Mul, e, small);
+  if (!scaled) large = c.bin(Op::Mul, e, large);
+  large = c.bin(Op::Div, large, c.un(Op::Sqrt, x));
+  ir::Value r = c.sel(c.cmp(CompareDir::LE, x, c.c(8)), small, large);
+  if (first) r = c.sel(c.cmp(CompareDir::LT, x_in, c.c(0)), c.un(Op::Neg, r), r);
+  return r;
+}
+
+at::Tensor Bessel(const char* op, const at::Tensor& a, BesselKind k) {
+  return FloatUnary(op, a, [k](const Ctx& c, ir::Value x) {
+    return c.t == at::kDouble ? BesselOf<double>(c, x, k) : BesselOf<float>(c, x, k);
+  });
+}
+at::Tensor i0(const at::Tensor& a) { return Bessel("aten::i0", a, BesselKind::I0); }
+at::Tensor i0e(const at::Tensor& a) { return Bessel("aten::special_i0e", a, BesselKind::I0e); }
+at::Tensor i1(const at::Tensor& a) { return Bessel("aten::special_i1", a, BesselKind::I1); }
+at::Tensor i1e(const at::Tensor& a) { return Bessel("aten::special_i1e", a, BesselKind::I1e); }
+
+// kaiser_window, whose CPU kernel is a dispatch stub no other device has:
+// I0(beta * sqrt(|1 - ((n - alpha) / alpha)^2|)) / I0(beta), alpha =
+// (N - 1) / 2, in the CPU kernel's arithmetic (the index counted in the
+// window's dtype, the rest in its opmath type).
+at::Tensor kaiser_window(int64_t length, bool periodic, double beta, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin) {
+  const at::ScalarType t = dtype ? *dtype : at::typeMetaToScalarType(at::get_default_dtype());
+  const at::TensorOptions options = at::TensorOptions().dtype(t).layout(layout).device(device).pinned_memory(pin);
+  TORCH_CHECK(!layout || *layout == at::kStrided, "kaiser_window is not implemented for sparse types, got: ", *layout);
+  TORCH_CHECK(at::isFloatingType(t), "kaiser_window expects floating point dtypes, got: ", t);
+  TORCH_CHECK(length >= 0, "kaiser_window requires non-negative window_length, got window_length=", length);
+  if (length == 0) return at::empty({0}, options);
+  if (length == 1) return at::ones({1}, options);
+  if (periodic) length += 1;
+  const at::ScalarType ct = OpMath(t);
+  const double alpha = ct == at::kFloat ? static_cast<double>(static_cast<float>((length - 1) / 2.0)) : (length - 1) / 2.0;
+  const double i0_beta = ct == at::kFloat ? static_cast<double>(calc_i0(static_cast<float>(beta))) : calc_i0(beta);
+  at::Tensor n = at::arange(length, options).to(ct);
+  at::Tensor r = (n - alpha) / alpha;
+  at::Tensor w = (at::i0(beta * at::sqrt(at::abs(1 - r * r))) / i0_beta).to(t);
+  return periodic ? w.narrow(0, 0, length - 1) : w;
+}
+
 // erfinv: Giles' single-precision approximation ("Approximating the erfinv
 // function", GPU Computing Gems, 2011), then Newton steps on erf where it
 // is steep, |y| < 2 (one for float; two, |y| < 5.5, for double); +-inf at +-1, NaN
@@ -499,6 +579,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("special_entr", entr);
   K("erfinv", erfinv);
   K("erfc", erfc);
+  K("i0", i0);
+  K("special_i0e", i0e);
+  K("special_i1", i1);
+  K("special_i1e", i1e);
+  K("kaiser_window.beta", kaiser_window);
   K("lgamma", lgamma);
   K("digamma", digamma);
   K("polygamma", polygamma);
