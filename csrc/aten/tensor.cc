@@ -5,6 +5,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/core/AutogradState.h>
 
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,19 @@ class Allocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override { return Make(CurrentDevice(), nbytes); }
 
   static c10::DataPtr Make(int device, size_t nbytes) {
+    // A thread that creates pjrt tensors runs their backward passes itself
+    // (docs/performance.md): autograd would otherwise queue each pjrt node to
+    // its per-device thread and wake the caller at the end, two hand-offs
+    // that cost 15 % of a small training step on 2 cores; the nodes only
+    // trace, so that thread buys no overlap. TORCH_PJRT_AUTOGRAD_THREADS=1
+    // keeps autograd's default. Set once per thread, so a user's own
+    // torch.autograd.set_multithreading_enabled afterwards still wins.
+    static thread_local const bool inline_backward = [] {
+      if (runtime::Runtime::Get().options().autograd_threads) return false;
+      c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+      return true;
+    }();
+    (void)inline_backward;
     auto* s = new runtime::Storage(device, nbytes);
     // The data pointer is a token, never dereferenced: pjrt memory is only
     // reached through the runtime. It is unique per storage and non-null so

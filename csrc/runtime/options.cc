@@ -93,6 +93,11 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "allow"},
       {"TORCH_PJRT_CHECKS",
        "0 turns off the checks compiled into programs (indices in range, integer divisors non-zero)", "1"},
+      {"TORCH_PJRT_AUTOGRAD_THREADS",
+       "1 keeps autograd's per-device threads for pjrt; by default a thread that creates pjrt tensors runs its "
+       "backward passes itself (torch.autograd.set_multithreading_enabled(False) on that thread), which saves two "
+       "thread hand-offs per backward",
+       "0"},
       {"TORCH_PJRT_DIST_TIMEOUT", "seconds a multi-process collective or rendezvous waits for a peer", "60"},
       {"TORCH_PJRT_COMPILE_PROGRESS",
        "seconds after which a running compile is reported on stderr (with its op count and cache key), and again "
@@ -142,6 +147,9 @@ Options Options::FromEnvironment() {
   const std::string checks = Get("TORCH_PJRT_CHECKS");
   if (!checks.empty() && checks != "0" && checks != "1") Invalid("TORCH_PJRT_CHECKS", checks, "0 or 1");
   o.checks = checks != "0";
+  const std::string threads = Get("TORCH_PJRT_AUTOGRAD_THREADS");
+  if (!threads.empty() && threads != "0" && threads != "1") Invalid("TORCH_PJRT_AUTOGRAD_THREADS", threads, "0 or 1");
+  o.autograd_threads = threads == "1";
   o.dist_timeout_s = Seconds("TORCH_PJRT_DIST_TIMEOUT", false).value_or(o.dist_timeout_s);
   o.compile_progress_s = Seconds("TORCH_PJRT_COMPILE_PROGRESS", true).value_or(5);
   // A size that is not given is the smallest one consistent with the rank:

@@ -28,6 +28,7 @@ struct Options {
   bool debug = false;     // TORCH_PJRT_DEBUG (anything but "" and "0")
   FallbackMode fallback = FallbackMode::kAllow;  // TORCH_PJRT_FALLBACK
   bool checks = true;                            // TORCH_PJRT_CHECKS ("0" turns index/divisor checks off)
+  bool autograd_threads = false;                 // TORCH_PJRT_AUTOGRAD_THREADS ("1" keeps autograd's device threads)
   double dist_timeout_s = 60;                    // TORCH_PJRT_DIST_TIMEOUT
   // A compile still running after this many seconds is reported on stderr,
   // and again when it ends (TORCH_PJRT_COMPILE_PROGRESS, default 5); only

@@ -159,6 +159,7 @@ class Runtime {
   void AwaitLaunched() noexcept;
   void Unregister(Storage* s);
   size_t pending_count(int device);
+  size_t trace_nodes(int device);  // IR nodes of the device's trace
 
   // --- replay of recorded programs (runtime/replay.h; torch.compile graphs) ---
   // Before tracing a graph: syncs `device` when an input or the random state

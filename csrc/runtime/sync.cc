@@ -174,7 +174,13 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
 
 void Runtime::SyncDevice(int device) {
   Trace& t = traces_.at(device);
-  if (t.pending.empty() && !t.rng_pending) return;
+  if (t.pending.empty() && !t.rng_pending) {
+    // Nothing to compute: ops whose results were all dropped leave nodes
+    // (and parameters that hold their inputs' buffers) behind; drop them
+    // too, or a loop of discarded work grows the trace without end.
+    if (t.builder && !t.builder->graph().nodes.empty()) ResetTrace(t);
+    return;
+  }
   auto t0 = std::chrono::steady_clock::now();
   Metrics& m = Metrics::Get();
 

@@ -46,6 +46,12 @@ size_t Runtime::pending_count(int device) {
   return traces_.at(device).pending.size();
 }
 
+size_t Runtime::trace_nodes(int device) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  const Trace& t = traces_.at(device);
+  return t.builder ? t.builder->graph().nodes.size() : 0;
+}
+
 ir::Value Runtime::BufferParam(int device, const DeviceBuffer& buffer, ir::DType dtype,
                                const std::vector<DeviceBuffer>* replicas) {
   Trace& t = traces_[device];

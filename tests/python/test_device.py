@@ -67,6 +67,22 @@ def test_one_sync_runs_one_program_for_all_pending_tensors():
     torch.testing.assert_close(d.cpu(), (a.cpu() * 2) @ (a.cpu() + 1))
 
 
+def test_sync_drops_work_whose_results_were_all_discarded():
+    # Nothing to run, but the trace must not keep the dead nodes (and the
+    # input buffers their parameters hold) until some later sync has work.
+    torch_pjrt.sync(wait=True)
+    a = torch.randn(8, 8).to(DEV)
+    runs = torch_pjrt.metrics.counters().get("executions", 0)
+    for _ in range(3):
+        for _ in range(20):
+            a * 2  # noqa: B018 (discarded on purpose)
+        assert torch_pjrt._C._trace_nodes(0) >= 20
+        torch_pjrt.sync()
+        assert torch_pjrt._C._trace_nodes(0) == 0
+    assert torch_pjrt.metrics.counters().get("executions", 0) == runs
+    torch.testing.assert_close((a + 1).cpu(), a.cpu() + 1)
+
+
 def test_a_trace_repeating_the_last_one_in_part_computes_its_own_values():
     # A trace takes over the nodes of the previous one while they repeat
     # (ir::Builder::Restart); these repeat it up to a node that differs in
@@ -209,3 +225,35 @@ def test_rng_state_saves_and_restores_the_stream_position():
     assert not torch.equal(torch.pjrt.get_rng_state(), state)  # a state is a position, not the seed
     with pytest.raises(ValueError, match="16-byte"):
         torch.pjrt.set_rng_state(torch.zeros(2, dtype=torch.int64))
+
+
+def test_backward_runs_on_the_calling_thread_unless_asked_otherwise():
+    # docs/performance.md: a thread that creates pjrt tensors runs their
+    # backward passes itself; TORCH_PJRT_AUTOGRAD_THREADS=1 keeps autograd's
+    # per-device threads. Either way the gradients are the CPU's, also for
+    # a backward started from a second thread.
+    code = """
+import threading, torch, torch_pjrt
+dev = torch_pjrt.device()
+before = torch.autograd.is_multithreading_enabled()
+w = torch.randn(5, 3, requires_grad=True)
+def grad_of(device):
+    x = w.detach().to(device).requires_grad_()
+    (x.sin() * x).sum().backward()
+    return x.grad.cpu()
+want = grad_of("cpu")
+assert torch.allclose(grad_of(dev), want)
+seen = {}
+def worker():
+    seen["grad"] = grad_of(dev)
+    seen["mt"] = torch.autograd.is_multithreading_enabled()
+t = threading.Thread(target=worker); t.start(); t.join()
+assert torch.allclose(seen["grad"], want)
+print(before, torch.autograd.is_multithreading_enabled(), seen["mt"])
+"""
+    r = run_python(code)
+    assert r.returncode == 0 and r.stdout.split() == ["True", "False", "False"], r.stderr
+    r = run_python(code, TORCH_PJRT_AUTOGRAD_THREADS="1")
+    assert r.returncode == 0 and r.stdout.split() == ["True", "True", "True"], r.stderr
+    r = run_python(code, TORCH_PJRT_AUTOGRAD_THREADS="yes")
+    assert r.returncode != 0 and "TORCH_PJRT_AUTOGRAD_THREADS" in r.stderr
