@@ -1,6 +1,6 @@
 // linspace (F.affine_grid builds its base grid with it): an iota, each half
 // counted from its own end as the CPU kernel does, so the last element is
-// `end` exactly.
+// `end` exactly. logspace: the CPU's values, copied.
 #include <type_traits>
 
 #include "aten/lowering.h"
@@ -51,7 +51,22 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
   return out;
 }
 
+// logspace: its values depend on the arguments alone, and XLA's fused
+// multiply-add and power round the exponents differently from the CPU's
+// double arithmetic (an integer output then truncates 0.99999 to 0), so the
+// CPU kernel computes them and they are copied to the device as data, as
+// tril_indices does.
+at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base, at::Tensor& out) {
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  if (out.numel() != steps) out.resize_({steps});
+  if (steps == 0) return out;
+  return out.copy_(at::logspace(start, end, steps, base, at::TensorOptions().dtype(out.scalar_type())));
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("linspace.out", TORCH_FN(tpj::aten::linspace_out)); }
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("linspace.out", TORCH_FN(tpj::aten::linspace_out));
+  m.impl("logspace.out", TORCH_FN(tpj::aten::logspace_out));
+}

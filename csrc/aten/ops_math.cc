@@ -4,7 +4,7 @@
 // and the domain edges: inverse trigonometric and hyperbolic functions,
 // log2/log10/exp2, logaddexp, xlogy, nan_to_num, frac, sinc, fmax/fmin,
 // hypot, heaviside, logit, entr, erfinv, the gamma family and zeta, the
-// modified Bessel functions i0/i1 (and kaiser_window), and
+// modified Bessel functions i0/i1 (and kaiser_window), gcd/lcm, frexp, and
 // clamp_min/clamp_max by a tensor.
 //
 // Their gradients are PyTorch's own formulas (derivatives.yaml) over lowered
@@ -535,6 +535,91 @@ at::Tensor entr(const at::Tensor& a) {
   });
 }
 
+// gcd as the CPU's loop: a, b = |a|, |b| (abs wraps at the type's minimum,
+// as there), then (a, b) = (b % a, a) while a != 0, unrolled: two n-bit
+// numbers need at most about 1.44 n steps (consecutive Fibonacci numbers are
+// the worst case), and a finished pair stays as it is.
+ir::Value GcdOf(const Ctx& c, ir::Value a, ir::Value b) {
+  if (c10::isSignedType(c.t)) {
+    a = c.un(Op::Abs, a);
+    b = c.un(Op::Abs, b);
+  }
+  const int steps = static_cast<int>(c10::elementSize(c.t)) * 8 * 3 / 2 + 2;
+  for (int i = 0; i < steps; ++i) {
+    ir::Value more = c.cmp(CompareDir::NE, a, c.c(0));
+    ir::Value rem = c.bin(Op::Rem, b, c.sel(more, a, c.c(1)));
+    b = c.sel(more, a, b);
+    a = c.sel(more, rem, a);
+  }
+  return b;
+}
+
+at::ScalarType IntegerResult(const at::Tensor& a, const at::Tensor& b, const char* op) {
+  const at::ScalarType t = at::result_type(a, b);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(t, false), "\"", op, "_cpu\" not implemented for '", c10::toString(t), "'");
+  return t;
+}
+
+at::Tensor gcd(const at::Tensor& a, const at::Tensor& b) {
+  return BinaryIn(a, b, IntegerResult(a, b, "gcd"), [](const Ctx& c, ir::Value x, ir::Value y) { return GcdOf(c, x, y); });
+}
+
+// lcm = |a / gcd * b|, 0 when the gcd is 0, as the CPU: 8- and 16-bit types
+// multiply and take abs in int (C++'s promotion), then wrap to their width.
+at::Tensor lcm(const at::Tensor& a, const at::Tensor& b) {
+  return BinaryIn(a, b, IntegerResult(a, b, "lcm"), [](const Ctx& c, ir::Value x, ir::Value y) {
+    ir::Value g = GcdOf(c, x, y);
+    ir::Value zero = c.cmp(CompareDir::EQ, g, c.c(0));
+    const Ctx w{c.d, c10::elementSize(c.t) < 4 ? at::kInt : c.t, c.shape};
+    const ir::DType wt = ToIr(w.t);
+    ir::Value l = w.bin(Op::Mul, w.b().Convert(c.bin(Op::Div, x, c.sel(zero, c.c(1), g)), wt), w.b().Convert(y, wt));
+    if (c10::isSignedType(c.t)) l = w.un(Op::Abs, l);
+    return c.sel(zero, c.c(0), c.b().Convert(l, ToIr(c.t)));
+  });
+}
+
+// frexp: x = mantissa * 2^exponent with |mantissa| in [0.5, 1), from the
+// bits alone (XLA's CPU arithmetic treats subnormal inputs as zero): the
+// exponent field less the bias, the mantissa the same bits with the exponent
+// of 0.5. A subnormal's significand, converted to a float (exact), gives
+// the mantissa bits and its exponent less the subnormal scale. 0, +-inf and
+// NaN give themselves and exponent 0, as the C library. Half and bfloat16
+// work in float, where their values are exact and normal.
+std::tuple<at::Tensor, at::Tensor> frexp(const at::Tensor& a) {
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()), "torch.frexp() only supports floating-point dtypes");
+  TraceScope s;
+  const at::ScalarType t = a.scalar_type();
+  const bool dbl = t == at::kDouble;
+  Ctx c{DeviceIndex(a), dbl ? at::kDouble : at::kFloat, a.sizes().vec()};
+  ir::Builder& b = c.b();
+  const int width = dbl ? 64 : 32, mant = dbl ? 52 : 23;
+  const double bias = dbl ? 1022 : 126, field_max = dbl ? 0x7ff : 0xff;
+  const at::ScalarType ut = dbl ? at::kUInt64 : at::kUInt32;
+  auto u = [&](double v) { return Fill(c.d, v, ut, c.shape); };
+  auto i32 = [&](double v) { return Fill(c.d, v, at::kInt, c.shape); };
+  struct Parts {
+    ir::Value field, low;
+  };
+  auto parts = [&](ir::Value bits) {
+    return Parts{c.bin(Op::And, c.bin(Op::ShiftRightLogical, bits, u(mant)), u(field_max)),
+                 c.bin(Op::ShiftRightLogical, c.bin(Op::ShiftLeft, bits, u(width - mant)), u(width - mant))};
+  };
+  ir::Value x = ValAs(a, c.t);
+  ir::Value bits = b.Bitcast(x, ToIr(ut));
+  const Parts p = parts(bits);
+  ir::Value sign = c.bin(Op::ShiftLeft, c.bin(Op::ShiftRightLogical, bits, u(width - 1)), u(width - 1));
+  const Parts q = parts(b.Bitcast(b.Convert(p.low, ToIr(c.t)), ToIr(ut)));  // the significand as a number
+  ir::Value no_field = c.cmp(CompareDir::EQ, p.field, u(0));
+  ir::Value sub = c.bin(Op::And, no_field, c.cmp(CompareDir::NE, p.low, u(0)));
+  ir::Value field = c.sel(sub, q.field, p.field);
+  ir::Value e = c.bin(Op::Sub, b.Convert(field, ir::DType::I32), c.sel(sub, i32(2 * bias + mant), i32(bias)));
+  ir::Value m = b.Bitcast(c.bin(Op::Or, c.bin(Op::Or, sign, c.sel(sub, q.low, p.low)), u(std::ldexp(bias, mant))),
+                          ToIr(c.t));
+  ir::Value special = c.bin(Op::Or, c.bin(Op::And, no_field, c.un(Op::Not, sub)),
+                            c.cmp(CompareDir::EQ, p.field, u(field_max)));
+  return {Wrap(b.Convert(c.sel(special, x, m), ToIr(t)), c.d), Wrap(c.sel(special, i32(0), e), c.d)};
+}
+
 at::Tensor clamp_min_t(const at::Tensor& a, const at::Tensor& lo) {
   return at::clamp(a, std::optional<at::Tensor>(lo), std::nullopt);
 }
@@ -590,6 +675,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("special_zeta", zeta);
   K("special_zeta.other_scalar", zeta_ss);
   K("special_zeta.self_scalar", zeta_st);
+  K("gcd", gcd);
+  K("lcm", lcm);
+  K("frexp.Tensor", frexp);
   K("clamp_min.Tensor", clamp_min_t);
   K("clamp_max.Tensor", clamp_max_t);
 }

@@ -1,6 +1,6 @@
 // Random numbers on the device: uniform/normal/bernoulli/integers,
-// exponential/cauchy/geometric/log-normal,
-// multinomial and dropout, from the runtime's per-device Threefry state
+// exponential/cauchy/geometric/log-normal, normal with tensor mean or std,
+// randperm, multinomial and dropout, from the runtime's per-device Threefry state
 // (seeded by torch_pjrt.manual_seed / torch.manual_seed). A torch.Generator
 // argument is not supported on pjrt and is refused.
 #include <cmath>
@@ -113,6 +113,78 @@ at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "log_normal_ expects a floating point tensor, got ", self.scalar_type());
   const at::ScalarType ct = self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   return self.copy_(at::empty(self.sizes(), self.options().dtype(ct)).normal_(mean, std).exp());
+}
+
+// torch.normal with a tensor mean and/or std: N(0, 1) * std + mean, as the
+// CPU computes it; the result has mean's dtype (std's when mean is a number)
+// and the broadcast shape of the two. A negative std is the CPU's error,
+// checked inside the program when std is a tensor.
+at::Tensor NormalOf(const at::Tensor& like, const std::vector<int64_t>& shape, const at::Tensor* std, double std_value,
+                    const at::Tensor* mean, double mean_value) {
+  TORCH_CHECK(at::isFloatingType(like.scalar_type()), "normal expects a floating-point mean and std on pjrt, got ",
+              like.scalar_type());
+  if (std != nullptr) {
+    TraceScope s;
+    CheckNone(DeviceIndex(*std), Val(std->lt(0).any()), runtime::ErrorKind::kValue,
+              "normal expects all elements of std >= 0.0");
+  }
+  at::Tensor out = at::empty(shape, like.options()).normal_(0, std != nullptr ? 1.0 : std_value);
+  if (std != nullptr) out.mul_(*std);
+  return mean != nullptr ? out.add_(*mean) : out.add_(mean_value);
+}
+
+at::Tensor normal_tensor_float(const at::Tensor& mean, double std, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  return NormalOf(mean, mean.sizes().vec(), nullptr, std, &mean, 0);
+}
+
+at::Tensor normal_float_tensor(double mean, const at::Tensor& std, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  return NormalOf(std, std.sizes().vec(), &std, 1, nullptr, mean);
+}
+
+at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen) {
+  NoGenerator(gen);
+  return NormalOf(mean, at::infer_size(mean.sizes(), std.sizes()), &std, 1, &mean, 0);
+}
+
+// randperm: the order that sorts n random 64-bit keys (a repeated key, and
+// so a bias, has odds of about n^2 / 2^65).
+at::Tensor randperm(c10::SymInt sym_n, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                    std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  const int64_t n = sym_n.guard_int(__FILE__, __LINE__);
+  TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
+  TORCH_CHECK(!layout || *layout == at::kStrided, "randperm on pjrt makes strided tensors only, got layout ", *layout);
+  (void)pin_memory;
+  const at::ScalarType t = dtype.value_or(at::kLong);
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool && !at::isComplexType(t), "\"randperm\" not implemented for '",
+                              c10::toString(t), "'");
+  // The CPU's limits: n - 1 within the integer type's range; for a float
+  // type, n at most one more than the last of its consecutive integers.
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, t, "randperm", [&] {
+    using limits = std::numeric_limits<scalar_t>;
+    const bool fits = limits::is_integer ? static_cast<double>(n) - 1 <= static_cast<double>(limits::max())
+                                         : n <= (int64_t{1} << limits::digits) + 1;
+    TORCH_CHECK(fits, "n is too large for result tensor type: '", c10::toString(t), "'");
+  });
+  at::Tensor out = at::empty({n}, at::TensorOptions().dtype(t).device(
+                                      device.value_or(at::Device(c10::DeviceType::PrivateUse1))));
+  if (n == 0) return out;
+  TraceScope s;
+  const int d = DeviceIndex(out);
+  ir::Builder& b = B(d);
+  ir::Value keys = runtime::Runtime::Get().RandomBits(d, {ir::DType::U64, {n}});
+  ir::Value order = b.Sort({keys, b.Iota({ir::DType::I64, {n}}, 0)}, 0, false).at(1);
+  Assign(out, order);
+  return out;
+}
+
+at::Tensor randperm_generator(c10::SymInt n, std::optional<at::Generator> gen, std::optional<at::ScalarType> dtype,
+                              std::optional<at::Layout> layout, std::optional<at::Device> device,
+                              std::optional<bool> pin_memory) {
+  NoGenerator(gen);
+  return randperm(std::move(n), dtype, layout, device, pin_memory);
 }
 
 at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
@@ -253,6 +325,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("geometric_", geometric_);
   K("log_normal_", log_normal_);
   K("normal_", normal_);
+  K("normal.Tensor_float", normal_tensor_float);
+  K("normal.float_Tensor", normal_float_tensor);
+  K("normal.Tensor_Tensor", normal_tensor_tensor);
+  K("randperm", randperm);
+  K("randperm.generator", randperm_generator);
   K("bernoulli_.float", bernoulli_float_);
   K("bernoulli_.Tensor", bernoulli_tensor_);
   K("bernoulli", bernoulli);

@@ -1,6 +1,6 @@
 // Data movement lowerings: cat, index_select, gather/scatter, advanced
-// indexing (index, index_put_), embedding backward, tril/triu, padding,
-// sort/topk, flip, arange.
+// indexing (index, index_put_), embedding backward and max_norm renorm,
+// tril/triu, padding, sort/topk, flip, arange.
 #include <algorithm>
 #include <functional>
 #include <cmath>
@@ -672,6 +672,22 @@ at::Tensor index_put(const at::Tensor& self, const c10::List<std::optional<at::T
   return copy;
 }
 
+// nn.Embedding(max_norm=...): each row that `indices` names and whose
+// norm_type-norm exceeds max_norm is scaled to max_norm / (norm + 1e-7), in
+// place, as the CPU kernel does; a row named twice is scaled once. An index
+// out of range is the CPU's error (index_select checks it).
+at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices, double max_norm, double norm_type) {
+  TORCH_CHECK(self.dim() == 2, "embedding_renorm_: expected weight to be 2-D, got ", self.dim(), "-D");
+  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
+              "embedding_renorm_: expected indices to be Long or Int, got ", indices.scalar_type());
+  if (indices.numel() == 0) return self;
+  const at::Tensor idx = indices.reshape({-1}).to(at::kLong);
+  const at::Tensor rows = self.index_select(0, idx);
+  const at::Tensor norm = at::linalg_vector_norm(rows, norm_type, {1}, true);
+  const at::Tensor scale = at::where(norm.gt(max_norm), max_norm / (norm + 1e-7), at::ones_like(norm));
+  return self.index_copy_(0, idx, rows * scale);
+}
+
 at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights,
                                     int64_t padding_idx, bool scale_grad_by_freq) {
   TraceScope s;
@@ -937,6 +953,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("index_put", index_put);
   K("_index_put_impl_", index_put_impl_);
   K("embedding_dense_backward", embedding_dense_backward);
+  K("embedding_renorm_", embedding_renorm_);
   K("tril", tril);
   K("triu", triu);
   K("tril_", tril_);

@@ -77,7 +77,10 @@ def _to(x, device):
     if isinstance(x, (list, tuple)):
         return type(x)(_to(v, device) for v in x)
     if isinstance(x, dict):
-        return {k: _to(v, device) for k, v in x.items()}
+        # a factory's device= argument moves too: its result must be made on
+        # the device, not on the CPU and compared with itself
+        return {k: device if k == "device" and isinstance(v, (str, torch.device)) else _to(v, device)
+                for k, v in x.items()}
     return x
 
 
@@ -247,7 +250,14 @@ def _run_case(op, dtype, case, want_grad: bool, device, special: bool, label: st
     before = _fallbacks()
     try:
         got = op(dev_sample[0], *dev_sample[1], **dev_sample[2])
-        problem = _compare(got, want, dtype, signed_zeros=special)
+        # results belong on the device, unless the sample moves them to a
+        # device it names itself (Tensor.to("cpu", ...))
+        named = [a for a in dev_sample[1]
+                 if isinstance(a, torch.device) or (isinstance(a, str) and a in ("cpu", "meta"))]
+        home = torch.device(named[0]).type if named else torch.device(device).type
+        elsewhere = [t.device for t in _flatten(got) if t.device.type != home]
+        problem = (f"an output is on {elsewhere[0]}, not on the device" if elsewhere
+                   else _compare(got, want, dtype, signed_zeros=special))
         if problem is None and want_g is not None:
             got_g = _grads(got, _inputs_of(dev_sample))
             if got_g is None:

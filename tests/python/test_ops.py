@@ -569,3 +569,114 @@ def test_multinomial_draws_by_probability_on_the_device():
         torch.multinomial(torch.tensor([0.5, -1.0], device=DEV), 1).cpu()
     with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
         torch.multinomial(torch.zeros(2, 3, device=DEV), 1).cpu()
+
+
+def test_randperm_and_normal_with_tensor_arguments_draw_on_the_device():
+    torch_pjrt.manual_seed(0)
+    torch_pjrt.metrics.reset()
+    for n, dt in [(0, torch.int64), (1, torch.int64), (1000, torch.int64), (100, torch.int32), (200, torch.uint8),
+                  (50, torch.float32), (2049, torch.float16)]:
+        p = torch.randperm(n, dtype=dt, device=DEV)
+        assert p.device.type == "pjrt" and p.dtype == dt
+        assert torch.equal(p.cpu().long().sort().values, torch.arange(n))
+    assert not torch.equal(torch.randperm(64, device=DEV).cpu(), torch.randperm(64, device=DEV).cpu())
+    mean, std = torch.randn(4000, 3).to(DEV), (torch.rand(4000, 3) + 0.5).to(DEV)
+    for z in [(torch.normal(mean, 2.0) - mean) / 2.0, torch.normal(0.0, std) / std,
+              (torch.normal(mean, std) - mean) / std, (torch.normal(mean[:, :1], std) - mean[:, :1]) / std]:
+        zc = z.cpu()
+        assert z.device.type == "pjrt" and zc.shape == (4000, 3)
+        assert abs(zc.mean().item()) < 0.05 and abs(zc.std().item() - 1) < 0.05, (zc.mean(), zc.std())
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+    with pytest.raises(RuntimeError, match="n must be non-negative"):
+        torch.randperm(-1, device=DEV)
+    with pytest.raises(RuntimeError, match="too large for result tensor type"):
+        torch.randperm(300, dtype=torch.int8, device=DEV)
+    with pytest.raises(RuntimeError, match=r"std >= 0.0"):
+        torch.normal(mean, -1.0)
+    with pytest.raises(RuntimeError, match="all elements of std >= 0.0"):
+        torch.normal(mean, -std).cpu()
+
+
+def test_cdist_and_pdist_forward_and_backward():
+    torch.manual_seed(0)
+    torch_pjrt.metrics.reset()
+    shapes = [((5, 4), (6, 4)), ((2, 5, 3), (1, 7, 3)), ((30, 4), (27, 4)), ((4, 0), (3, 0))]
+    for p in [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")]:
+        for s1, s2 in shapes:
+            x1, x2 = torch.randn(*s1, dtype=torch.float64), torch.randn(*s2, dtype=torch.float64)
+            if s1 == (5, 4):
+                x2[0] = x1[0]  # a zero distance: its gradient is 0, as on the CPU
+            a, b = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+            ad, bd = x1.to(DEV).requires_grad_(), x2.to(DEV).requires_grad_()
+            want, got = torch.cdist(a, b, p=p), torch.cdist(ad, bd, p=p)
+            torch.testing.assert_close(got.cpu(), want)
+            g = torch.randn_like(want)
+            want.backward(g)
+            got.backward(g.to(DEV))
+            torch.testing.assert_close(ad.grad.cpu(), a.grad)
+            torch.testing.assert_close(bd.grad.cpu(), b.grad)
+        x = torch.randn(6, 3, dtype=torch.float64)
+        x[4] = x[1]
+        a, ad = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+        want, got = F.pdist(a, p), F.pdist(ad, p)
+        torch.testing.assert_close(got.cpu(), want)
+        g = torch.randn_like(want)
+        want.backward(g)
+        got.backward(g.to(DEV))
+        torch.testing.assert_close(ad.grad.cpu(), a.grad)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+    with pytest.raises(RuntimeError, match="same number of columns"):
+        torch.cdist(torch.randn(2, 3, device=DEV), torch.randn(2, 4, device=DEV))
+
+
+def test_gcd_lcm_frexp_logspace_follow_the_cpu():
+    torch_pjrt.metrics.reset()
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+        info = torch.iinfo(dt)
+        a = torch.randint(info.min, info.max, (300,), dtype=dt, generator=g)
+        b = torch.randint(info.min, info.max, (300,), dtype=dt, generator=g)
+        a[:3], b[:3] = torch.tensor([0, 0, info.min], dtype=dt), torch.tensor([0, 7, 3], dtype=dt)
+        for f in (torch.gcd, torch.lcm):  # lcm overflows as the CPU's (int) arithmetic wraps
+            assert torch.equal(f(a.to(DEV), b.to(DEV)).cpu(), f(a, b)), (f, dt)
+    fib = [1, 2]
+    while fib[-1] < 2 ** 62:
+        fib.append(fib[-1] + fib[-2])
+    a, b = torch.tensor(fib[2:]), torch.tensor(fib[1:-1])  # Euclid's longest runs
+    assert torch.equal(torch.gcd(a.to(DEV), b.to(DEV)).cpu(), torch.gcd(a, b))
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        fi = torch.finfo(dt)
+        x = torch.cat([torch.randn(50, generator=g).to(dt) * 1000,
+                       torch.tensor([0.0, -0.0, fi.tiny, fi.tiny / 4, -fi.tiny / 8, fi.max, fi.min], dtype=dt)])
+        (m, e), (md, ed) = torch.frexp(x), torch.frexp(x.to(DEV))
+        assert torch.equal(md.cpu(), m) and torch.equal(ed.cpu(), e) and torch.equal(md.cpu().signbit(), m.signbit())
+        special = torch.tensor([float("inf"), -float("inf"), float("nan")], dtype=dt)
+        md, ed = torch.frexp(special.to(DEV))
+        assert torch.equal(ed.cpu(), torch.zeros(3, dtype=torch.int32))
+        torch.testing.assert_close(md.cpu(), special, equal_nan=True)
+    for dt in (torch.float32, torch.float64, torch.int64, torch.int32):
+        for args in [(0, 2, 5, 10.0), (2, -2, 7, 3.5), (-3, 4, 11, 2.0), (1, 1, 1, 10.0), (0, 3, 0, 10.0)]:
+            assert torch.equal(torch.logspace(*args[:3], base=args[3], dtype=dt, device=DEV).cpu(),
+                               torch.logspace(*args[:3], base=args[3], dtype=dt))
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+    with pytest.raises(NotImplementedError, match="gcd"):
+        torch.gcd(torch.ones(2, device=DEV), torch.ones(2, device=DEV))
+
+
+def test_embedding_max_norm_renormalizes_rows_on_the_device():
+    torch.manual_seed(0)
+    torch_pjrt.metrics.reset()
+    for norm_type in (2.0, 1.0):
+        emb = torch.nn.Embedding(10, 4, max_norm=1.0, norm_type=norm_type)
+        embd = torch.nn.Embedding(10, 4, max_norm=1.0, norm_type=norm_type).to(DEV)
+        with torch.no_grad():
+            emb.weight.mul_(3)
+            embd.weight.copy_(emb.weight)
+        idx = torch.tensor([[1, 2, 2], [9, 1, 0]])
+        out, outd = emb(idx), embd(idx.to(DEV))
+        torch.testing.assert_close(outd.cpu(), out)
+        torch.testing.assert_close(embd.weight.detach().cpu(), emb.weight.detach())  # rows 3..8 untouched
+        out.sum().backward()
+        outd.sum().backward()
+        torch.testing.assert_close(embd.weight.grad.cpu(), emb.weight.grad)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
