@@ -4,8 +4,8 @@
 // and the domain edges: inverse trigonometric and hyperbolic functions,
 // log2/log10/exp2, logaddexp, xlogy, nan_to_num, frac, sinc, fmax/fmin,
 // hypot, heaviside, logit, entr, erfinv, the gamma family and zeta, the
-// modified Bessel functions i0/i1 (and kaiser_window), gcd/lcm, frexp, and
-// clamp_min/clamp_max by a tensor.
+// modified Bessel functions i0/i1 (and kaiser_window), gcd/lcm, frexp,
+// nextafter, and clamp_min/clamp_max by a tensor.
 //
 // Their gradients are PyTorch's own formulas (derivatives.yaml) over lowered
 // ops, except logit's backward, which is an op of its own.
@@ -620,6 +620,46 @@ std::tuple<at::Tensor, at::Tensor> frexp(const at::Tensor& a) {
   return {Wrap(b.Convert(c.sel(special, x, m), ToIr(t)), c.d), Wrap(c.sel(special, i32(0), e), c.d)};
 }
 
+// nextafter: the next value after x toward y, from the bits alone (XLA's
+// CPU arithmetic and comparisons treat subnormals as zero): NaN when either
+// is NaN, y when x == y (+0 toward -0 gives -0), the smallest subnormal with
+// y's sign from a zero x, else x's bits one step away from or toward zero.
+// Order is compared on sign-magnitude keys, exact for subnormals too.
+at::Tensor nextafter(const at::Tensor& a, const at::Tensor& b) {
+  const at::ScalarType t = at::result_type(a, b);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), "\"nextafter_cpu\" not implemented for '", c10::toString(t), "'");
+  TraceScope s;
+  Operands o = Prepare(a, b, t);
+  const int width = static_cast<int>(c10::elementSize(t)) * 8;
+  const at::ScalarType it = width == 64 ? at::kLong : width == 32 ? at::kInt : at::kShort;
+  const double inf_bits = t == at::kDouble ? std::ldexp(2047.0, 52)
+                          : t == at::kFloat ? std::ldexp(255.0, 23)
+                          : t == at::kHalf  ? std::ldexp(31.0, 10)
+                                            : std::ldexp(255.0, 7);
+  Ctx c{o.device, it, o.shape};
+  ir::Builder& bld = c.b();
+  struct Bits {
+    ir::Value bits, mag, neg, key;
+  };
+  auto bits_of = [&](ir::Value v) {
+    Bits r;
+    r.bits = bld.Bitcast(v, ToIr(it));
+    r.mag = c.bin(Op::ShiftRightLogical, c.bin(Op::ShiftLeft, r.bits, c.c(1)), c.c(1));
+    r.neg = c.cmp(CompareDir::LT, r.bits, c.c(0));
+    r.key = c.sel(r.neg, c.un(Op::Neg, r.mag), r.mag);
+    return r;
+  };
+  const Bits x = bits_of(o.x), y = bits_of(o.y);
+  ir::Value up = c.cmp(CompareDir::GT, y.key, x.key);
+  ir::Value away = c.cmp(CompareDir::NE, up, x.neg);
+  ir::Value r = c.sel(away, c.bin(Op::Add, x.bits, c.c(1)), c.bin(Op::Sub, x.bits, c.c(1)));
+  ir::Value y_sign = c.bin(Op::ShiftLeft, c.bin(Op::ShiftRightLogical, y.bits, c.c(width - 1)), c.c(width - 1));
+  r = c.sel(c.cmp(CompareDir::EQ, x.mag, c.c(0)), c.bin(Op::Or, y_sign, c.c(1)), r);
+  r = c.sel(c.cmp(CompareDir::EQ, x.key, y.key), y.bits, r);
+  ir::Value nan = c.bin(Op::Or, c.cmp(CompareDir::GT, x.mag, c.c(inf_bits)), c.cmp(CompareDir::GT, y.mag, c.c(inf_bits)));
+  return Wrap(bld.Select(nan, bld.Binary(Op::Add, o.x, o.y), bld.Bitcast(r, ToIr(t))), o.device);
+}
+
 at::Tensor clamp_min_t(const at::Tensor& a, const at::Tensor& lo) {
   return at::clamp(a, std::optional<at::Tensor>(lo), std::nullopt);
 }
@@ -678,6 +718,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("gcd", gcd);
   K("lcm", lcm);
   K("frexp.Tensor", frexp);
+  K("nextafter", nextafter);
   K("clamp_min.Tensor", clamp_min_t);
   K("clamp_max.Tensor", clamp_max_t);
 }

@@ -629,7 +629,7 @@ def test_cdist_and_pdist_forward_and_backward():
         torch.cdist(torch.randn(2, 3, device=DEV), torch.randn(2, 4, device=DEV))
 
 
-def test_gcd_lcm_frexp_logspace_follow_the_cpu():
+def test_gcd_lcm_frexp_nextafter_logspace_follow_the_cpu():
     torch_pjrt.metrics.reset()
     g = torch.Generator().manual_seed(0)
     for dt in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
@@ -654,6 +654,15 @@ def test_gcd_lcm_frexp_logspace_follow_the_cpu():
         md, ed = torch.frexp(special.to(DEV))
         assert torch.equal(ed.cpu(), torch.zeros(3, dtype=torch.int32))
         torch.testing.assert_close(md.cpu(), special, equal_nan=True)
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        fi = torch.finfo(dt)
+        v = torch.tensor([0.0, -0.0, fi.tiny, fi.tiny / 2 ** 3, -fi.tiny / 2 ** 3, 1.0, -1.0, fi.max, float("inf"),
+                          -float("inf"), float("nan"), 3.5], dtype=dt)
+        x, y = v.repeat_interleave(len(v)), v.repeat(len(v))  # every pair, equal ones included
+        want, got = torch.nextafter(x, y), torch.nextafter(x.to(DEV), y.to(DEV)).cpu()
+        assert torch.equal(got.isnan(), want.isnan()), dt
+        ok = ~want.isnan()
+        assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit()), dt
     for dt in (torch.float32, torch.float64, torch.int64, torch.int32):
         for args in [(0, 2, 5, 10.0), (2, -2, 7, 3.5), (-3, 4, 11, 2.0), (1, 1, 1, 10.0), (0, 3, 0, 10.0)]:
             assert torch.equal(torch.logspace(*args[:3], base=args[3], dtype=dt, device=DEV).cpu(),
