@@ -37,3 +37,43 @@ def test_loss_curves_match_cpu(name):
     assert compiles[-1] <= 3
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.report()
     assert torch_pjrt.metrics.counters()["executions"] >= STEPS
+
+
+def _fused_run(dev, cls, fused, kw, scaled=False, steps=4):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).to(dev)
+    opt = cls(m.parameters(), fused=fused, **kw)
+    scaler = torch.amp.GradScaler(dev, init_scale=1024.0) if scaled else None
+    x = torch.randn(8, 6).to(dev)
+    for i in range(steps):
+        opt.zero_grad()
+        loss = m(x).pow(2).sum()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:  # step 2 overflows: the scaler skips it and halves its scale
+            scaler.scale(loss * (float("inf") if i == 2 else 1.0)).backward()
+            scaler.step(opt)
+            scaler.update()
+        if dev != "cpu":
+            torch_pjrt.sync()
+    return [p.detach().cpu() for p in m.parameters()] + [p.grad.cpu() for p in m.parameters()]
+
+
+@pytest.mark.parametrize("cls,kw", [
+    (torch.optim.Adam, dict(weight_decay=0.1, amsgrad=True)),
+    (torch.optim.AdamW, dict(weight_decay=0.1, maximize=True)),
+    (torch.optim.Adam, dict(lr=torch.tensor(0.01))),
+    (torch.optim.SGD, dict(lr=0.01, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    (torch.optim.SGD, dict(lr=0.01, momentum=0.9, dampening=0.1, maximize=True)),
+], ids=["adam-amsgrad", "adamw-maximize", "adam-tensor-lr", "sgd-nesterov", "sgd-dampening"])
+def test_fused_optimizers_step_on_the_device(cls, kw):
+    """fused=True runs the optimizer's fused kernel (_fused_adam_, ...): on
+    pjrt it traces into the step, against the CPU's unfused step."""
+    torch_pjrt.metrics.reset()
+    for scaled in (False, True):
+        want = _fused_run("cpu", cls, False, kw, scaled)
+        got = _fused_run(torch_pjrt.device(), cls, True, kw, scaled)
+        for a, b in zip(want, got):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
