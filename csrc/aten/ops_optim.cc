@@ -34,11 +34,14 @@ at::Tensor StepGrad(const at::Tensor& grad, bool maximize, const OptTensor& grad
   return maximize ? grad.neg() : grad;
 }
 
-template <typename LR>
+// _fused_adam_ (kDecoupled false) and _fused_adamw_, each with lr a number
+// (LR double) or a tensor (LR const at::Tensor&): one kernel per overload.
+template <bool kDecoupled, typename LR>
 void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-               at::TensorList max_exp_avg_sqs, at::TensorList state_steps, const LR& lr, double beta1, double beta2,
+               at::TensorList max_exp_avg_sqs, at::TensorList state_steps, LR lr, double beta1, double beta2,
                double weight_decay, double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale,
-               const OptTensor& found_inf, bool decoupled, const char* op) {
+               const OptTensor& found_inf) {
+  const char* op = kDecoupled ? "_fused_adamw_" : "_fused_adam_";
   const size_t n = params.size();
   CheckLists(n, {grads.size(), exp_avgs.size(), exp_avg_sqs.size(), state_steps.size()}, op);
   if (amsgrad) CheckLists(n, {max_exp_avg_sqs.size()}, op);
@@ -48,7 +51,7 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
     at::Tensor g = StepGrad(grads[i], maximize, grad_scale, found_inf).to(t);
     at::Tensor param = p.to(t);
     if (weight_decay != 0) {
-      if (decoupled) param = param * (1 - lr * weight_decay);
+      if (kDecoupled) param = param * (1 - lr * weight_decay);
       else g = g + param * weight_decay;
     }
     const at::Tensor m = exp_avgs[i].to(t) * beta1 + g * (1 - beta1);
@@ -68,40 +71,11 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
   }
 }
 
-void fused_adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-                at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
-                double weight_decay, double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale,
-                const OptTensor& found_inf) {
-  FusedAdam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
-            amsgrad, maximize, grad_scale, found_inf, false, "_fused_adam_");
-}
-void fused_adam_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                          at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList state_steps,
-                          const at::Tensor& lr, double beta1, double beta2, double weight_decay, double eps,
-                          bool amsgrad, bool maximize, const OptTensor& grad_scale, const OptTensor& found_inf) {
-  FusedAdam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
-            amsgrad, maximize, grad_scale, found_inf, false, "_fused_adam_");
-}
-void fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-                 at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
-                 double weight_decay, double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale,
-                 const OptTensor& found_inf) {
-  FusedAdam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
-            amsgrad, maximize, grad_scale, found_inf, true, "_fused_adamw_");
-}
-void fused_adamw_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                           at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList state_steps,
-                           const at::Tensor& lr, double beta1, double beta2, double weight_decay, double eps,
-                           bool amsgrad, bool maximize, const OptTensor& grad_scale, const OptTensor& found_inf) {
-  FusedAdam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
-            amsgrad, maximize, grad_scale, found_inf, true, "_fused_adamw_");
-}
-
 // SGD: weight decay, then momentum (the first step's buffer is the gradient
 // itself), Nesterov's look-ahead, then p -= lr * update.
 template <typename LR>
 void FusedSgd(at::TensorList params, at::TensorList grads, at::TensorList bufs, double weight_decay, double momentum,
-              const LR& lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
+              LR lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
               const OptTensor& grad_scale, const OptTensor& found_inf) {
   const size_t n = params.size();
   CheckLists(n, {grads.size()}, "_fused_sgd_");
@@ -121,29 +95,17 @@ void FusedSgd(at::TensorList params, at::TensorList grads, at::TensorList bufs, 
   }
 }
 
-void fused_sgd(at::TensorList params, at::TensorList grads, at::TensorList bufs, double weight_decay, double momentum,
-               double lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
-               const OptTensor& grad_scale, const OptTensor& found_inf) {
-  FusedSgd(params, grads, bufs, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step, grad_scale,
-           found_inf);
-}
-void fused_sgd_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList bufs, double weight_decay,
-                         double momentum, const at::Tensor& lr, double dampening, bool nesterov, bool maximize,
-                         bool is_first_step, const OptTensor& grad_scale, const OptTensor& found_inf) {
-  FusedSgd(params, grads, bufs, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step, grad_scale,
-           found_inf);
-}
-
 }  // namespace
 }  // namespace tpj::aten
 
-#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
-
+// (a template-id's comma would split a macro argument, so no K() here)
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  K("_fused_adam_", fused_adam);
-  K("_fused_adam_.tensor_lr", fused_adam_tensor_lr);
-  K("_fused_adamw_", fused_adamw);
-  K("_fused_adamw_.tensor_lr", fused_adamw_tensor_lr);
-  K("_fused_sgd_", fused_sgd);
-  K("_fused_sgd_.tensor_lr", fused_sgd_tensor_lr);
+  using tpj::aten::FusedAdam;
+  using tpj::aten::FusedSgd;
+  m.impl("_fused_adam_", TORCH_FN((FusedAdam<false, double>)));
+  m.impl("_fused_adam_.tensor_lr", TORCH_FN((FusedAdam<false, const at::Tensor&>)));
+  m.impl("_fused_adamw_", TORCH_FN((FusedAdam<true, double>)));
+  m.impl("_fused_adamw_.tensor_lr", TORCH_FN((FusedAdam<true, const at::Tensor&>)));
+  m.impl("_fused_sgd_", TORCH_FN((FusedSgd<double>)));
+  m.impl("_fused_sgd_.tensor_lr", TORCH_FN((FusedSgd<const at::Tensor&>)));
 }
