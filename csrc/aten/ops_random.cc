@@ -116,37 +116,32 @@ at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional
 }
 
 // torch.normal with a tensor mean and/or std: N(0, 1) * std + mean, as the
-// CPU computes it; the result has mean's dtype (std's when mean is a number)
-// and the broadcast shape of the two. A negative std is the CPU's error,
-// checked inside the program when std is a tensor.
-at::Tensor NormalOf(const at::Tensor& like, const std::vector<int64_t>& shape, const at::Tensor* std, double std_value,
-                    const at::Tensor* mean, double mean_value) {
-  TORCH_CHECK(at::isFloatingType(like.scalar_type()), "normal expects a floating-point mean and std on pjrt, got ",
-              like.scalar_type());
-  if (std != nullptr) {
-    TraceScope s;
-    CheckNone(DeviceIndex(*std), Val(std->lt(0).any()), runtime::ErrorKind::kValue,
-              "normal expects all elements of std >= 0.0");
-  }
-  at::Tensor out = at::empty(shape, like.options()).normal_(0, std != nullptr ? 1.0 : std_value);
-  if (std != nullptr) out.mul_(*std);
-  return mean != nullptr ? out.add_(*mean) : out.add_(mean_value);
+// CPU computes it (normal_ refuses a non-float dtype); the result has mean's
+// dtype (std's when mean is a number) and the broadcast shape of the two. A
+// negative element of a std tensor is the CPU's error, checked inside the
+// program.
+void CheckStd(const at::Tensor& std) {
+  TraceScope s;
+  CheckNone(DeviceIndex(std), Val(std.lt(0).any()), runtime::ErrorKind::kValue,
+            "normal expects all elements of std >= 0.0");
 }
 
 at::Tensor normal_tensor_float(const at::Tensor& mean, double std, std::optional<at::Generator> gen) {
   NoGenerator(gen);
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
-  return NormalOf(mean, mean.sizes().vec(), nullptr, std, &mean, 0);
+  return at::empty(mean.sizes(), mean.options()).normal_(0, std).add_(mean);
 }
 
 at::Tensor normal_float_tensor(double mean, const at::Tensor& std, std::optional<at::Generator> gen) {
   NoGenerator(gen);
-  return NormalOf(std, std.sizes().vec(), &std, 1, nullptr, mean);
+  CheckStd(std);
+  return at::empty(std.sizes(), std.options()).normal_().mul_(std).add_(mean);
 }
 
 at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen) {
   NoGenerator(gen);
-  return NormalOf(mean, at::infer_size(mean.sizes(), std.sizes()), &std, 1, &mean, 0);
+  CheckStd(std);
+  return at::empty(at::infer_size(mean.sizes(), std.sizes()), mean.options()).normal_().mul_(std).add_(mean);
 }
 
 // randperm: the order that sorts n random 64-bit keys (a repeated key, and
