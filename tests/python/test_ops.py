@@ -689,3 +689,96 @@ def test_embedding_max_norm_renormalizes_rows_on_the_device():
         outd.sum().backward()
         torch.testing.assert_close(embd.weight.grad.cpu(), emb.weight.grad)
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def _ks(a, b):
+    """Two-sample Kolmogorov-Smirnov statistic of 1-d samples a and b."""
+    a, b = a.double().sort().values, b.double().sort().values
+    grid = torch.cat([a, b])
+    fa = torch.searchsorted(a, grid, right=True) / a.numel()
+    fb = torch.searchsorted(b, grid, right=True) / b.numel()
+    return (fa - fb).abs().max().item()
+
+
+# Critical KS value of two samples of 4000 at p = 1e-4 (the device's draws
+# are fixed by the seed, so a pass is not luck from run to run).
+_KS_4000 = 2.15 * (2 / 4000) ** 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gamma_dirichlet_poisson_binomial_samplers_follow_the_cpu_in_distribution(dtype):
+    torch.manual_seed(0)
+    torch_pjrt.metrics.reset()
+    n = 4000
+    cases = {
+        "gamma": (lambda a: torch._standard_gamma(a), torch.tensor([0.05, 0.7, 1.0, 4.0, 50.0], dtype=dtype)),
+        "poisson": (torch.poisson, torch.tensor([0.0, 0.4, 6.0, 9.9, 10.0, 300.0], dtype=dtype)),
+    }
+    for name, (fn, params) in cases.items():
+        p = params.expand(n, -1).contiguous()
+        got, want = fn(p.to(DEV)).cpu(), fn(p)
+        assert got.dtype == dtype
+        for i in range(params.numel()):
+            assert _ks(got[:, i], want[:, i]) < _KS_4000, (name, params[i], got[:, i].mean(), want[:, i].mean())
+    counts = torch.tensor([0.0, 5.0, 5.0, 7.0, 40.0, 40.0, 1000.0, 1e6], dtype=dtype).expand(n, -1).contiguous()
+    probs = torch.tensor([0.3, 0.0, 1.0, 0.3, 0.2, 0.9, 0.995, 0.4], dtype=dtype).expand(n, -1).contiguous()
+    got, want = torch.binomial(counts.to(DEV), probs.to(DEV)).cpu(), torch.binomial(counts, probs)
+    for i in range(counts.size(1)):
+        assert _ks(got[:, i], want[:, i]) < _KS_4000, ("binomial", counts[0, i], probs[0, i])
+    conc = torch.tensor([[0.1, 0.2, 0.3], [2.0, 20.0, 5.0]], dtype=dtype).repeat(n, 1)
+    got, want = torch._sample_dirichlet(conc.to(DEV)).cpu(), torch._sample_dirichlet(conc)
+    assert ((got.sum(-1) - 1).abs() < 1e-5).all() and (got > 0).all() and (got < 1).all()
+    for row in range(2):
+        for i in range(3):
+            assert _ks(got[row::2, i], want[row::2, i]) < _KS_4000, (conc[row], i)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_gamma_and_beta_rsample_gradients_follow_the_cpu():
+    torch.manual_seed(0)
+    torch_pjrt.metrics.reset()
+    # the reparameterized gradients' every branch, on the device's own draws
+    alpha = torch.tensor([0.1, 0.5, 1.0, 3.0, 7.9, 9.0, 20.0, 500.0], dtype=torch.float64).repeat_interleave(50)
+    x = torch._standard_gamma(alpha.to(DEV))
+    got = torch._standard_gamma_grad(alpha.to(DEV), x).cpu()
+    assert torch.allclose(got, torch._standard_gamma_grad(alpha, x.cpu()), rtol=1e-9, atol=1e-12)
+    a = torch.tensor([0.1, 1.0, 3.0, 7.0, 20.0], dtype=torch.float64).repeat_interleave(60)
+    total = a + torch.tensor([0.2, 9.0, 0.5, 8.0, 30.0], dtype=torch.float64).repeat_interleave(60)
+    x = torch._sample_dirichlet(torch.stack([a, total - a], -1).to(DEV))[:, 0]
+    got = torch._dirichlet_grad(x, a.to(DEV), total.to(DEV)).cpu()
+    assert torch.allclose(got, torch._dirichlet_grad(x.cpu(), a, total), rtol=1e-9, atol=1e-12)
+    # float32 runs the gradients in float64, as the CPU
+    x32 = x.float()
+    got = torch._dirichlet_grad(x32, a.float().to(DEV), total.float().to(DEV)).cpu()
+    assert torch.allclose(got, torch._dirichlet_grad(x32.cpu(), a.float(), total.float()), rtol=1e-3, atol=1e-6)
+    # end to end through torch.distributions: Beta(a, b) draws x as the
+    # first part of a Dirichlet draw (x, 1 - x); the CPU's backward of the
+    # same draws
+    from torch.distributions.dirichlet import _Dirichlet_backward
+
+    dev_conc = torch.tensor([1.5, 3.0], device=DEV, requires_grad=True)
+    draws = torch.distributions.Beta(dev_conc[0], dev_conc[1]).rsample((200,))
+    draws.sum().backward()
+    d = draws.detach().cpu()
+    pair = torch.stack([d, 1 - d], -1)
+    grad_out = torch.stack([torch.ones(200), torch.zeros(200)], -1)
+    want = _Dirichlet_backward(pair, torch.tensor([1.5, 3.0]).expand(200, 2), grad_out).sum(0)
+    assert torch.allclose(dev_conc.grad.cpu(), want, rtol=1e-4, atol=1e-5), (dev_conc.grad.cpu(), want)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_samplers_raise_where_the_cpu_raises_or_never_returns():
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="expected rate to be non-negative"):
+        torch.poisson(torch.tensor([2.0, -1.0], device=DEV)).cpu()
+    with pytest.raises(RuntimeError, match="expected rate to be non-negative"):
+        torch.poisson(torch.tensor([2.0, float("nan")], device=DEV)).cpu()
+    # a concentration below -2/3: the CPU's loop never ends, pjrt raises
+    with pytest.raises(RuntimeError, match="accepted none of its 12 tries"):
+        torch._standard_gamma(torch.tensor([2.0, -1.0], device=DEV)).cpu()
+    with pytest.raises(RuntimeError, match="not implemented for 'Long'"):
+        torch._standard_gamma(torch.tensor([2], device=DEV))
+    edge = torch.tensor([0.0, float("inf"), 1e-30])
+    assert torch.equal(torch._standard_gamma(edge.to(DEV)).cpu(), torch._standard_gamma(edge))  # tiny, inf, tiny
+    nan_p = torch.binomial(torch.tensor([3.0, 4.0], device=DEV), torch.tensor([float("nan"), 1.0], device=DEV)).cpu()
+    assert nan_p[0].isnan() and nan_p[1] == 4
