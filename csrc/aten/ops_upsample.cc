@@ -1,23 +1,28 @@
-// Upsampling: nearest, nearest-exact, (bi/tri)linear and bicubic, forward
-// and backward.
+// Upsampling: nearest, nearest-exact, (bi/tri)linear and bicubic, and the
+// antialiased bilinear and bicubic (interpolate(antialias=True), torchvision's
+// Resize), forward and backward.
 //
 // Shapes are static, so every source index and weight is computed here, once
 // per trace, with the CPU kernel's own arithmetic (float for float, half and
 // bfloat16 inputs, double for double), and enters the program as a constant.
 // Each spatial dimension is one pass, last dimension first as the CPU nests
 // its loops: one gather along that dimension reads all k taps (k = 1, 2 or
-// 4), each tap is scaled by its weight and added in the CPU's order; the
+// 4; for antialiasing, the widest window of the scaled filter), each tap is
+// scaled by its weight and added in the CPU's order; the
 // backward scatter-adds the same taps in one scatter, first dimension first. Gathers rather than a dense (out x in)
 // weight matrix: a matrix product would multiply every inf or NaN of a row by
 // zero weights and spread it over the row, costs out*in per row instead of
 // out*k, and runs at reduced precision on TPUs by default. Nearest upsampling
 // by an integer factor (the UNet case) needs no gather at all: a broadcast and
 // a reshape forward, a reshape and a sum backward.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <optional>
 
+#include <ATen/ops/_upsample_bicubic2d_aa.h>
+#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/upsample_bicubic2d.h>
 #include <ATen/ops/upsample_bilinear2d.h>
 #include <ATen/ops/upsample_linear1d.h>
@@ -31,7 +36,7 @@ namespace {
 
 using ir::Op;
 
-enum class Mode { kNearest, kNearestExact, kLinear, kCubic };
+enum class Mode { kNearest, kNearestExact, kLinear, kCubic, kLinearAA, kCubicAA };
 
 // The source taps of one dimension: output o reads idx[j][o] with weight
 // w[j][o], for each tap j (weights are empty for nearest: all ones).
@@ -39,6 +44,10 @@ struct Taps {
   int64_t in = 0, out = 0;
   std::vector<std::vector<int64_t>> idx;
   std::vector<std::vector<double>> w;
+  // padded[j][o]: tap j of output o is not one (antialiased windows vary in
+  // width; the CPU reads only the real taps, so an inf or NaN outside the
+  // window must not reach the output through a zero weight). Empty: none is.
+  std::vector<std::vector<bool>> padded;
   bool identity = false;  // output o reads input o alone
   int64_t repeat = 0;     // > 0: nearest, output o reads input o / repeat (out == repeat * in)
 };
@@ -75,11 +84,63 @@ T Cubic1(T x, T a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
 template <class T>
 T Cubic2(T x, T a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
 
+// Antialiased taps (the CPU's _compute_indices_min_size_weights_aa, in its
+// mixed float/double arithmetic): a window of the filter widened by the
+// downscale factor, weights normalized to sum 1; a = -0.5 for bicubic, as PIL.
+template <class T>
+T AAFilter(bool cubic, T x) {
+  x = std::abs(x);
+  if (!cubic) return x < T(1) ? T(1) - x : T(0);
+  if (x < T(1)) return Cubic1<T>(x, T(-0.5));
+  if (x < T(2)) return Cubic2<T>(x, T(-0.5));
+  return T(0);
+}
+
+template <class T>
+void MakeAATaps(Taps& t, bool cubic, bool align_corners, std::optional<double> scale) {
+  const int64_t in = t.in, out = t.out;
+  const T sc = AreaScale<T>(in, out, align_corners, scale);
+  const T half = static_cast<T>((cubic ? 4 : 2) * 0.5);
+  const T support = sc >= T(1) ? half * sc : half;
+  const int64_t size = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  const T invscale = sc >= T(1) ? T(1) / sc : T(1);
+  t.idx.assign(static_cast<size_t>(size), {});
+  t.w.assign(static_cast<size_t>(size), {});
+  t.padded.assign(static_cast<size_t>(size), {});
+  for (int64_t o = 0; o < out; ++o) {
+    const T center = static_cast<T>(static_cast<double>(sc) * (static_cast<double>(o) + 0.5));
+    const int64_t xmin = std::max(static_cast<int64_t>(static_cast<double>(center - support) + 0.5), int64_t{0});
+    const int64_t xsize = std::clamp(
+        std::min(static_cast<int64_t>(static_cast<double>(center + support) + 0.5), in) - xmin, int64_t{0}, size);
+    std::vector<T> w(static_cast<size_t>(size), T(0));
+    T total = T(0);
+    for (int64_t j = 0; j < xsize; ++j) {
+      const double arg = (static_cast<double>(static_cast<T>(j + xmin) - center) + 0.5) * static_cast<double>(invscale);
+      w[j] = AAFilter<T>(cubic, static_cast<T>(arg));
+      total += w[j];
+    }
+    if (total != T(0)) {
+      for (int64_t j = 0; j < xsize; ++j) w[j] /= total;
+    }
+    for (int64_t j = 0; j < size; ++j) {
+      t.idx[j].push_back(std::min(xmin + (j < xsize ? j : 0), in - 1));
+      t.w[j].push_back(static_cast<double>(w[j]));
+      t.padded[j].push_back(j >= xsize);
+    }
+  }
+}
+
 template <class T>
 Taps MakeTaps(Mode mode, int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool shortcut) {
   Taps t;
   t.in = in;
   t.out = out;
+  if (mode == Mode::kLinearAA || mode == Mode::kCubicAA) {
+    // The CPU skips a dimension whose size does not change.
+    t.identity = in == out;
+    if (!t.identity) MakeAATaps<T>(t, mode == Mode::kCubicAA, align_corners, scale);
+    return t;
+  }
   if (mode == Mode::kNearest || mode == Mode::kNearestExact) {
     t.idx.resize(1);
     const float s = ScaleValue<float>(scale, in, out);
@@ -180,6 +241,19 @@ ir::Value WeightConstant(int d, const std::vector<double>& w, at::ScalarType ct,
   return b.BroadcastInDim(c, shape, {dim});
 }
 
+// v (tap j of `t`, along `dim`) with 0 where that tap is padding.
+ir::Value DropPadded(int d, ir::Value v, int64_t dim, const Taps& t, size_t j) {
+  if (t.padded.empty()) return v;
+  const std::vector<bool>& pad = t.padded[j];
+  if (std::none_of(pad.begin(), pad.end(), [](bool p) { return p; })) return v;
+  ir::Builder& b = B(d);
+  const ir::Shape vs = b.shape(v);
+  std::vector<uint8_t> bytes(pad.begin(), pad.end());
+  ir::Value mask = b.BroadcastInDim(b.Constant({ir::DType::Bool, {static_cast<int64_t>(pad.size())}}, std::move(bytes)),
+                                    vs.dims, {dim});
+  return b.Select(mask, b.Full(vs.dtype, vs.dims, 0), v);
+}
+
 // x taken at `idx` along `dim`.
 ir::Value TakeAlong(int d, ir::Value x, int64_t dim, const std::vector<int64_t>& idx) {
   ir::Builder& b = B(d);
@@ -242,6 +316,7 @@ ir::Value Forward(int d, ir::Value x, int64_t dim, const Taps& t) {
     if (!t.w.empty()) {
       const ir::Shape& vs = b.shape(v);
       v = b.Binary(Op::Mul, v, WeightConstant(d, t.w[j], ToAten(vs.dtype), vs.dims, dim));
+      v = DropPadded(d, v, dim, t, j);
     }
     r = j == 0 ? v : b.Binary(Op::Add, r, v);
   }
@@ -267,7 +342,9 @@ ir::Value Backward(int d, ir::Value g, int64_t dim, const Taps& t) {
   std::vector<ir::Value> parts;
   for (size_t j = 0; j < t.idx.size(); ++j) {
     all.insert(all.end(), t.idx[j].begin(), t.idx[j].end());
-    parts.push_back(t.w.empty() ? g : b.Binary(Op::Mul, g, WeightConstant(d, t.w[j], ToAten(gs.dtype), gs.dims, dim)));
+    parts.push_back(t.w.empty() ? g
+                                : DropPadded(d, b.Binary(Op::Mul, g, WeightConstant(d, t.w[j], ToAten(gs.dtype), gs.dims, dim)),
+                                             dim, t, j));
   }
   ir::Value updates = parts.size() == 1 ? parts[0] : b.Concatenate(parts, dim);
   return AddAlong(d, b.Full(gs.dtype, shape, 0), dim, all, updates);
@@ -409,6 +486,20 @@ at::Tensor trilinear3d_bw(const at::Tensor& g, at::IntArrayRef o, at::IntArrayRe
 at::Tensor bicubic2d_bw(const at::Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, Scale sh, Scale sw) {
   return UpsampleBackward("upsample_bicubic2d_backward", Mode::kCubic, g, o, i, ac, {sh, sw});
 }
+at::Tensor bilinear2d_aa(const at::Tensor& x, at::IntArrayRef o, bool ac, Scale sh, Scale sw) {
+  return Upsample("_upsample_bilinear2d_aa", Mode::kLinearAA, x, o, ac, {sh, sw},
+                  [&](const at::Tensor& c) { return at::_upsample_bilinear2d_aa(c, o, ac, sh, sw); });
+}
+at::Tensor bicubic2d_aa(const at::Tensor& x, at::IntArrayRef o, bool ac, Scale sh, Scale sw) {
+  return Upsample("_upsample_bicubic2d_aa", Mode::kCubicAA, x, o, ac, {sh, sw},
+                  [&](const at::Tensor& c) { return at::_upsample_bicubic2d_aa(c, o, ac, sh, sw); });
+}
+at::Tensor bilinear2d_aa_bw(const at::Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, Scale sh, Scale sw) {
+  return UpsampleBackward("_upsample_bilinear2d_aa_backward", Mode::kLinearAA, g, o, i, ac, {sh, sw});
+}
+at::Tensor bicubic2d_aa_bw(const at::Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, Scale sh, Scale sw) {
+  return UpsampleBackward("_upsample_bicubic2d_aa_backward", Mode::kCubicAA, g, o, i, ac, {sh, sw});
+}
 
 }  // namespace
 }  // namespace tpj::aten
@@ -436,4 +527,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("upsample_bilinear2d_backward", bilinear2d_bw);
   K("upsample_trilinear3d_backward", trilinear3d_bw);
   K("upsample_bicubic2d_backward", bicubic2d_bw);
+  K("_upsample_bilinear2d_aa", bilinear2d_aa);
+  K("_upsample_bicubic2d_aa", bicubic2d_aa);
+  K("_upsample_bilinear2d_aa_backward", bilinear2d_aa_bw);
+  K("_upsample_bicubic2d_aa_backward", bicubic2d_aa_bw);
 }

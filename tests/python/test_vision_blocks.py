@@ -1,6 +1,6 @@
 """Vision and diffusion blocks on pjrt against eager CPU, forward and backward,
 with no CPU fallback: upsampling (nearest, nearest-exact, linear, bilinear,
-trilinear, bicubic; sizes, integer and fractional scale factors with and
+trilinear, bicubic, antialiased bilinear and bicubic; sizes, integer and fractional scale factors with and
 without recompute_scale_factor; align_corners both ways), grid_sample
 (bilinear and nearest, the three padding modes, align_corners both ways;
 gradients of the input and of the grid), GroupNorm and var_mean/std_mean.
@@ -77,6 +77,22 @@ def test_upsample_nearest(rank):
 @pytest.mark.parametrize("mode,rank", [("linear", 1), ("bilinear", 2), ("bicubic", 2), ("trilinear", 3)])
 def test_upsample_interpolating(mode, rank):
     check_parity(lambda x: interpolate_all(x, [(mode, False), (mode, True)], RESIZES), [rand(*SHAPES[rank])])
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_upsample_antialiased(mode):
+    # torchvision's Resize of a float tensor: downscaling (windows wider than
+    # the filter, of varying width), upscaling, one dimension unchanged,
+    # align_corners, a scale factor; and an inf beside a window stays out
+    x = rand(2, 3, 17, 23)
+    sizes = [dict(size=(5, 7)), dict(size=(30, 9)), dict(size=(17, 6)), dict(scale_factor=(0.37, 0.61)),
+             dict(size=(6, 40), align_corners=True)]
+    check_parity(lambda x: [F.interpolate(x, mode=mode, antialias=True, **k) for k in sizes], [x])
+    y = rand(1, 1, 8, 8)
+    y[0, 0, 0, 0], y[0, 0, 7, 7] = float("inf"), float("nan")
+    want = F.interpolate(y, size=(3, 5), mode=mode, antialias=True)
+    torch.testing.assert_close(F.interpolate(y.to(DEV), size=(3, 5), mode=mode, antialias=True).cpu(), want,
+                               equal_nan=True)
 
 
 def test_upsample_modules_and_per_dim_sizes():
