@@ -837,6 +837,31 @@ std::tuple<at::Tensor, at::Tensor> kthvalue(const at::Tensor& self, int64_t k, i
                   [k](const at::Tensor& valid, int64_t) { return at::full_like(valid, k - 1); });
 }
 
+// mode: in the stably sorted row, the longest run of equal values (NaN
+// equals nothing), the first of the longest (the smallest value) on a tie,
+// as the CPU; reported at the run's last element, which carries the largest
+// index of that value. The CPU's index is the last of its unstable sort's
+// run: the same for rows of up to 16 (insertion sort), any occurrence of
+// the value beyond.
+std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, bool keepdim) {
+  if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
+  const int64_t w = WrapDim(dim, self.dim());
+  TORCH_CHECK_INDEX(self.size(w) > 0, "mode(): Expected reduction dim ", w, " to have non-zero size.");
+  auto [v, i] = sort_stable(self, true, w, false);
+  const int64_t n = self.size(w);
+  std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
+  along[static_cast<size_t>(w)] = n;
+  at::Tensor pos = at::arange(n, self.options().dtype(at::kLong)).view(along);
+  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)),
+                               v.narrow(w, 1, n - 1).ne(v.narrow(w, 0, n - 1))},
+                              w);
+  at::Tensor run_start = std::get<0>(at::where(starts, pos, 0).cummax(w));
+  at::Tensor best = (pos - run_start).argmax(w, true);
+  at::Tensor vals = v.gather(w, best), idx = i.gather(w, best);
+  if (!keepdim) return {vals.squeeze(w), idx.squeeze(w)};
+  return {vals, idx};
+}
+
 // arange: the CPU's size (at::native::compute_arange_size, which truncates
 // an integer range's start, end and step first) and its arithmetic, start +
 // step * i in the output's accumulate type (int64 for integers, double for
@@ -927,6 +952,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("median", median_all);
   K("nanmedian.dim", nanmedian_dim);
   K("nanmedian", nanmedian_all);
+  K("mode", mode);
   K("kthvalue", kthvalue);
   K("take", take);
   K("put_", put_);

@@ -782,3 +782,28 @@ def test_samplers_raise_where_the_cpu_raises_or_never_returns():
     assert torch.equal(torch._standard_gamma(edge.to(DEV)).cpu(), torch._standard_gamma(edge))  # tiny, inf, tiny
     nan_p = torch.binomial(torch.tensor([3.0, 4.0], device=DEV), torch.tensor([float("nan"), 1.0], device=DEV)).cpu()
     assert nan_p[0].isnan() and nan_p[1] == 4
+
+
+def test_mode_follows_the_cpu():
+    torch.manual_seed(0)
+    torch_pjrt.metrics.reset()
+    nan = float("nan")
+    short = [torch.tensor([[3.0, 1, 3, 1, 2], [5, 5, 5, 2, 2], [nan, nan, 1, 2, 2], [7, 7, 7, 7, 7], [nan, nan, nan, nan, nan]]),
+             torch.randint(0, 4, (6, 9)), torch.randint(0, 3, (3, 4, 5)).float(), torch.tensor(4.0),
+             torch.randint(0, 2, (5, 7)).bool(), torch.randn(3, 5).round().half()]
+    for x in short:
+        for dim in range(-max(x.dim(), 1), max(x.dim(), 1)):
+            for keepdim in (False, True):
+                got, want = torch.mode(x.to(DEV), dim, keepdim), torch.mode(x, dim, keepdim)
+                torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
+                # rows of up to 16: the CPU's sort is stable there, so the index agrees too
+                assert torch.equal(got.indices.cpu(), want.indices), (x, dim, keepdim)
+    # longer rows: the CPU's index is one of the value's occurrences; pjrt's the last
+    x = torch.randint(-3, 3, (4, 100)).to(torch.int8)
+    got, want = torch.mode(x.to(DEV), 1), torch.mode(x, 1)
+    assert torch.equal(got.values.cpu(), want.values)
+    last = torch.stack([(row == v).nonzero().max() for row, v in zip(x, want.values)])
+    assert torch.equal(got.indices.cpu(), last)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+    with pytest.raises(IndexError, match="Expected reduction dim 1 to have non-zero size"):
+        torch.mode(torch.empty(2, 0, device=DEV), 1)
