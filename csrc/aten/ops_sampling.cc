@@ -93,12 +93,14 @@ at::Tensor LogGamma(const at::Tensor& alpha) {
   return at::where(alpha.eq(0), at::full_like(alpha, -INFINITY), value);
 }
 
-at::Tensor Tiny(const at::Tensor& like) {
-  return at::full({}, at::Scalar(c10::isReducedFloatingType(like.scalar_type())
-                                     ? (like.scalar_type() == at::kHalf ? 6.103515625e-05 : 1.1754943508222875e-38)
-                                 : like.scalar_type() == at::kDouble ? std::numeric_limits<double>::min()
-                                                                     : std::numeric_limits<float>::min()),
-                  like.options());
+// The smallest positive normal number of float type t.
+double SmallestNormal(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return std::numeric_limits<double>::min();
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::min());
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::min());
+    default: return static_cast<double>(std::numeric_limits<float>::min());
+  }
 }
 
 at::Tensor standard_gamma(const at::Tensor& self, std::optional<at::Generator> gen) {
@@ -106,7 +108,7 @@ at::Tensor standard_gamma(const at::Tensor& self, std::optional<at::Generator> g
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"gamma_cpu\" not implemented for '",
               c10::toString(self.scalar_type()), "'");
   at::Tensor g = at::exp(LogGamma(self.to(MathType(self)))).to(self.scalar_type());
-  return at::maximum(g, Tiny(g));  // never 0, as the CPU
+  return at::clamp_min(g, SmallestNormal(g.scalar_type()));  // never 0, as the CPU
 }
 
 // d(sample)/d(alpha) of a Gamma(alpha, 1) sample x, by the CPU's
@@ -165,16 +167,15 @@ at::Tensor sample_dirichlet(const at::Tensor& alpha, std::optional<at::Generator
               c10::toString(alpha.scalar_type()), "'");
   TORCH_CHECK(alpha.dim() >= 1, "_sample_dirichlet expects a tensor of at least one dimension");
   // Gamma draws normalized along the last dimension: a softmax of their
-  // logs, then kept inside (0, 1) as the CPU does.
-  // (the CPU raises each draw to float64's smallest normal number first)
+  // logs (each raised to float64's smallest normal number first, as the
+  // CPU), then kept inside (0, 1) as the CPU does.
   at::Tensor logs = at::clamp_min(LogGamma(alpha.to(MathType(alpha))), std::log(std::numeric_limits<double>::min()));
-  at::Tensor r = at::softmax(logs, -1).to(alpha.scalar_type());
   const at::ScalarType t = alpha.scalar_type();
-  const double below_one = t == at::kDouble  ? std::nextafter(1.0, 0.0)
-                           : t == at::kFloat ? static_cast<double>(std::nextafter(1.0f, 0.0f))
-                           : t == at::kHalf  ? 1.0 - std::ldexp(1.0, -11)
-                                             : 1.0 - std::ldexp(1.0, -8);
-  return at::minimum(at::maximum(r, Tiny(r)), at::full({}, below_one, r.options()));
+  const double below_one = 1.0 - std::ldexp(1.0, -(t == at::kDouble  ? 53
+                                                   : t == at::kFloat ? 24
+                                                   : t == at::kHalf  ? 11
+                                                                     : 8));
+  return at::clamp(at::softmax(logs, -1).to(t), SmallestNormal(t), below_one);
 }
 
 // The scaled reparameterized gradient of a Beta(alpha, total - alpha) sample
