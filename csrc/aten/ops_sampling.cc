@@ -24,6 +24,7 @@
 // every dtype, as the CPU: Rice's expansion near the mean cancels to a few
 // percent in float32.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "aten/lowering.h"
@@ -326,6 +327,25 @@ at::Tensor poisson(const at::Tensor& self, std::optional<at::Generator> gen) {
   return at::where(small, count, value).to(self.scalar_type());
 }
 
+// `values` as a constant of the program, of like's (float) dtype and device.
+template <size_t N>
+at::Tensor Table(const at::Tensor& like, const double (&values)[N]) {
+  TraceScope s;
+  const int d = DeviceIndex(like);
+  std::vector<uint8_t> bytes;
+  if (like.scalar_type() == at::kDouble) {
+    bytes.resize(sizeof(values));
+    std::memcpy(bytes.data(), values, bytes.size());
+  } else {
+    float f[N];
+    for (size_t i = 0; i < N; ++i) f[i] = static_cast<float>(values[i]);
+    bytes.resize(sizeof(f));
+    std::memcpy(bytes.data(), f, bytes.size());
+  }
+  const ir::DType t = like.scalar_type() == at::kDouble ? ir::DType::F64 : ir::DType::F32;
+  return Wrap(B(d).Constant({t, {static_cast<int64_t>(N)}}, std::move(bytes)), d);
+}
+
 // binomial as the CPU's sample_binomial: on q = min(p, 1 - p), counting
 // geometric jumps (inversion) while count * q < 10, else Hoermann's BTRS
 // transformed rejection; for p > 1/2 the count minus the draw.
@@ -335,9 +355,7 @@ at::Tensor StirlingTail(const at::Tensor& k) {
                                  0.00925546218271273, 0.00833056343336287};
   at::Tensor kp1sq = (k + 1) * (k + 1);
   at::Tensor r = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / kp1sq) / kp1sq) / (k + 1);
-  at::Tensor values = at::tensor(c10::ArrayRef<double>(table), at::TensorOptions().dtype(at::kDouble))
-                          .to(k.device(), k.scalar_type());
-  at::Tensor looked_up = values.take(k.clamp(0, 9).to(at::kLong));
+  at::Tensor looked_up = Table(k, table).take(k.clamp(0, 9).to(at::kLong));
   return at::where(k.lt(10), looked_up, r);
 }
 
