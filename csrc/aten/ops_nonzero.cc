@@ -5,8 +5,9 @@
 // computed on the device: a prefix sum numbers the true elements, a scatter
 // puts each one's flat index at its number, and division by the strides
 // unravels it. nonzero_static reads nothing: its size is given, and the
-// rows beyond the count are filled. unique and unique_consecutive read the
-// number of distinct values, bincount its length.
+// rows beyond the count are filled. unique and unique_consecutive (of
+// elements or of slices along a dim) read the number of distinct values,
+// bincount its length.
 //
 // Each count gives the ops that follow new shapes, so a step that indexes
 // with a mask compiles once per distinct count (as any lazy device does).
@@ -102,52 +103,94 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
   return self.index_put_(index, values);
 }
 
-// unique and unique_consecutive (flattened): where a run of equal values
-// starts (in sorted order for unique) is marked, and the one number read is
-// their count; values, inverse indices and counts follow on the device. As
-// on the CPU, every NaN is a value of its own.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> Runs(const at::Tensor& self, bool sort, bool return_inverse,
-                                                    bool return_counts) {
-  const at::TensorOptions longs = self.options().dtype(at::kLong);
-  const int64_t n = self.numel();
-  at::Tensor inverse = at::zeros(return_inverse ? self.sizes() : at::IntArrayRef{0}, longs);
-  if (n == 0) return {at::empty({0}, self.options()), inverse, at::empty({0}, longs)};
-  at::Tensor flat = self.reshape({-1});
-  at::Tensor order;
-  if (sort) std::tie(flat, order) = at::sort(flat, /*stable=*/true, 0, false);
-  at::Tensor starts = at::cat({at::ones({1}, flat.options().dtype(at::kBool)),
-                               flat.narrow(0, 1, n - 1).ne(flat.narrow(0, 0, n - 1))});
+// unique and unique_consecutive, of elements or of slices along a dim: the
+// slices are rows of [n, m] (m = 1 for elements), sorted lexicographically
+// for unique (a stable sort per column, last column first); where a run of
+// equal rows starts is marked, and the one number read is their count;
+// values, inverse indices and counts follow on the device. As on the CPU,
+// every NaN is a value of its own.
+//
+// A sort per column: unique of slices of more than kMaxSortedColumns
+// elements runs on the CPU (counted), as an unrolled chain of that many
+// sorts would take longer to compile than to run there.
+constexpr int64_t kMaxSortedColumns = 16;
+
+struct Runs {
+  at::Tensor rows, inverse, counts;  // the distinct rows [count, m]; [n] and [count] int64
+};
+
+Runs RowRuns(const at::Tensor& rows, bool sort) {
+  const at::TensorOptions longs = rows.options().dtype(at::kLong);
+  const int64_t n = rows.size(0), m = rows.size(1);
+  if (n == 0) return {rows, at::empty({0}, longs), at::empty({0}, longs)};
+  at::Tensor sorted = rows, order;
+  if (sort) {
+    order = at::arange(n, longs);
+    for (int64_t c = m; c-- > 0;) {
+      at::Tensor by = std::get<1>(at::sort(rows.select(1, c).index_select(0, order), /*stable=*/true, 0, false));
+      order = order.index_select(0, by);
+    }
+    sorted = rows.index_select(0, order);
+  }
+  at::Tensor differs = sorted.narrow(0, 1, n - 1).ne(sorted.narrow(0, 0, n - 1));
+  at::Tensor starts = at::cat({at::ones({1}, rows.options().dtype(at::kBool)), m == 1 ? differs.squeeze(1) : differs.any(1)});
   const int64_t count = Count(starts);
   at::Tensor first = TrueIndices(starts, count);
-  at::Tensor values = flat.index_select(0, first);
-  if (return_inverse) {
-    at::Tensor group = at::cumsum(starts, 0, at::kLong).sub_(1);
-    if (sort) group = at::zeros({n}, longs).scatter_(0, order, group);
-    inverse = group.reshape(self.sizes());
+  at::Tensor inverse = at::cumsum(starts, 0, at::kLong).sub_(1);
+  if (sort) inverse = at::zeros({n}, longs).scatter_(0, order, inverse);
+  at::Tensor counts = at::cat({first.narrow(0, 1, count - 1), at::full({1}, n, longs)}).sub_(first);
+  return {sorted.index_select(0, first), inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> Elements(const at::Tensor& self, bool sort, bool return_inverse,
+                                                        bool return_counts) {
+  const at::TensorOptions longs = self.options().dtype(at::kLong);
+  Runs r = RowRuns(self.reshape({-1, 1}), sort);
+  return {r.rows.reshape({-1}), return_inverse ? r.inverse.reshape(self.sizes()) : at::zeros({0}, longs),
+          return_counts ? r.counts : at::empty({0}, longs)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> Slices(const at::Tensor& self, int64_t dim, bool sort,
+                                                      bool return_inverse, bool return_counts) {
+  const int64_t w = WrapDim(dim, self.dim());
+  const int64_t n = self.size(w);
+  if (sort && self.numel() / std::max<int64_t>(n, 1) > kMaxSortedColumns) {
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::unique_dim", "");
+    c10::Stack stack{self, dim, true, return_inverse, return_counts};
+    CpuFallback(op, &stack);
+    return {stack.at(0).toTensor(), stack.at(1).toTensor(), stack.at(2).toTensor()};
   }
-  at::Tensor counts = at::empty({0}, longs);
-  if (return_counts) counts = at::cat({first.narrow(0, 1, count - 1), at::full({1}, n, longs)}).sub_(first);
-  return {values, inverse, counts};
+  for (int64_t k = 0; k < self.dim(); ++k) {
+    TORCH_CHECK(k == w || self.size(k) > 0 || n == 0,
+                "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  }
+  at::Tensor moved = self.movedim(w, 0);
+  Runs r = RowRuns(moved.reshape({n, n == 0 ? 0 : -1}), sort);
+  std::vector<int64_t> sizes = moved.sizes().vec();
+  sizes[0] = r.rows.size(0);
+  return {r.rows.reshape(sizes).movedim(0, w), r.inverse, r.counts};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool, bool return_inverse,
                                                        bool return_counts) {
-  return Runs(self, true, return_inverse, return_counts);
+  return Elements(self, true, return_inverse, return_counts);
 }
 std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool, bool return_inverse) {
-  auto [v, i, c] = Runs(self, true, return_inverse, false);
+  auto [v, i, c] = Elements(self, true, return_inverse, false);
   return {v, i};
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim(const at::Tensor& self, int64_t dim, bool, bool return_inverse,
+                                                          bool return_counts) {
+  return Slices(self, dim, true, return_inverse, return_counts);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim_consecutive(const at::Tensor& self, int64_t dim,
+                                                                      bool return_inverse, bool return_counts) {
+  return Slices(self, dim, false, return_inverse, return_counts);
 }
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim) {
-  if (dim && self.dim() > 1) {
-    // runs of equal slices along a dim: the CPU computes them
-    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::unique_consecutive", "");
-    c10::Stack stack{self, return_inverse, return_counts, dim};
-    CpuFallback(op, &stack);
-    return {stack.at(0).toTensor(), stack.at(1).toTensor(), stack.at(2).toTensor()};
-  }
-  return Runs(self, false, return_inverse, return_counts);
+  if (dim && self.dim() > 1) return Slices(self, *dim, false, return_inverse, return_counts);
+  return Elements(self, false, return_inverse, return_counts);
 }
 
 // bincount: counts (or summed weights) per value of a 1-d non-negative
@@ -189,6 +232,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("_unique2", unique2);
   K("_unique", unique);
   K("unique_consecutive", unique_consecutive);
+  K("unique_dim", unique_dim);
+  K("unique_dim_consecutive", unique_dim_consecutive);
   K("bincount", bincount);
   m.impl("masked_scatter_", TORCH_FN(tpj::aten::masked_scatter_));
 }

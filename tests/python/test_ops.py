@@ -403,6 +403,31 @@ def test_unique_bincount_histc_run_on_the_device():
         torch.histc(torch.tensor([1.0, float("inf")]).to(DEV), bins=3).cpu()
 
 
+def test_unique_of_slices_runs_on_the_device():
+    # rows, columns (a graph's edge_index deduplicated), 3-d slices, bool,
+    # NaN, empty selections; consecutive runs along a dim
+    torch.manual_seed(0)
+    nan = float("nan")
+    cases = [(torch.randint(0, 3, (20, 2)), 0), (torch.randint(0, 4, (2, 30)), 1),
+             (torch.randint(0, 2, (3, 5, 4)).float(), 1), (torch.randint(0, 2, (6, 4)).bool(), 0),
+             (torch.tensor([[1.0, nan], [1.0, nan], [0.0, 2.0]]), 0), (torch.empty(0, 3), 0), (torch.empty(3, 0), 1)]
+    torch_pjrt.metrics.reset()
+    for x, dim in cases:
+        for fn in (torch.unique, torch.unique_consecutive):
+            want = fn(x, dim=dim, return_inverse=True, return_counts=True)
+            got = fn(x.to(DEV), dim=dim, return_inverse=True, return_counts=True)
+            for w, g in zip(want, got):
+                torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=0, atol=0)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+    with pytest.raises(RuntimeError, match="0 sized dimensions"):
+        torch.unique(torch.empty(3, 0, device=DEV), dim=0)
+    # slices of more than 16 elements: sorted on the CPU, counted
+    x = torch.randint(0, 2, (6, 20))
+    for w, g in zip(torch.unique(x, dim=0, return_counts=True), torch.unique(x.to(DEV), dim=0, return_counts=True)):
+        assert torch.equal(g.cpu(), w)
+    assert torch_pjrt.metrics.fallbacks() == {"aten::unique_dim": 1}
+
+
 def test_pooling_indices_and_gradients_at_special_values():
     # the CPU's loop: a window of -inf points at its first element inside the
     # input (never the padding), the last NaN wins; an inf output gradient
