@@ -13,12 +13,6 @@ namespace {
 
 using ir::Op;
 
-void NoGenerator(const std::optional<at::Generator>& g) {
-  TORCH_CHECK(!g.has_value() || !g->defined(),
-              "pjrt tensors draw from the device's own generator; seed it with torch.manual_seed or "
-              "torch_pjrt.manual_seed instead of passing a torch.Generator");
-}
-
 // Uniform [0, 1) of dtype t (f32 math for half types), shape `shape`.
 ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) {
   ir::Builder& b = B(d);

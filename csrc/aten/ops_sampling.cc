@@ -32,16 +32,10 @@
 namespace tpj::aten {
 namespace {
 
-constexpr int kGammaRounds = 12;  // tries per element
-constexpr int kPoissonRounds = 25;
+constexpr int kGammaTries = 12;  // draws per element, see above
+constexpr int kPoissonTries = 25;
 constexpr int kPoissonFactors = 48;  // also binomial's geometric jumps
-constexpr int kBinomialRounds = 28;
-
-void NoGenerator(const std::optional<at::Generator>& g, const char* op) {
-  TORCH_CHECK(!g.has_value() || !g->defined(), op,
-              " on pjrt draws from the device's own generator; seed it with torch.manual_seed or "
-              "torch_pjrt.manual_seed instead of passing a torch.Generator");
-}
+constexpr int kBinomialTries = 28;
 
 at::ScalarType MathType(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
@@ -77,9 +71,9 @@ at::Tensor LogGamma(const at::Tensor& alpha) {
   at::Tensor a = at::where(small, alpha + 1, alpha);
   at::Tensor d = (a - 1.0 / 3.0).unsqueeze(-1);
   at::Tensor c = at::rsqrt(d * 9);
-  at::Tensor x = Tries(alpha, kGammaRounds, /*normal=*/true);
+  at::Tensor x = Tries(alpha, kGammaTries, /*normal=*/true);
   at::Tensor y = x * c + 1;
-  at::Tensor u = 1 - Tries(alpha, kGammaRounds);
+  at::Tensor u = 1 - Tries(alpha, kGammaTries);
   at::Tensor v = y * y * y;
   at::Tensor xx = x * x;
   at::Tensor ok = y.gt(0).logical_and(
@@ -87,7 +81,7 @@ at::Tensor LogGamma(const at::Tensor& alpha) {
   auto [value, accepted] = FirstAccepted(ok, at::log(d * v));
   at::Tensor done = accepted.logical_or(at::isnan(alpha));  // NaN stays NaN (the CPU's loop never ends)
   Raise(done.logical_not(), "_standard_gamma on pjrt: the sampler accepted none of its " +
-                                std::to_string(kGammaRounds) +
+                                std::to_string(kGammaTries) +
                                 " tries for some element (its concentration must be > 0)");
   value = at::where(at::isnan(alpha), alpha, value + log_boost);
   // alpha == 0 is 0 on the CPU (then raised to the smallest normal number)
@@ -105,7 +99,7 @@ double SmallestNormal(at::ScalarType t) {
 }
 
 at::Tensor standard_gamma(const at::Tensor& self, std::optional<at::Generator> gen) {
-  NoGenerator(gen, "_standard_gamma");
+  NoGenerator(gen);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"gamma_cpu\" not implemented for '",
               c10::toString(self.scalar_type()), "'");
   at::Tensor g = at::exp(LogGamma(self.to(MathType(self)))).to(self.scalar_type());
@@ -163,7 +157,7 @@ at::Tensor standard_gamma_grad(const at::Tensor& self, const at::Tensor& output)
 }
 
 at::Tensor sample_dirichlet(const at::Tensor& alpha, std::optional<at::Generator> gen) {
-  NoGenerator(gen, "_sample_dirichlet");
+  NoGenerator(gen);
   TORCH_CHECK(at::isFloatingType(alpha.scalar_type()), "\"dirichlet\" not implemented for '",
               c10::toString(alpha.scalar_type()), "'");
   TORCH_CHECK(alpha.dim() >= 1, "_sample_dirichlet expects a tensor of at least one dimension");
@@ -291,7 +285,7 @@ at::Tensor dirichlet_grad(const at::Tensor& x_in, const at::Tensor& alpha_in, co
 // transformed rejection (PTRS), smaller ones by counting the factors of a
 // product of uniform numbers that stay above exp(-rate).
 at::Tensor poisson(const at::Tensor& self, std::optional<at::Generator> gen) {
-  NoGenerator(gen, "poisson");
+  NoGenerator(gen);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"poisson_cpu\" not implemented for '",
               c10::toString(self.scalar_type()), "'");
   at::Tensor lam = self.to(MathType(self));
@@ -311,8 +305,8 @@ at::Tensor poisson(const at::Tensor& self, std::optional<at::Generator> gen) {
   at::Tensor a = -0.059 + 0.02483 * b;
   at::Tensor invalpha = 1.1239 + 1.1328 / (b - 3.4);
   at::Tensor vr = 0.9277 - 3.6224 / (b - 2);
-  at::Tensor u = Tries(lam, kPoissonRounds) - 0.5;
-  at::Tensor v = Tries(lam, kPoissonRounds);
+  at::Tensor u = Tries(lam, kPoissonTries) - 0.5;
+  at::Tensor v = Tries(lam, kPoissonTries);
   at::Tensor us = 0.5 - at::abs(u);
   at::Tensor k = at::floor((2 * a / us + b) * u + big + 0.43);
   at::Tensor quick = us.ge(0.07).logical_and(v.le(vr));
@@ -322,7 +316,7 @@ at::Tensor poisson(const at::Tensor& self, std::optional<at::Generator> gen) {
   auto [value, accepted] = FirstAccepted(quick.logical_or(skip.logical_not().logical_and(exact)), k);
   // only the first check raises for an invalid rate
   Raise(accepted.logical_or(small).logical_or(invalid).logical_not(),
-        "poisson on pjrt: the sampler accepted none of its " + std::to_string(kPoissonRounds) +
+        "poisson on pjrt: the sampler accepted none of its " + std::to_string(kPoissonTries) +
             " tries for some element");
   return at::where(small, count, value).to(self.scalar_type());
 }
@@ -360,7 +354,7 @@ at::Tensor StirlingTail(const at::Tensor& k) {
 }
 
 at::Tensor binomial(const at::Tensor& count, const at::Tensor& prob, std::optional<at::Generator> gen) {
-  NoGenerator(gen, "binomial");
+  NoGenerator(gen);
   TORCH_CHECK(at::isFloatingType(count.scalar_type()), "\"binomial_cpu\" not implemented for '",
               c10::toString(count.scalar_type()), "'");
   const at::ScalarType mt = MathType(count);
@@ -388,8 +382,8 @@ at::Tensor binomial(const at::Tensor& count, const at::Tensor& prob, std::option
   at::Tensor alpha = (2.83 + 5.1 / b) * stddev;
   at::Tensor m = at::floor((bn + 1) * bq);
   at::Tensor fixed = (m + 0.5) * at::log((m + 1) / (r * (bn - m + 1))) + StirlingTail(m) + StirlingTail(bn - m);
-  at::Tensor u = Tries(n, kBinomialRounds) - 0.5;
-  at::Tensor v = Tries(n, kBinomialRounds);
+  at::Tensor u = Tries(n, kBinomialTries) - 0.5;
+  at::Tensor v = Tries(n, kBinomialTries);
   at::Tensor us = 0.5 - at::abs(u);
   at::Tensor k = at::floor((2 * a / us + b) * u + c);
   at::Tensor inside = k.ge(0).logical_and(k.le(bn));
@@ -399,7 +393,7 @@ at::Tensor binomial(const at::Tensor& count, const at::Tensor& prob, std::option
   auto [drawn, accepted] =
       FirstAccepted(inside.logical_and(quick.logical_or(at::log(v * alpha / (a / (us * us) + b)).le(bound))), k);
   Raise(accepted.logical_or(valid.logical_and(use_btrs).logical_not()).logical_not(),
-        "binomial on pjrt: the sampler accepted none of its " + std::to_string(kBinomialRounds) +
+        "binomial on pjrt: the sampler accepted none of its " + std::to_string(kBinomialTries) +
             " tries for some element");
   at::Tensor x = at::where(use_btrs, drawn, inverted);
   x = at::where(flip, n - x, x);
