@@ -5,6 +5,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "runtime/runtime.h"
 #include "aten/tensor.h"
@@ -13,6 +18,56 @@ namespace tpj::aten {
 namespace {
 
 thread_local int current_device = 0;
+
+// Pinned host memory for pjrt: tensor.pin_memory() and
+// DataLoader(pin_memory=True) ask the current accelerator (pjrt once
+// torch_pjrt is installed) for it, in every program, whether it uses pjrt
+// or not. PJRT copies from any host memory, so pinned memory is plain host
+// memory here; the allocator records its blocks so that is_pinned() is true
+// for them (and their views) and false for other CPU tensors.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    void* p = n ? c10::alloc_cpu(n) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> l(Mu());
+      Blocks()[reinterpret_cast<uintptr_t>(p)] = n;
+    }
+    return {p, p, &Free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &Free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  static bool Holds(const void* ptr) {
+    const auto a = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> l(Mu());
+    auto it = Blocks().upper_bound(a);
+    if (it == Blocks().begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+
+ private:
+  static void Free(void* p) {
+    if (!p) return;
+    {
+      std::lock_guard<std::mutex> l(Mu());
+      Blocks().erase(reinterpret_cast<uintptr_t>(p));
+    }
+    c10::free_cpu(p);
+  }
+  // Never destroyed: tensors freed during interpreter exit still find them.
+  static std::mutex& Mu() {
+    static auto* m = new std::mutex;
+    return *m;
+  }
+  static std::map<uintptr_t, size_t>& Blocks() {  // start -> size of each live block
+    static auto* b = new std::map<uintptr_t, size_t>;
+    return *b;
+  }
+};
 
 // Device and stream bookkeeping for PrivateUse1. PJRT orders work per device
 // itself, so there is one (default) stream per device and events are no-ops.
@@ -82,6 +137,11 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   }
   at::Device getDeviceFromPtr(void*) const override {
     return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(CurrentDevice()));
+  }
+  bool isPinnedPtr(const void* data) const override { return PinnedAllocator::Holds(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    static auto* a = new PinnedAllocator;
+    return a;
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* s = static_cast<runtime::Storage*>(storage.data_ptr().get_context());

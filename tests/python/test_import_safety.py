@@ -168,3 +168,22 @@ def test_the_rebuild_command_fits_how_the_package_was_installed(monkeypatch, tmp
     (tmp_path / "pyproject.toml").unlink()  # built from an sdist unpacked in a directory since removed
     hint = _extension.rebuild_hint()
     assert "from its source (a checkout or the sdist it came from)" in hint and "--no-build-isolation" in hint
+
+
+def test_pinned_memory_works_in_a_program_that_never_names_pjrt():
+    # With torch-pjrt installed pjrt is the current accelerator, which
+    # tensor.pin_memory() and DataLoader(pin_memory=True) ask for pinned
+    # memory: plain host memory, recorded so that is_pinned() answers for it
+    r = run_python("""
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+x = torch.rand(100)
+p = x.pin_memory()
+print(p.is_pinned(), x.is_pinned(), p[10:].is_pinned(), torch.equal(p, x), torch.empty(4, pin_memory=True).is_pinned())
+batches = list(DataLoader(TensorDataset(torch.rand(8, 3)), batch_size=4, pin_memory=True))
+print(all(b.is_pinned() for b, in batches), len(batches))
+y = p.to("pjrt", non_blocking=True)
+print(torch.equal(y.cpu(), x))
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False", "True", "True", "True", "True", "2", "True"]
