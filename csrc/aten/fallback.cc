@@ -47,6 +47,31 @@ void CpuFallback(const c10::OperatorHandle& op, c10::Stack* stack) {
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
 
+// Sparse, quantized and nested tensors have no pjrt layout: any op that
+// would make or use one on pjrt raises this (PyTorch's own error names an
+// internal op and a "Sparsepjrt" backend).
+template <const char* kWhat>
+void Unsupported(const c10::OperatorHandle& op, c10::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, kWhat, " tensors are not supported on pjrt (", op.schema().name(),
+                              "); keep them on the CPU, or convert to a dense tensor (to_dense(), dequantize(), "
+                              "to_padded_tensor()) before moving to pjrt");
+}
+constexpr char kSparse[] = "sparse";
+constexpr char kQuantized[] = "quantized";
+constexpr char kNested[] = "nested";
+
 }  // namespace tpj::aten
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::CpuFallback>()); }
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::Unsupported<tpj::aten::kSparse>>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::Unsupported<tpj::aten::kSparse>>());
+}
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::Unsupported<tpj::aten::kQuantized>>());
+}
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::Unsupported<tpj::aten::kNested>>());
+}

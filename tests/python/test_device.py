@@ -45,6 +45,24 @@ def test_unsupported_dtype_is_a_type_error():
         x.to(DEV)
 
 
+def test_sparse_quantized_and_nested_tensors_are_clear_errors():
+    coo = torch.eye(3).to_sparse()
+    with pytest.raises(NotImplementedError, match="sparse tensors are not supported on pjrt"):
+        coo.to(DEV)
+    with pytest.raises(NotImplementedError, match="sparse tensors are not supported on pjrt"):
+        torch.eye(3, device=DEV).to_sparse()
+    csr = torch.eye(3).to_sparse_csr().to(DEV)  # PyTorch assembles it from dense parts: the first use raises
+    with pytest.raises(NotImplementedError, match="sparse tensors are not supported on pjrt"):
+        csr.to_dense()
+    q = torch.quantize_per_tensor(torch.rand(3), 0.1, 0, torch.quint8)
+    with pytest.raises(NotImplementedError, match="quantized tensors are not supported on pjrt"):
+        q.to(DEV)
+    nt = torch.nested.nested_tensor([torch.rand(2), torch.rand(3)])
+    with pytest.raises(NotImplementedError, match="nested tensors are not supported on pjrt"):
+        nt.to(DEV)
+    torch.testing.assert_close(coo.to_dense().to(DEV).cpu(), torch.eye(3))  # the advice works
+
+
 def test_scalars_and_empty_tensors():
     z = torch.tensor(3.5, device=DEV)
     assert z.dim() == 0 and z.item() == 3.5
