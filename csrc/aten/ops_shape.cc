@@ -536,9 +536,14 @@ IndexPlan PlanIndex(const at::Tensor& self, const c10::List<std::optional<at::Te
       ++pos;
       continue;
     }
+    // Index tensors on the CPU are moved to the device, as CUDA's advanced
+    // indexing does (x[torch.arange(n)], x[mask_from_numpy]); a CPU mask's
+    // positions are found on the CPU, syncing nothing.
+    const bool on_cpu = t->device().is_cpu();
     if (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte) {
       // A mask selects data-dependent positions: its nonzero() needs the values.
       at::Tensor nz = at::nonzero(*t);
+      if (on_cpu) nz = nz.to(self.device());
       for (int64_t k = 0; k < t->dim(); ++k) {
         TORCH_CHECK_INDEX(t->size(k) == self.size(pos + k), "The shape of the mask ", t->sizes(), " at index ", k,
                           " does not match the shape of the indexed tensor ", self.sizes(), " at index ", pos + k);
@@ -550,7 +555,7 @@ IndexPlan PlanIndex(const at::Tensor& self, const c10::List<std::optional<at::Te
     }
     TORCH_CHECK_INDEX(at::isIntegralType(t->scalar_type(), false), "tensors used as indices must be long, int, byte or bool tensors");
     p.dims.push_back(pos++);
-    p.tensors.push_back(*t);
+    p.tensors.push_back(on_cpu ? t->to(self.device()) : *t);
   }
   for (size_t i = 1; i < p.dims.size(); ++i) {
     if (p.dims[i] != p.dims[i - 1] + 1) p.adjacent = false;
@@ -686,6 +691,15 @@ at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices, doubl
   const at::Tensor norm = at::linalg_vector_norm(rows, norm_type, {1}, true);
   const at::Tensor scale = at::where(norm.gt(max_norm), max_norm / (norm + 1e-7), at::ones_like(norm));
   return self.index_copy_(0, idx, rows * scale);
+}
+
+// nn.Embedding(sparse=True): pjrt has no sparse layout, so its weight's
+// gradient is the dense one (the same values; SparseAdam, which wants sparse
+// gradients, says so).
+at::Tensor embedding_backward(const at::Tensor& grad, const at::Tensor& indices, c10::SymInt num_weights,
+                              c10::SymInt padding_idx, bool scale_grad_by_freq, bool) {
+  return at::embedding_dense_backward_symint(grad, indices, std::move(num_weights), std::move(padding_idx),
+                                             scale_grad_by_freq);
 }
 
 at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights,
@@ -979,6 +993,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("index_put", index_put);
   K("_index_put_impl_", index_put_impl_);
   K("embedding_dense_backward", embedding_dense_backward);
+  K("embedding_backward", embedding_backward);
   K("embedding_renorm_", embedding_renorm_);
   K("tril", tril);
   K("triu", triu);

@@ -832,3 +832,30 @@ def test_mode_follows_the_cpu():
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
     with pytest.raises(IndexError, match="Expected reduction dim 1 to have non-zero size"):
         torch.mode(torch.empty(2, 0, device=DEV), 1)
+
+
+def test_cpu_index_tensors_and_sparse_embedding_gradients():
+    # CPU index tensors and masks index pjrt tensors, as they index CUDA ones
+    x = torch.arange(20.0).reshape(4, 5)
+    d = x.to(DEV)
+    torch_pjrt.metrics.reset()
+    for idx in [(torch.tensor([0, 2, 2]),), (torch.tensor([True, False, True, False]),),
+                (slice(None), torch.tensor([1, 3])), (torch.tensor([[0], [3]]), torch.tensor([4, 1]))]:
+        assert torch.equal(d[idx].cpu(), x[idx])
+    d[torch.tensor([1])] = 0.0
+    x[torch.tensor([1])] = 0.0
+    assert torch.equal(d.cpu(), x)
+    # nn.Embedding(sparse=True): the same gradient, dense on pjrt
+    torch.manual_seed(0)
+    cpu = torch.nn.Embedding(10, 3, sparse=True, padding_idx=0)
+    dev = torch.nn.Embedding(10, 3, sparse=True, padding_idx=0).to(DEV)
+    dev.load_state_dict(cpu.state_dict())
+    idx = torch.tensor([[1, 2, 0], [2, 2, 5]])
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (cpu, dev)]
+    for _ in range(3):
+        for m, opt, i in ((cpu, opts[0], idx), (dev, opts[1], idx.to(DEV))):
+            m(i).pow(2).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    torch.testing.assert_close(dev.weight.detach().cpu(), cpu.weight.detach())
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
