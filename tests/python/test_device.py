@@ -275,3 +275,25 @@ print(before, torch.autograd.is_multithreading_enabled(), seen["mt"])
     assert r.returncode == 0 and r.stdout.split() == ["True", "True", "True"], r.stderr
     r = run_python(code, TORCH_PJRT_AUTOGRAD_THREADS="yes")
     assert r.returncode != 0 and "TORCH_PJRT_AUTOGRAD_THREADS" in r.stderr
+
+
+def test_transformer_encoder_inference_with_a_padding_mask():
+    # PyTorch's inference fast path would make a nested tensor (which pjrt
+    # cannot hold) on any PrivateUse1 device; pjrt declines it and computes
+    # the dense batch: the unpadded positions match the CPU's fast path, and
+    # every position its other path (docs/semantics.md)
+    import copy
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    dev = copy.deepcopy(enc).to(DEV)
+    x = torch.randn(2, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.no_grad():
+        got = dev(x.to(DEV), src_key_padding_mask=pad.to(DEV)).cpu()
+        fast = enc(x, src_key_padding_mask=pad)
+        enc.use_nested_tensor = False
+        slow = enc(x, src_key_padding_mask=pad)
+    torch.testing.assert_close(got[~pad], fast[~pad], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, slow, rtol=1e-5, atol=1e-5)
