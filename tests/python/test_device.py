@@ -297,3 +297,37 @@ def test_transformer_encoder_inference_with_a_padding_mask():
         slow = enc(x, src_key_padding_mask=pad)
     torch.testing.assert_close(got[~pad], fast[~pad], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got, slow, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_attention_inference_fast_paths_run_on_the_device(need_weights):
+    # eval + no grad + self-attention: PyTorch calls the fused
+    # _native_multi_head_attention / _transformer_encoder_layer_fwd
+    import copy
+
+    torch.manual_seed(0)
+    b, t, e, h = 3, 6, 16, 4
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [True] * 6])  # no key at all in the last row: NaN, as on the CPU
+    causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+    x = torch.randn(b, t, e)
+    torch_pjrt.metrics.reset()
+    for masks in [{}, dict(key_padding_mask=pad), dict(attn_mask=causal, key_padding_mask=pad)]:
+        for avg in (True, False):
+            m = torch.nn.MultiheadAttention(e, h, batch_first=True).eval()
+            d = copy.deepcopy(m).to(DEV)
+            xd = x.to(DEV)
+            with torch.no_grad():
+                want = m(x, x, x, need_weights=need_weights, average_attn_weights=avg, **masks)
+                got = d(xd, xd, xd, need_weights=need_weights, average_attn_weights=avg,
+                        **{k: v.to(DEV) for k, v in masks.items()})
+            torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-5, atol=1e-5, equal_nan=True)
+            assert (got[1] is None) == (want[1] is None)
+            if want[1] is not None:
+                torch.testing.assert_close(got[1].cpu(), want[1], rtol=1e-5, atol=1e-5, equal_nan=True)
+    for norm_first, act in [(False, "relu"), (True, "gelu")]:
+        layer = torch.nn.TransformerEncoderLayer(e, h, 32, batch_first=True, norm_first=norm_first, activation=act)
+        enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+        d = copy.deepcopy(enc).to(DEV)
+        with torch.no_grad():
+            torch.testing.assert_close(d(x.to(DEV), mask=causal.to(DEV)).cpu(), enc(x, mask=causal), rtol=1e-5, atol=1e-5)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
