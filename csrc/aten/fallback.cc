@@ -56,11 +56,6 @@ void Unsupported(const c10::OperatorHandle& op, c10::Stack*) {
                               "); keep them on the CPU, or convert to a dense tensor (to_dense(), dequantize(), "
                               "to_padded_tensor()) before moving to pjrt");
 }
-// nn.TransformerEncoder's inference fast path asks this before turning a
-// padded batch into a nested tensor, and PyTorch takes that path on every
-// PrivateUse1 device. pjrt has no nested tensors, so the answer is no: the
-// encoder keeps the dense batch and its padding mask (same results).
-bool nested_tensor_from_mask_left_aligned(const at::Tensor&, const at::Tensor&) { return false; }
 
 constexpr char kSparse[] = "sparse";
 constexpr char kQuantized[] = "quantized";
@@ -69,9 +64,6 @@ constexpr char kNested[] = "nested";
 }  // namespace tpj::aten
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::CpuFallback>()); }
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_nested_tensor_from_mask_left_aligned", TORCH_FN(tpj::aten::nested_tensor_from_mask_left_aligned));
-}
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::Unsupported<tpj::aten::kSparse>>());
 }

@@ -65,6 +65,13 @@ at::Tensor transformer_encoder_layer_fwd(
   return norm_first ? y : norm(y, norm_weight_2, norm_bias_2);
 }
 
+// nn.TransformerEncoder's inference fast path asks this before turning a
+// padded batch into a nested tensor. pjrt has no nested tensors, so the answer
+// is no: the encoder keeps the dense batch and its padding mask. Unpadded
+// positions then agree with the CPU's fast path; padded ones hold computed
+// values where that path writes zeros (docs/semantics.md).
+bool nested_tensor_from_mask_left_aligned(const at::Tensor&, const at::Tensor&) { return false; }
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -73,4 +80,5 @@ at::Tensor transformer_encoder_layer_fwd(
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("_native_multi_head_attention", native_multi_head_attention);
   K("_transformer_encoder_layer_fwd", transformer_encoder_layer_fwd);
+  K("_nested_tensor_from_mask_left_aligned", nested_tensor_from_mask_left_aligned);
 }
