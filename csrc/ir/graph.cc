@@ -157,21 +157,37 @@ std::vector<Value> Builder::AddNode(Op op, Operands operands, Attrs attrs) {
 
 int32_t Builder::Emit(Op op, Operands operands, Attrs attrs, const Shape* given, size_t num_given, bool infer) {
   const auto id = static_cast<int32_t>(g_.nodes.size());
-  if (repeating_ && static_cast<size_t>(id) < prev_.size()) {
-    // Every node before this one is the previous graph's, so the same op on
-    // the same operands with the same attributes infers the same results.
-    Node& old = prev_[id];
-    const size_t inferred = old.results.size() - std::min(old.results.size(), num_given);
-    if (old.op == op && std::equal(old.operands.begin(), old.operands.end(), operands.begin(), operands.end()) &&
-        (infer || inferred == 0) && old.results.size() == inferred + num_given &&
-        std::equal(given, given + num_given, old.results.begin() + static_cast<std::ptrdiff_t>(inferred)) &&
-        SameAttrs(old.attrs, attrs)) {
-      if (old.location != location_) old.location = location_;
-      g_.nodes.push_back(std::move(old));
+  if (!repeats_.empty()) {
+    // Every node before this one is the same as that earlier graph's, so the
+    // same op on the same operands with the same attributes infers the same
+    // results.
+    Node* take = nullptr;
+    size_t kept = 0;
+    for (uint8_t e : repeats_) {
+      Earlier& earlier = earlier_[e];
+      earlier.matched = static_cast<size_t>(id);
+      if (earlier.matched >= earlier.nodes.size()) continue;
+      const Node& old = earlier.nodes[id];
+      const size_t inferred = old.results.size() - std::min(old.results.size(), num_given);
+      if (old.op == op && std::equal(old.operands.begin(), old.operands.end(), operands.begin(), operands.end()) &&
+          (infer || inferred == 0) && old.results.size() == inferred + num_given &&
+          std::equal(given, given + num_given, old.results.begin() + static_cast<std::ptrdiff_t>(inferred)) &&
+          SameAttrs(old.attrs, attrs)) {
+        repeats_[kept++] = e;
+        if (!take) {
+          take = &earlier.nodes[id];
+          earlier.taken = true;
+        }
+      }
+    }
+    repeats_.resize(kept);
+    if (take) {
+      if (take->location != location_) take->location = location_;
+      g_.nodes.push_back(std::move(*take));
+      ++taken_over_;
       return id;
     }
   }
-  repeating_ = false;
   std::vector<Shape> results;
   if (infer) {
     std::vector<Shape> in;
@@ -196,26 +212,72 @@ int32_t Builder::Emit(Op op, Operands operands, Attrs attrs, const Shape* given,
 }
 
 void Builder::Restart() {
-  prev_hashed_ = hashed_nodes_ == g_.nodes.size();
-  prev_hash_ = hash_;
+  Earlier done;
+  done.hashed = hashed_nodes_ == g_.nodes.size();
+  done.hash = hash_;
+  done.nodes = std::move(g_.nodes);
+  const size_t size = done.nodes.size();
   hashed_nodes_ = SIZE_MAX;
-  prev_.clear();  // nodes taken over are moved-from shells; the rest were not repeated
-  prev_.swap(g_.nodes);
+  for (uint8_t e : repeats_) earlier_[e].matched = size;
+  // The node array of a graph let go of is used again for the new one.
+  std::vector<Node> room;
+  auto let_go = [&room](Earlier& e) {
+    if (room.capacity() < e.nodes.capacity()) room.swap(e.nodes);
+  };
+  for (size_t i = 0; i < earlier_.size();) {
+    Earlier& e = earlier_[i];
+    bool keep;
+    if (!e.taken) {
+      keep = ++e.idle <= kIdle;
+    } else if (e.matched == size && e.nodes.size() == size) {
+      keep = false;  // repeated whole: `done` is the same graph
+    } else {
+      std::copy(done.nodes.begin(), done.nodes.begin() + static_cast<std::ptrdiff_t>(e.matched), e.nodes.begin());
+      e.taken = false;
+      e.idle = 0;
+      keep = true;
+    }
+    if (keep) {
+      ++i;
+    } else {
+      let_go(e);
+      earlier_.erase(earlier_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  if (size > 0) {
+    if (earlier_.size() == kEarlier) {
+      let_go(earlier_.front());
+      earlier_.erase(earlier_.begin());
+    }
+    earlier_.push_back(std::move(done));
+  } else {
+    let_go(done);
+  }
+  room.clear();
   // The room of a far longer trace before is given back, not kept for good.
-  if (g_.nodes.capacity() > 2 * prev_.size() + 1024) std::vector<Node>().swap(g_.nodes);
-  g_.nodes.reserve(prev_.size());
+  if (room.capacity() > 2 * size + 1024) std::vector<Node>().swap(room);
+  g_.nodes = std::move(room);
+  g_.nodes.reserve(size);
+  repeats_.clear();
+  taken_over_ = 0;
+  for (size_t e = earlier_.size(); e-- > 0;) repeats_.push_back(static_cast<uint8_t>(e));
   g_.params.clear();
   g_.outputs.clear();
   g_.aliases.clear();
   g_.output_shardings.clear();
   location_.clear();
-  repeating_ = true;
 }
 
 uint64_t Builder::Fingerprint() {
   if (hashed_nodes_ != g_.nodes.size()) {
-    const bool same = repeating_ && prev_hashed_ && g_.nodes.size() == prev_.size();
-    hash_ = same ? prev_hash_ : ProgramHash(g_);
+    const Earlier* same = nullptr;
+    for (uint8_t e : repeats_) {
+      if (earlier_[e].hashed && earlier_[e].nodes.size() == g_.nodes.size()) {
+        same = &earlier_[e];
+        break;
+      }
+    }
+    hash_ = same ? same->hash : ProgramHash(g_);
     hashed_nodes_ = g_.nodes.size();
   }
   return hash_;
@@ -661,8 +723,9 @@ Graph Builder::Build(const std::vector<Value>& outputs, const std::vector<Alias>
   g_ = Graph{};
   g_.num_replicas = g.num_replicas;
   g_.num_partitions = g.num_partitions;
-  prev_.clear();
-  repeating_ = false;
+  earlier_.clear();
+  repeats_.clear();
+  taken_over_ = 0;
   hashed_nodes_ = SIZE_MAX;
   return g;
 }

@@ -486,14 +486,24 @@ class Builder {
   explicit Builder(int num_replicas = 1, int num_partitions = 1);
 
   // Starts a new graph (same replica and partition counts, room for as many
-  // nodes as the last one), keeping the nodes of the one so far aside:
-  // while the new graph repeats them node for node (same op, operands,
-  // attributes and given result shapes), each node is taken over instead of
-  // built again (no shape inference, no allocation), and a graph that
-  // repeats the previous one entirely keeps its Fingerprint without
-  // hashing. A training step traced again is such a graph; the first node
-  // that differs ends the reuse for the rest of it.
+  // nodes as the last one), keeping the nodes of the one so far aside with
+  // those of the few graphs before it (kEarlier): while the new graph
+  // repeats one of them node for node (same op, operands, attributes and
+  // given result shapes), each node is taken over instead of built again (no
+  // shape inference, no allocation), and a graph that repeats one entirely
+  // keeps its Fingerprint without hashing. A training step traced again is
+  // such a graph, and so are the traces that alternate within a step (with
+  // torch.compile: the loss between the replayed forward and backward, then
+  // the optimizer). Once the graph differs from all of them, the rest of it
+  // is built.
   void Restart();
+  // How many earlier graphs are kept, and for how many graphs one that
+  // nothing took over from is kept.
+  static constexpr size_t kEarlier = 4;
+  static constexpr int kIdle = 16;
+
+  // How many nodes of the graph so far were taken over (see Restart).
+  size_t taken_over() const { return taken_over_; }
 
   // ProgramHash of the graph so far (no outputs, no aliases).
   uint64_t Fingerprint();
@@ -653,12 +663,23 @@ class Builder {
   void CheckValue(Value v) const;
   Graph g_;
   std::string location_;
-  // Restart: the previous graph's nodes (those taken over are left moved
-  // from), whether the graph so far repeats them, and their fingerprint.
-  std::vector<Node> prev_;
-  bool repeating_ = false;
-  bool prev_hashed_ = false;
-  uint64_t prev_hash_ = 0;
+  // Restart: the graphs before this one, oldest first, with their
+  // fingerprints where they were hashed whole. Nodes taken over are left
+  // moved from; at the next Restart a graph repeated whole is dropped (the
+  // new one holds the same nodes), one repeated in part gets its head back
+  // as a copy of the new graph's.
+  struct Earlier {
+    std::vector<Node> nodes;
+    bool hashed = false;
+    uint64_t hash = 0;
+    bool taken = false;  // some nodes were taken over
+    size_t matched = 0;  // how many nodes the new graph repeated (set as it leaves repeats_)
+    int idle = 0;        // graphs since one took over its nodes (dropped after kIdle)
+  };
+  std::vector<Earlier> earlier_;
+  // Which of earlier_ the graph so far repeats node for node, newest first.
+  std::vector<uint8_t> repeats_;
+  size_t taken_over_ = 0;
   // Fingerprint of the first hashed_nodes_ nodes (the graph grows only by appending).
   size_t hashed_nodes_ = SIZE_MAX;
   uint64_t hash_ = 0;

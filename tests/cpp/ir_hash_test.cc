@@ -364,6 +364,103 @@ TEST(Restart, WhatDiffersIsBuiltAgainFromThereOn) {
   ExpectRestartBuilds(iota(2), iota(3));
 }
 
+TEST(Restart, GraphsThatAlternateAreEachTakenOver) {
+  // As the traces of a compiled step: the loss, then the optimizer, again
+  // and again. Each is taken over whole from its own earlier graph and is
+  // node for node what a fresh builder makes.
+  auto loss = [](Builder& b) {
+    Value x = b.Parameter({DType::F32, {4, 3}});
+    b.Unary(Op::Exp, b.Binary(Op::Add, x, x));
+  };
+  auto optimizer = [](Builder& b) {
+    Value p = b.Parameter({DType::F32, {4, 3}});
+    Value g = b.Parameter({DType::F32, {4, 3}});
+    b.Binary(Op::Sub, p, b.Binary(Op::Mul, g, b.Full(DType::F32, {4, 3}, 0.1)));
+  };
+  auto every = [](Builder& b) { AddEveryAttribute(b); };
+  const std::vector<std::function<void(Builder&)>> kinds = {loss, optimizer, every};
+  std::vector<uint64_t> fresh_fp;
+  std::vector<size_t> sizes;
+  for (const auto& k : kinds) {
+    Builder fresh(4);
+    k(fresh);
+    fresh_fp.push_back(ProgramHash(fresh.graph()));
+    sizes.push_back(fresh.graph().nodes.size());
+  }
+  Builder b(4);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      b.Restart();
+      kinds[k](b);
+      if (round > 0) EXPECT_EQ(b.taken_over(), sizes[k]) << "round " << round << " graph " << k;
+      EXPECT_EQ(b.graph().nodes.size(), sizes[k]);
+      EXPECT_EQ(b.Fingerprint(), fresh_fp[k]);
+      EXPECT_EQ(ProgramHash(b.graph()), fresh_fp[k]);
+    }
+  }
+  // More kinds than are kept: the oldest is built again.
+  for (int i = 0; i < static_cast<int>(Builder::kEarlier); ++i) {
+    b.Restart();
+    b.Unary(Op::Neg, b.Parameter({DType::F32, {i + 7}}));
+  }
+  b.Restart();
+  loss(b);
+  EXPECT_EQ(b.taken_over(), 0u);
+  EXPECT_EQ(b.Fingerprint(), fresh_fp[0]);
+}
+
+TEST(Restart, AGraphThatLeavesOneEarlierGraphGoesOnWithAnother) {
+  // Two earlier graphs share a head; the new one follows the newer one for
+  // the head, then only the older one: every node is taken over.
+  auto head = [](Builder& b) { return b.Unary(Op::Neg, b.Parameter({DType::F32, {5}})); };
+  auto tail_a = [&](Builder& b) { b.Unary(Op::Exp, head(b)); };
+  auto tail_b = [&](Builder& b) { b.Unary(Op::Log, head(b)); };
+  Builder b, fresh;
+  tail_a(b);
+  b.Fingerprint();
+  b.Restart();
+  tail_b(b);
+  b.Fingerprint();
+  b.Restart();
+  tail_a(b);
+  tail_a(fresh);
+  EXPECT_EQ(b.taken_over(), 3u);
+  EXPECT_EQ(b.Fingerprint(), ProgramHash(fresh.graph()));
+  EXPECT_EQ(ProgramHash(b.graph()), ProgramHash(fresh.graph()));
+  // The graph whose head was taken got it back: repeated whole again.
+  b.Restart();
+  tail_b(b);
+  Builder fresh_b;
+  tail_b(fresh_b);
+  EXPECT_EQ(b.taken_over(), 3u);
+  EXPECT_EQ(b.Fingerprint(), ProgramHash(fresh_b.graph()));
+  EXPECT_EQ(ProgramHash(b.graph()), ProgramHash(fresh_b.graph()));
+  const Graph& g = b.graph();
+  const Graph& f = fresh_b.graph();
+  ASSERT_EQ(g.nodes.size(), f.nodes.size());
+  for (size_t i = 0; i < f.nodes.size(); ++i) {
+    EXPECT_EQ(g.nodes[i].op, f.nodes[i].op);
+    EXPECT_EQ(g.nodes[i].operands, f.nodes[i].operands);
+    EXPECT_EQ(g.nodes[i].results, f.nodes[i].results);
+  }
+}
+
+TEST(Restart, AGraphNotRepeatedForLongIsLetGo) {
+  Builder b;
+  auto neg = [&b](int64_t n) { b.Unary(Op::Neg, b.Parameter({DType::F32, {n}})); };
+  neg(1);
+  for (int i = 0; i <= Builder::kIdle; ++i) {
+    b.Restart();
+    neg(2);  // takes over from the graph before, never from the first
+  }
+  b.Restart();
+  neg(1);
+  EXPECT_EQ(b.taken_over(), 0u);
+  b.Restart();
+  neg(1);
+  EXPECT_EQ(b.taken_over(), 2u);
+}
+
 TEST(Restart, TheRoomOfALongTraceIsGivenBack) {
   Builder b;
   auto chain = [&b](int n) {
