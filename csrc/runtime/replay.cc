@@ -251,7 +251,6 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   std::vector<std::unique_ptr<pjrt::Buffer>> outs;
   try {
     if (launch_log_) LogLaunch(p.device, p.executable, args);
-    t.retired.clear();  // the last launch has let go of them by now
     auto t1 = std::chrono::steady_clock::now();
     outs = p.executable->Execute(args);
     m.AddTime("execute_launch", Seconds(t1));

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <map>
@@ -228,12 +229,22 @@ class Runtime {
     // the last one alone says nothing) and reads their checks. Events, not
     // buffers: holding a buffer would change donation decisions.
     std::vector<std::unique_ptr<pjrt::Event>> inflight;
-    // Buffers a launch took whose last reference went after it: dropped at
-    // the next launch or wait. Dropped at once, each would wait inside the
-    // plugin for the launch in flight to let go of it (measured: the main
-    // thread blocked there on every step). Last references only: no storage
-    // sees them, so no donation decision does.
+    // Buffers a launch took whose last reference went after it. Dropped at
+    // once, each would wait inside the plugin for the launches in flight to
+    // let go of it (measured: the main thread blocked there on every step;
+    // with torch.compile, whose forward replay follows the launch of the lazy
+    // optimizer at once, for most of that launch). `retired` gathers them
+    // until the next launch is tracked (TrackLaunch), which moves them to
+    // `retiring` with that launch's completion: they go once it and every
+    // launch before it are done (looked at, not waited for, at each launch)
+    // or at a wait. Last references only: no storage sees them, so no
+    // donation decision does.
     std::vector<DeviceBuffer> retired;
+    struct Retiring {
+      std::unique_ptr<pjrt::Event> launch_done;
+      std::vector<DeviceBuffer> buffers;
+    };
+    std::deque<Retiring> retiring;
     std::vector<std::shared_ptr<Outcome>> unverified;
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;

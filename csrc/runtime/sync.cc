@@ -77,9 +77,13 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
       for (auto& e : t.inflight) events.push_back(std::move(e));
       for (auto& o : t.unverified) outcomes.push_back(std::move(o));
       for (auto& b : t.retired) retired.push_back(std::move(b));
+      for (auto& r : t.retiring) {
+        for (auto& b : r.buffers) retired.push_back(std::move(b));
+      }
       t.inflight.clear();
       t.unverified.clear();
       t.retired.clear();
+      t.retiring.clear();
     }
   }
   // Outside the lock: the wait check may take the GIL.
@@ -281,6 +285,9 @@ void Runtime::SyncDevice(int device) {
   // The trace's own hash (all nodes, not only live ones) plus what this sync
   // asks of it identifies the program without pruning it.
   uint64_t trace_key = t.builder->Fingerprint();
+  // Nodes built rather than taken over from an earlier trace
+  // (ir::Builder::Restart): none in a steady training step.
+  m.Add("ir_nodes_built", static_cast<int64_t>(t.builder->graph().nodes.size() - t.builder->taken_over()));
   auto mix = [&trace_key](uint64_t v) { trace_key = (trace_key ^ v) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull; };
   for (const ir::Value& v : outputs) mix((static_cast<uint64_t>(v.node) << 8) ^ static_cast<uint64_t>(v.index));
   for (const ir::Alias& a : aliases) mix((static_cast<uint64_t>(a.param) << 32) ^ static_cast<uint64_t>(a.output));
@@ -348,7 +355,6 @@ void Runtime::SyncDevice(int device) {
       }
     }
     if (launch_log_ && n == 1) LogLaunch(device, exe, args[0]);
-    t.retired.clear();  // the last launch has let go of them by now
     auto t1 = std::chrono::steady_clock::now();
     outs = exe->ExecuteReplicated(args);
     m.AddTime("execute_launch", Seconds(t1));
@@ -409,6 +415,9 @@ void Runtime::SyncDevice(int device) {
 
 void Runtime::TrackLaunch(Trace& t, const DeviceBuffer& first_result) {
   t.inflight.push_back(first_result->ReadyEvent());
+  t.retiring.push_back(Trace::Retiring{first_result->ReadyEvent(), std::move(t.retired)});
+  t.retired.clear();
+  while (!t.retiring.empty() && t.retiring.front().launch_done->IsReady()) t.retiring.pop_front();
   if (t.inflight.size() > 256) {
     // bound the lists: drop the programs already finished, and outcomes
     // nobody can observe any more (their storages were overwritten or freed)
