@@ -11,7 +11,10 @@ Counters (``counters()``):
 - ``cpu_fallbacks`` and ``aten::<op>``: ops that ran on the CPU (where
   each was called from: ``fallback_sites()``);
 - ``bytes_to_device`` / ``bytes_to_host``: transfers;
-- ``traced_ops``: op lowerings run;
+- ``traced_ops``: op lowerings run; ``ir_nodes_built``: IR nodes of the
+  synced traces that were built rather than taken over from an earlier
+  trace of the same ops (none in a steady training step; see
+  ``docs/performance.md``);
 - ``program_peak_bytes`` / ``program_temp_bytes``: the most device memory,
   and the most temporary memory, that one compiled program plans for a run
   (the plugin's compiled memory statistics: its peak figure where it reports
@@ -68,7 +71,7 @@ def report() -> str:
     t = timers()
     lines = ["torch_pjrt metrics"]
     for key in ("compiles", "recompiles", "cache_hits", "disk_cache_hits", "disk_cache_corrupt", "executions",
-                "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops"):
+                "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops", "ir_nodes_built"):
         lines.append(f"  {key:<20} {c.get(key, 0)}")
     ops = c.get("traced_ops", 0)
     for key in ("compile", "execute_launch", "execute_wait", "graph_build", "sync", "trace"):

@@ -118,7 +118,7 @@ def _steady_counts(compile_model, compile_step, steps=3):
     per = lambda k: c.get(k, 0) / steps
     loss.cpu()
     return {k: per(k) for k in ("executions", "replays", "compiles", "cache_hits", "traced_ops", "bytes_to_device",
-                                "bytes_to_host")}
+                                "bytes_to_host", "ir_nodes_built")}
 
 
 # Host transfers per steady step: nothing is uploaded; the only bytes read
@@ -131,6 +131,7 @@ def test_steady_step_lazy_is_one_program():
     assert c["executions"] == 1 and c["replays"] == 0 and c["compiles"] == 0
     assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     assert c["traced_ops"] > 50  # the whole step is traced
+    assert c["ir_nodes_built"] == 0  # ... over the last step's nodes
 
 
 def test_steady_step_compiled_model_replays_forward_and_backward():
@@ -142,6 +143,8 @@ def test_steady_step_compiled_model_replays_forward_and_backward():
     assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     lazy = _steady_counts(compile_model=False, compile_step=False)["traced_ops"]
     assert c["traced_ops"] < lazy  # the model's ops are no longer traced
+    # The two lazy traces alternate; each is taken over from its own last one.
+    assert c["ir_nodes_built"] == 0
     assert pjrt_dynamo.call_stats()["refusals"] == {}
 
 
@@ -151,6 +154,7 @@ def test_steady_step_compiled_optimizer_is_replayed():
     assert c["executions"] == 4 and c["replays"] == 3 and c["compiles"] == 0
     assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     assert c["traced_ops"] < 10  # the loss alone
+    assert c["ir_nodes_built"] == 0
 
 
 def test_input_view_at_another_offset_is_traced_again():
