@@ -56,7 +56,6 @@ void Unsupported(const c10::OperatorHandle& op, c10::Stack*) {
                               "); keep them on the CPU, or convert to a dense tensor (to_dense(), dequantize(), "
                               "to_padded_tensor()) before moving to pjrt");
 }
-
 constexpr char kSparse[] = "sparse";
 constexpr char kQuantized[] = "quantized";
 constexpr char kNested[] = "nested";

@@ -112,8 +112,8 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
 //
 // A sort per column: unique of slices of more than kMaxSortedColumns
 // elements runs on the CPU (counted) rather than as a program of that many
-// chained sorts (16 columns of 1000 rows: 0.8 s to trace and compile once,
-// measured).
+// chained sorts (unique(dim=0) of 1000 rows of 16 elements: 0.6-0.8 s to
+// trace and compile once on a 2-core machine, measured).
 constexpr int64_t kMaxSortedColumns = 16;
 
 struct Runs {
