@@ -106,7 +106,7 @@ std::shared_ptr<Replayable> EndRecording(Recording& rec, const MaybeTensors& inp
   return r;
 }
 
-std::optional<MaybeTensors> Replayable::Run(const MaybeTensors& inputs) const {
+std::optional<MaybeTensors> Replayable::Run(const MaybeTensors& inputs, runtime::Runtime::ReplayJoin join) const {
   if (inputs.size() != inputs_.size()) return std::nullopt;
   std::vector<runtime::Storage*> in(inputs.size(), nullptr);
   const int device = program_->device;
@@ -126,7 +126,7 @@ std::optional<MaybeTensors> Replayable::Run(const MaybeTensors& inputs) const {
     storages.push_back(Empty({static_cast<int64_t>(fresh_nbytes_[k])}, at::kByte, device).storage());
     fresh.push_back(static_cast<runtime::Storage*>(storages.back().data_ptr().get_context()));
   }
-  const bool ran = RaisingTensorErrors([&] { return runtime::Runtime::Get().Replay(*program_, in, fresh); });
+  const bool ran = RaisingTensorErrors([&] { return runtime::Runtime::Get().Replay(*program_, in, fresh, join); });
   if (!ran) return std::nullopt;
   MaybeTensors out;
   out.reserve(outputs_.size());

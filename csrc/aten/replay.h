@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/replay.h"
+#include "runtime/runtime.h"
 
 namespace tpj::aten {
 
@@ -35,7 +35,8 @@ class Replayable {
  public:
   // Runs the recorded program on `inputs`; nullopt (nothing launched) when
   // they do not match the recording. Outputs that were not tensors are nullopt.
-  std::optional<MaybeTensors> Run(const MaybeTensors& inputs) const;
+  // `join`: see runtime::Runtime::Replay.
+  std::optional<MaybeTensors> Run(const MaybeTensors& inputs, runtime::Runtime::ReplayJoin join) const;
 
  private:
   friend std::shared_ptr<Replayable> EndRecording(Recording&, const MaybeTensors&, const MaybeTensors&,

@@ -696,6 +696,19 @@ Value Builder::Fft(Value x, FftType type, const std::vector<int64_t>& fft_length
   return Add({x}, FftAttrs{type, fft_length});
 }
 
+std::vector<Value> Builder::Call(std::shared_ptr<const Graph> body, const std::vector<Value>& args) {
+  if (!body) throw Error("Call: no graph to call");
+  if (!body->aliases.empty() || !body->output_shardings.empty()) {
+    throw Error("Call: the called graph must have no aliases and no output shardings");
+  }
+  const int32_t id = AppendNode(Op::Call, args, CallAttrs{std::move(body)});
+  const size_t n = g_.nodes[static_cast<size_t>(id)].results.size();
+  std::vector<Value> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(Value{id, static_cast<int32_t>(i)});
+  return out;
+}
+
 Graph Builder::Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases) {
   for (Value v : outputs) CheckValue(v);
   std::vector<bool> used(outputs.size(), false);

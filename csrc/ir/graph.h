@@ -421,13 +421,27 @@ struct CustomCallAttrs {
   }
 };
 
+struct Graph;
+
+// A call of a finished graph: operand i is its parameter i, result o its
+// output o. Printed as a private function of the module (XLA inlines it
+// before fusing). A compiled torch.compile graph joins a lazy trace this
+// way (runtime/replay.h): one node per call, whatever the graph's size.
+struct CallAttrs {
+  static constexpr Op kOp = Op::Call;
+  std::shared_ptr<const Graph> body;  // hashed by its ProgramHash, compared by identity
+  template <class S, class F>
+  static void Fields(S& s, F&& f) { f("body", s.body); }
+};
+
 using Attrs =
     std::variant<std::monostate, ParameterAttrs, ConstantAttrs, CompareAttrs, BroadcastInDimAttrs,
                  ReshapeAttrs, TransposeAttrs, ReverseAttrs, SliceAttrs, DynamicSliceAttrs,
                  ConcatenateAttrs, PadAttrs, IotaAttrs, DotGeneralAttrs, ReduceAttrs,
                  ReduceWindowAttrs, SelectAndScatterAttrs, ConvolutionAttrs, GatherAttrs,
                  ScatterAttrs, SortAttrs, RngBitGeneratorAttrs, AllReduceAttrs, AllGatherAttrs,
-                 ReduceScatterAttrs, FftAttrs, CholeskyAttrs, TriangularSolveAttrs, CustomCallAttrs>;
+                 ReduceScatterAttrs, FftAttrs, CholeskyAttrs, TriangularSolveAttrs, CustomCallAttrs,
+                 CallAttrs>;
 
 // True for the structs above that list their fields with Fields(self, f).
 template <class T, class = void>
@@ -611,6 +625,11 @@ class Builder {
 
   // SPMD: x constrained to the HLO sharding `sharding` (custom_call @Sharding).
   Value ShardingConstraint(Value x, const std::string& sharding);
+
+  // A call of `body` (a finished graph without aliases or shardings) on
+  // `args` (one per parameter, of its shape): one node whose results are
+  // the body's outputs (see CallAttrs).
+  std::vector<Value> Call(std::shared_ptr<const Graph> body, const std::vector<Value>& args);
 
   // Finishes the graph. Aliases are checked (same shape, distinct outputs).
   Graph Build(const std::vector<Value>& outputs, const std::vector<Alias>& aliases = {});

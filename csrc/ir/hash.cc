@@ -75,6 +75,9 @@ struct FieldHasher {
     h.Int(data ? static_cast<int64_t>(data->size()) : -1);
     if (data) h.Bytes(data->data(), data->size());
   }
+  // A called graph: by its whole hash. Only graphs hashed node by node pay
+  // it (a trace taken over whole keeps its Fingerprint).
+  void Leaf(const std::shared_ptr<const Graph>& body) { h.Word(body ? ProgramHash(*body) : 0); }
 };
 
 uint64_t Hash(const Graph& g, bool values) {

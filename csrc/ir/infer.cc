@@ -655,6 +655,24 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
     case Op::CustomCall:
       Get<CustomCallAttrs>(op, in, attrs);
       return {};  // the builder sets the results
+    case Op::Call: {
+      const auto& call = Get<CallAttrs>(op, in, attrs);
+      if (!call.body) Fail(op, in, "has no graph to call");
+      const Graph& body = *call.body;
+      if (in.size() != body.params.size()) {
+        Fail(op, in, "needs one operand per parameter of the called graph (" + std::to_string(body.params.size()) + ")");
+      }
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (in[i] != body.nodes[static_cast<size_t>(body.params[i])].results[0]) {
+          Fail(op, in, "operand " + std::to_string(i) + " must have the shape of the called graph's parameter, " +
+                           body.nodes[static_cast<size_t>(body.params[i])].results[0].ToString());
+        }
+      }
+      std::vector<Shape> out;
+      out.reserve(body.outputs.size());
+      for (Value v : body.outputs) out.push_back(body.shape(v));
+      return out;
+    }
     default:
       Fail(op, in, "has no inference rule");
   }

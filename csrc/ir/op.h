@@ -84,7 +84,8 @@ namespace tpj::ir {
   X(Fft, "stablehlo.fft", kSpecial)                              \
   X(Cholesky, "stablehlo.cholesky", kSpecial)                    \
   X(TriangularSolve, "stablehlo.triangular_solve", kSpecial)     \
-  X(CustomCall, "stablehlo.custom_call", kSpecial)
+  X(CustomCall, "stablehlo.custom_call", kSpecial)              \
+  X(Call, "func.call", kSpecial)
 
 enum class Op : uint8_t {
 #define TPJ_ENUM(name, mlir, form) name,

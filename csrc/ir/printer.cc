@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <unordered_map>
 
 namespace tpj::ir {
 namespace {
@@ -182,14 +183,39 @@ std::string ConvLabels(int64_t rank, int64_t a, char la, int64_t b, char lb,
   return s + "]";
 }
 
+// The graphs that Call nodes call, each printed once as a private function
+// (@call0, @call1, ...), in the order they are first called.
+struct Callees {
+  std::vector<const Graph*> bodies;
+  std::unordered_map<const Graph*, size_t> index;
+
+  std::string Name(const Graph* body) {
+    auto [it, added] = index.emplace(body, bodies.size());
+    if (added) bodies.push_back(body);
+    return "@call" + std::to_string(it->second);
+  }
+};
+
 class Printer {
  public:
-  explicit Printer(const Graph& g) : g_(g) {}
+  Printer(const Graph& g, Callees& callees) : g_(g), callees_(callees) {}
 
-  std::string Run() {
+  std::string Module() {
     os_ << "module @torch_pjrt attributes {mhlo.num_partitions = " << g_.num_partitions
         << " : i32, mhlo.num_replicas = " << g_.num_replicas << " : i32} {\n";
-    os_ << "  func.func public @main(";
+    Function("public @main");
+    for (size_t k = 0; k < callees_.bodies.size(); ++k) {  // grows while called graphs call others
+      Printer body(*callees_.bodies[k], callees_);
+      body.Function("private @call" + std::to_string(k));
+      os_ << body.os_.str();
+    }
+    os_ << "}\n";
+    return os_.str();
+  }
+
+ private:
+  void Function(const std::string& name) {
+    os_ << "  func.func " << name << "(";
     for (size_t i = 0; i < g_.params.size(); ++i) {
       if (i) os_ << ", ";
       os_ << "%arg" << i << ": " << g_.nodes[g_.params[i]].results[0].ToString();
@@ -219,11 +245,9 @@ class Printer {
     for (size_t i = 0; i < g_.outputs.size(); ++i) {
       os_ << (i ? ", " : "") << g_.shape(g_.outputs[i]).ToString();
     }
-    os_ << ") -> ()\n  }\n}\n";
-    return os_.str();
+    os_ << ") -> ()\n  }\n";
   }
 
- private:
   std::string Name(Value v) const {
     const ::tpj::ir::Node& n = g_.nodes[v.node];
     if (n.op == Op::Parameter) return "%arg" + std::to_string(ParamIndex(n));
@@ -464,6 +488,8 @@ class Printer {
     return {"", attrs};
   }
 
+  Parts Text(const CallAttrs& a, const Shapes&, const Shape&) { return {"", "callee = " + callees_.Name(a.body.get())}; }
+
   void Node(int32_t id) {
     const ::tpj::ir::Node& n = g_.nodes[id];
     Shapes in;
@@ -490,13 +516,17 @@ class Printer {
   }
 
   const Graph& g_;
+  Callees& callees_;
   std::ostringstream os_;
   int regions_ = 0;
 };
 
 }  // namespace
 
-std::string PrintStableHlo(const Graph& g) { return Printer(g).Run(); }
+std::string PrintStableHlo(const Graph& g) {
+  Callees callees;
+  return Printer(g, callees).Module();
+}
 
 std::string DenseLiteralText(const Shape& shape, const std::vector<uint8_t>& bytes) {
   return DenseLiteral(shape, bytes);

@@ -1,4 +1,5 @@
-// StableHLO text for a Graph: one module with a public @main, in MLIR's
+// StableHLO text for a Graph: one module with a public @main (and a private
+// @callN for each graph its Call nodes call), in MLIR's
 // generic op form ("stablehlo.add"(...) : (...) -> ...), the least fragile
 // form across parser versions. Replica/partition counts go on the module as
 // mhlo.num_replicas / mhlo.num_partitions, donation as tf.aliasing_output.

@@ -62,12 +62,13 @@ void BindReplay(py::module_& m) {
       "After tracing it: syncs; (replayable program or None, why not).");
   m.def(
       "_replay_run",
-      [](const aten::Replayable& r, const py::sequence& inputs) -> py::object {
+      [](const aten::Replayable& r, const py::sequence& inputs, int join) -> py::object {
+        if (join < 0 || join > 2) throw py::value_error("join must be 0 (never), 1 (when work is pending) or 2 (always)");
         aten::MaybeTensors in = Tensors(inputs);
         std::optional<aten::MaybeTensors> out;
         {
           py::gil_scoped_release release;
-          out = r.Run(in);
+          out = r.Run(in, static_cast<runtime::Runtime::ReplayJoin>(join));
         }
         if (!out) return py::none();
         py::list result(out->size());
@@ -79,7 +80,9 @@ void BindReplay(py::module_& m) {
         }
         return result;
       },
-      "Runs the recorded program on new inputs: the outputs (None where not a tensor), or None when the inputs do "
+      py::arg("program"), py::arg("inputs"), py::arg("join"),
+      "Runs the recorded program on new inputs (launched, or joining the pending trace: `join` 0 never, 1 when "
+      "the device has pending work, 2 always): the outputs (None where not a tensor), or None when the inputs do "
       "not match the recording (nothing ran).");
   m.def("_start_launch_log", [] { runtime::Runtime::Get().StartLaunchLog(); },
         py::call_guard<py::gil_scoped_release>(), "bench: remember the programs launched from now on");

@@ -151,11 +151,66 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     p->results[capture.check_output].push_back({ReplayProgram::Target::kFlag, -1});
     p->checked = true;
   }
+  p->body = std::move(capture.body);
+  if (p->body) {
+    for (size_t k = 0; k < p->args.size(); ++k) {
+      p->args[k].dtype = p->body->nodes[static_cast<size_t>(p->body->params[k])].results[0].dtype;
+    }
+  }
   Metrics::Get().Add("replay_recordings");
   return p;
 }
 
-bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh) {
+void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs,
+                        const std::vector<Storage*>& fresh) {
+  Trace& t = traces_[p.device];
+  std::vector<ir::Value> args(p.args.size());
+  for (size_t k = 0; k < p.args.size(); ++k) {
+    const ReplayProgram::Arg& a = p.args[k];
+    const ir::DType dtype = a.dtype;  // not read from the body: its nodes are cold in the cache
+    switch (a.source) {
+      case ReplayProgram::Source::kInput:
+        args[k] = ReadFlat(*inputs[static_cast<size_t>(a.input)], dtype);  // carries its checks into check_code
+        break;
+      case ReplayProgram::Source::kFlag:  // the input's checks are in check_code already (ReadFlat)
+        args[k] = t.builder->ScalarConstant(ir::DType::I32, 0);
+        break;
+      case ReplayProgram::Source::kRng:
+        args[k] = RngStateValue(p.device);
+        break;
+      case ReplayProgram::Source::kConst:  // a cached scalar: its own parameter, as ScalarValue makes them
+        args[k] = FreshParam(p.device, a.constant, dtype);
+        break;
+    }
+  }
+  const std::vector<ir::Value> outs = t.builder->Call(p.body, args);
+  for (size_t o = 0; o < p.results.size(); ++o) {
+    for (const ReplayProgram::Result& r : p.results[o]) {
+      switch (r.target) {
+        case ReplayProgram::Target::kInput:
+          AssignFlat(*inputs[static_cast<size_t>(r.index)], outs[o]);
+          break;
+        case ReplayProgram::Target::kFresh: {
+          Storage& s = *fresh[static_cast<size_t>(r.index)];
+          s.dtype_ = p.fresh[static_cast<size_t>(r.index)];
+          AssignFlat(s, outs[o]);
+          break;
+        }
+        case ReplayProgram::Target::kRng:
+          t.rng_value = outs[o];
+          t.rng_pending = true;
+          break;
+        case ReplayProgram::Target::kFlag:
+          t.check_code = t.check_code.valid() ? t.builder->Binary(ir::Op::Max, t.check_code, outs[o]) : outs[o];
+          break;
+      }
+    }
+  }
+  t.joined.push_back(&p);
+}
+
+bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh,
+                     ReplayJoin join) {
   // Not a TraceScope: a replay traces no op (traced_ops counts ATen ops).
   struct Unlock {
     Runtime& rt;
@@ -191,14 +246,28 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   }
   bool uses_rng = false;
   for (const ReplayProgram::Arg& a : p.args) uses_rng = uses_rng || a.source == ReplayProgram::Source::kRng;
-  if (pending || (uses_rng && t.rng_pending)) SyncDevice(p.device);
+  bool joins = p.body && t.mesh.empty() && join != ReplayJoin::kNever;
+  if (joins && std::find(t.joined.begin(), t.joined.end(), &p) != t.joined.end()) {
+    SyncDevice(p.device);  // joined once already: the trace so far is one call's worth
+    pending = false;
+  }
+  const bool busy = !t.pending.empty() || t.rng_pending;
+  joins = joins && (join == ReplayJoin::kAlways || busy);
+  if (!joins && (pending || (uses_rng && t.rng_pending))) SyncDevice(p.device);
   for (size_t i = 0; i < inputs.size(); ++i) {
     Storage* s = inputs[i];
     if (!s) continue;
     RaiseIfLost(*s);
     if (!s->dtype_) s->dtype_ = p.inputs[i].dtype;
     if (*s->dtype_ != p.inputs[i].dtype) return false;
-    if (!s->buffer_) Materialize(*s);
+    if (!s->buffer_ && !joins) Materialize(*s);
+  }
+  if (joins) {
+    JoinTrace(p, inputs, fresh);
+    m.Add("replays");
+    m.Add("replays_joined");
+    m.AddTime("replay", Seconds(t0));
+    return true;
   }
   // Arguments.
   std::vector<pjrt::Buffer*> args(p.args.size(), nullptr);

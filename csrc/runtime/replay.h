@@ -2,6 +2,10 @@
 // is traced once (the lazy path), and the program its sync launched is
 // recorded as a function of the graph's input storages. Later calls run that
 // executable directly on the inputs' buffers: no tracing, no IR, no hashing.
+// Or the call joins the device's lazy trace instead (Runtime::Replay says
+// when): one Call node of the recorded graph (ir::CallAttrs) on the inputs'
+// values there, pending or not, so that the work around it and the graph
+// become one program (one launch, fused by XLA) rather than several.
 //
 // A recording says, for each program argument, where its buffer comes from
 // (an input storage, the check flag of an input's last program, the
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/graph.h"
 #include "pjrt/executable.h"
 #include "runtime/storage.h"
 
@@ -31,6 +36,7 @@ struct ReplayProgram {
     int input = -1;         // kInput, kFlag: the input it reads
     DeviceBuffer constant;  // kConst
     bool donated = false;   // the program reuses this buffer for a result
+    ir::DType dtype = ir::DType::F32;  // of the program's parameter (read as such when the call joins a trace)
   };
   // What the program's input flags were when recorded.
   static constexpr int kNoFlag = -1;       // the input had no check flag: one now means trace again
@@ -55,6 +61,10 @@ struct ReplayProgram {
   std::vector<std::vector<Result>> results;  // per program result: the storages it becomes
   std::vector<ir::DType> fresh;            // dtype of each fresh storage
   bool checked = false;                    // one result is the check flag
+  // The program's graph (parameter k is argument k, output o result o), for
+  // a call that joins the device's pending trace instead of launching the
+  // executable (Runtime::Replay); null where it cannot (SPMD programs).
+  std::shared_ptr<const ir::Graph> body;
 };
 
 // What BeginRecording saw of the inputs before the trace: their buffers and

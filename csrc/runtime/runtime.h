@@ -173,11 +173,18 @@ class Runtime {
   // *why_not set when the call cannot be replayed.
   std::shared_ptr<const ReplayProgram> EndRecording(const RecordingStart& start, const std::vector<Storage*>& inputs,
                                                     const std::vector<Storage*>& fresh, std::string* why_not);
-  // Launches `p` on `inputs` (same layout as recorded); `fresh` (new, empty
-  // storages) receive the graph's new outputs. False, with nothing launched,
+  // Runs `p` on `inputs` (same layout as recorded); `fresh` (new, empty
+  // storages) receive the graph's new outputs. False, with nothing done,
   // when the call does not match the recording. Throws TensorError when an
-  // input's value was lost.
-  bool Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
+  // input's value was lost. How it runs (ReplayJoin): the executable is
+  // launched on the inputs' buffers (pending inputs launched first, as their
+  // own program), or the recorded graph joins the device's trace, its
+  // outputs pending like those of traced ops. A graph joins a trace once:
+  // called again while the first call is still pending (a loop that never
+  // syncs), the trace is launched first.
+  enum class ReplayJoin { kNever, kWhenPending, kAlways };
+  bool Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh,
+              ReplayJoin join);
 
   // --- execute only (bench): XLA's own time for a step's programs ---
   // From now on, remember each launched program and its argument shapes
@@ -248,6 +255,8 @@ class Runtime {
     std::vector<std::shared_ptr<Outcome>> unverified;
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;
+    // Recorded graphs that joined this trace (Replay), until it is launched.
+    std::vector<const ReplayProgram*> joined;
     int replicas = 1;  // > 1: the trace is one program over this many devices
     std::vector<int> mesh;  // SPMD: non-empty, one program partitioned over these local devices
   };
@@ -315,7 +324,13 @@ class Runtime {
     size_t rng_output = SIZE_MAX;
     size_t check_output = SIZE_MAX;
     const pjrt::Buffer* rng_param = nullptr;
+    std::shared_ptr<const ir::Graph> body;  // the program's graph (ReplayProgram::body)
   };
+  // The threefry state as a value of `device`'s trace (pending, or read
+  // from its buffer, uploading the seeded state when there is none).
+  ir::Value RngStateValue(int device);
+  // Replay's joining path: `p`'s graph added to the trace (see Replay).
+  void JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
   SyncCapture* capture_ = nullptr;
   struct LoggedLaunch {
     std::shared_ptr<pjrt::Executable> executable;

@@ -403,6 +403,11 @@ void Runtime::SyncDevice(int device) {
     c.rng_output = rng_output;
     c.check_output = check_output;
     c.rng_param = t.rng_buffer.get();
+    if (!spmd) {
+      std::vector<int64_t> params;
+      auto body = std::make_shared<ir::Graph>(ir::Extract(t.builder->graph(), outputs, {}, &params));
+      if (params == used) c.body = std::move(body);
+    }
   }
   if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
   ResetTrace(t);

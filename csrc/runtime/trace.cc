@@ -26,6 +26,7 @@ void Runtime::ResetTrace(Trace& t) {
   t.rng_pending = false;
   t.rng_value = ir::Value{};
   t.check_code = ir::Value{};
+  t.joined.clear();
 }
 
 void Runtime::Retire(Trace& t, DeviceBuffer& b) {
@@ -159,21 +160,21 @@ void Runtime::Unregister(Storage* s) {
   }
 }
 
-ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
+ir::Value Runtime::RngStateValue(int device) {
   Trace& t = traces_[device];
-  ir::Value state;
-  if (t.rng_pending) {
-    state = t.rng_value;
-  } else if (t.rng_buffer) {
-    state = BufferParam(device, t.rng_buffer, ir::DType::U64);
-  } else {
+  if (t.rng_pending) return t.rng_value;
+  if (!t.rng_buffer) {
     // The seeded state is uploaded, not a constant: programs that draw
     // after manual_seed(s) are the same program for every s.
     const uint64_t key[2] = {t.seed, 0};
     t.rng_buffer = Upload(key, ir::DType::U64, {2}, device);
-    state = BufferParam(device, t.rng_buffer, ir::DType::U64);
   }
-  std::vector<ir::Value> out = t.builder->RngBitGenerator(state, bits);
+  return BufferParam(device, t.rng_buffer, ir::DType::U64);
+}
+
+ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
+  Trace& t = traces_[device];
+  std::vector<ir::Value> out = t.builder->RngBitGenerator(RngStateValue(device), bits);
   t.rng_value = out[0];
   t.rng_pending = true;
   return out[1];

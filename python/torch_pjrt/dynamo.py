@@ -14,12 +14,15 @@ every call).
 
 Replay: the first call of each graph is traced as above, and the program its
 sync launched is recorded as a function of the graph's inputs (runtime
-``Replay``). Later calls run that executable directly from the inputs'
-buffers: no FX interpretation, lowering, IR or hashing. The runtime checks
-what it relies on (dtype, sizes, strides and storage offset of every input,
-its storage size, which inputs share a storage, pending inputs are launched
-first, donated buffers held by nobody else, check flags as recorded); a call
-that does not match is traced again and recorded anew. Input mutations stay
+``Replay``), with its graph. Later calls run without FX interpretation or
+lowering: they join the device's pending lazy trace as one call node (so a
+training step with the loss and optimizer around the compiled graphs is one
+program), or, with nothing pending, run the executable directly from the
+inputs' buffers (see ``_compile_graph``; ``join = False`` always launches).
+The runtime checks what it relies on (dtype, sizes, strides and storage
+offset of every input, its storage size, which inputs share a storage,
+donated buffers held by nobody else, check flags as recorded); a call that
+does not match is traced again and recorded anew. Input mutations stay
 in the graph (``keep_inference_input_mutations``), so the program writes the
 updated inputs, donating their buffers. Graphs with CPU fallback nodes, CPU
 tensor inputs or a sync during the trace are traced on every call.
@@ -33,6 +36,7 @@ them ahead of time, and the metrics count ``dynamo_graphs``,
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable, List, Sequence
 
@@ -99,7 +103,18 @@ def _views_as_reshapes(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
+# How a replayed call runs (Runtime::Replay): launched, joining the device's
+# pending trace when it has pending work, or always joining it.
+_LAUNCH, _JOIN_WHEN_PENDING, _JOIN = 0, 1, 2
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int = _JOIN_WHEN_PENDING) -> Callable:
+    """The backend's function for one graph AOTAutograd hands over. `mode`:
+    the forward of a training graph always joins the pending trace (its
+    backward, the loss and the optimizer follow: one program per step);
+    backward, inference and optimizer graphs join it when work is pending
+    (the loss's gradient, the gradients), and otherwise launch at once (an
+    inference call whose result is read next)."""
     _views_as_reshapes(gm)
     fallback = explain(gm)
     nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
@@ -139,7 +154,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callab
         for i, v in values:  # Python values (e.g. sizes) shape the program
             if type(args[i]) is not type(v) or args[i] != v:
                 return None
-        out = _C._replay_run(program, args)
+        out = _C._replay_run(program, args, mode if join else _LAUNCH)
         if out is None:
             return None
         for i, v in others:
@@ -179,6 +194,10 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callab
 # Whether compiled graphs replay their recorded program (bench and tests turn
 # it off to compare with tracing every call).
 replay = True
+# Whether replayed calls may join the device's pending trace (see
+# _compile_graph); False launches each one's executable, pending inputs
+# first as their own program (bench and tests compare the two).
+join = True
 # Calls of compiled graphs and the nanoseconds spent in them (entry to
 # return of the backend's function; Dynamo guards and AOTAutograd's
 # wrappers excluded); see call_stats().
@@ -214,7 +233,8 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence):
     # keep_inference_input_mutations: in-place updates of inputs (BatchNorm's
     # running statistics, a compiled optimizer's parameters) stay in the
     # program, which donates the inputs' buffers to their new values.
-    return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
+    return aot_autograd(fw_compiler=functools.partial(_compile_graph, mode=_JOIN),
+                        bw_compiler=_compile_graph, inference_compiler=_compile_graph,
                         decompositions=core_aten_decompositions(),
                         keep_inference_input_mutations=True)(gm, example_inputs)
 

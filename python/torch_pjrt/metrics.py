@@ -15,6 +15,10 @@ Counters (``counters()``):
   synced traces that were built rather than taken over from an earlier
   trace of the same ops (none in a steady training step; see
   ``docs/performance.md``);
+- ``replays``: calls of torch.compile graphs run from their recording,
+  ``replays_joined`` of them by joining the device's lazy trace rather than
+  launching their own program; ``replay_recordings``, ``replay_refused``
+  (see ``torch_pjrt.dynamo`` and ``docs/dynamo.md``);
 - ``program_peak_bytes`` / ``program_temp_bytes``: the most device memory,
   and the most temporary memory, that one compiled program plans for a run
   (the plugin's compiled memory statistics: its peak figure where it reports
@@ -71,7 +75,8 @@ def report() -> str:
     t = timers()
     lines = ["torch_pjrt metrics"]
     for key in ("compiles", "recompiles", "cache_hits", "disk_cache_hits", "disk_cache_corrupt", "executions",
-                "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops", "ir_nodes_built"):
+                "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops", "ir_nodes_built", "replays",
+                "replays_joined"):
         lines.append(f"  {key:<20} {c.get(key, 0)}")
     ops = c.get("traced_ops", 0)
     for key in ("compile", "execute_launch", "execute_wait", "graph_build", "sync", "trace"):

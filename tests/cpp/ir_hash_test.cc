@@ -74,6 +74,14 @@ std::vector<Value> AddEveryAttribute(Builder& b) {
   out.push_back(b.TriangularSolve(b.Cholesky(sq, true), sq, true, true, false, false));
   out.push_back(b.CustomCall("Eigh", {sq}, {{DType::F32, {3, 3}}, {DType::F32, {3}}}, "1,1,100,1e-06")[1]);
   out.push_back(b.ShardingConstraint(x, "{replicated}"));
+  // One called graph for every call of this function: a call is the same
+  // node (taken over by Restart) only when it calls the same graph object.
+  static const auto callee = [] {
+    Builder c;
+    Value p = c.Parameter({DType::F32, {2, 3}});
+    return std::make_shared<const Graph>(c.Build({c.Unary(Op::Neg, p)}));
+  }();
+  out.push_back(b.Call(callee, {x})[0]);
   return out;
 }
 
@@ -213,6 +221,11 @@ struct ChangeOneField {
     } else {
       v.back().back() += 1;
     }
+  }
+  static void Change(std::shared_ptr<const Graph>& body) {
+    auto other = std::make_shared<Graph>(*body);
+    other->num_replicas += 1;
+    body = std::move(other);
   }
   static void Change(std::shared_ptr<const std::vector<uint8_t>>& data) {
     auto bytes = data ? *data : std::vector<uint8_t>{};
@@ -474,6 +487,61 @@ TEST(Restart, TheRoomOfALongTraceIsGivenBack) {
   }
   EXPECT_EQ(b.graph().nodes.size(), 11u);
   EXPECT_LT(b.graph().nodes.capacity(), 5000u);
+}
+
+// Builder::Call: a compiled graph joining a lazy trace.
+std::shared_ptr<const Graph> NegAndPassThrough(const Shape& shape) {
+  Builder inner;
+  Value p = inner.Parameter(shape);
+  return std::make_shared<const Graph>(inner.Build({inner.Unary(Op::Neg, p), p}));
+}
+
+TEST(Call, OneNodeWhoseResultsAreTheCalledGraphsOutputs) {
+  auto body = NegAndPassThrough({DType::F32, {2, 3}});
+  Builder b;
+  Value x = b.Parameter({DType::F32, {2, 3}});
+  const std::vector<Value> sorted = b.Sort({x, x}, 1, false);
+  const std::vector<Value> out = b.Call(body, {sorted[1]});  // any result of a node is an argument
+  ASSERT_EQ(out.size(), 2u);
+  const Node& call = b.graph().nodes[static_cast<size_t>(out[0].node)];
+  EXPECT_EQ(call.op, Op::Call);
+  EXPECT_EQ(out[1], (Value{out[0].node, 1}));
+  EXPECT_EQ(call.operands, std::vector<Value>{sorted[1]});
+  EXPECT_EQ(call.results, (std::vector<Shape>{{DType::F32, {2, 3}}, {DType::F32, {2, 3}}}));
+  EXPECT_THROW(b.Call(body, {b.Parameter({DType::F32, {3, 2}})}), Error);  // not the parameter's shape
+  EXPECT_THROW(b.Call(body, {x, x}), Error);                              // one operand per parameter
+  EXPECT_THROW(b.Call(nullptr, {x}), Error);
+  Builder aliased;
+  Value p = aliased.Parameter({DType::F32, {2}});
+  auto with_alias = std::make_shared<const Graph>(aliased.Build({aliased.Unary(Op::Neg, p)}, {{0, 0}}));
+  EXPECT_THROW(b.Call(with_alias, {b.Parameter({DType::F32, {2}})}), Error);
+}
+
+TEST(Call, HashedByTheCalledGraphAndTakenOverWhenTheSameGraphIsCalled) {
+  auto body = NegAndPassThrough({DType::F32, {4}});
+  auto twin = NegAndPassThrough({DType::F32, {4}});  // equal, another object
+  auto trace = [](Builder& b, const std::shared_ptr<const Graph>& callee) {
+    b.Unary(Op::Exp, b.Call(callee, {b.Parameter({DType::F32, {4}})})[0]);
+  };
+  Builder one, two;
+  trace(one, body);
+  trace(two, twin);
+  EXPECT_EQ(ProgramHash(one.graph()), ProgramHash(two.graph()));  // by content: the disk cache key
+  Builder other;
+  Builder abs;
+  Value p = abs.Parameter({DType::F32, {4}});
+  trace(other, std::make_shared<const Graph>(abs.Build({abs.Unary(Op::Abs, p), p})));
+  EXPECT_NE(ProgramHash(one.graph()), ProgramHash(other.graph()));
+  Builder b;
+  trace(b, body);
+  b.Restart();
+  trace(b, body);
+  EXPECT_EQ(b.taken_over(), b.graph().nodes.size());
+  EXPECT_EQ(b.Fingerprint(), ProgramHash(one.graph()));
+  b.Restart();
+  trace(b, twin);  // not the same object: built again, same hash
+  EXPECT_EQ(b.taken_over(), 1u);  // the parameter
+  EXPECT_EQ(b.Fingerprint(), ProgramHash(one.graph()));
 }
 
 TEST(Hash, EqualGraphsHashEqualLocationsAside) {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "ir/graph.h"
+#include "ir/printer.h"
 #include "pjrt/executable.h"
 #include "runtime/dtype_map.h"
 #include "runtime/program.h"
@@ -491,6 +492,34 @@ TEST(OpsOnPlugin, MultipleResultsAndPassThroughParameter) {
   EXPECT_EQ(out[0].As<int64_t>(), (std::vector<int64_t>{9}));
   ExpectFloats(out[1].As<float>(), {1, 2});
   ExpectFloats(out[2].As<float>(), {2, 4});
+}
+
+TEST(OpsOnPlugin, CallsOfGraphsRunAsTheirBodies) {
+  // f(a, b) = (a * b, a + b); g(a) = f(a, a)[1] + 1 calls f: a call inside a called graph.
+  ir::Builder fb;
+  auto fa = fb.Parameter({DType::F32, {3}});
+  auto fbv = fb.Parameter({DType::F32, {3}});
+  auto f = std::make_shared<const ir::Graph>(fb.Build({fb.Binary(Op::Mul, fa, fbv), fb.Binary(Op::Add, fa, fbv)}));
+  ir::Builder gb;
+  auto ga = gb.Parameter({DType::F32, {3}});
+  auto g = std::make_shared<const ir::Graph>(
+      gb.Build({gb.Binary(Op::Add, gb.Call(f, {ga, ga})[1], gb.Full(DType::F32, {3}, 1))}));
+  ir::Builder b;
+  auto x = b.Parameter({DType::F32, {3}});
+  auto y = b.Parameter({DType::F32, {3}});
+  auto first = b.Call(f, {x, y});
+  auto second = b.Call(f, {first[0], x});  // the same graph twice: one function
+  auto third = b.Call(g, {y});
+  const ir::Graph main = b.Build({first[1], second[0], third[0]});
+  const std::string text = ir::PrintStableHlo(main);
+  EXPECT_NE(text.find("func.func private @call0("), std::string::npos) << text;
+  EXPECT_NE(text.find("func.func private @call1("), std::string::npos) << text;
+  EXPECT_EQ(text.find("@call2"), std::string::npos) << text;  // f and g, once each (g calls the same f)
+  auto out = RunGraph(main, {F32({3}, {1, 2, 3}), F32({3}, {4, 5, 6})});
+  ASSERT_EQ(out.size(), 3u);
+  ExpectFloats(out[0].As<float>(), {5, 7, 9});          // x + y
+  ExpectFloats(out[1].As<float>(), {4, 20, 54});        // (x * y) * x
+  ExpectFloats(out[2].As<float>(), {9, 11, 13});        // y + y + 1
 }
 
 TEST(OpsOnPlugin, EmptyTensors) {

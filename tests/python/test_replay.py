@@ -19,8 +19,10 @@ DEV = torch_pjrt.device()
 def fresh_dynamo():
     torch._dynamo.reset()
     pjrt_dynamo.replay = True
+    pjrt_dynamo.join = True
     yield
     pjrt_dynamo.replay = True
+    pjrt_dynamo.join = True
     torch._dynamo.reset()
 
 
@@ -42,10 +44,11 @@ def _data(n=4):
     return [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(n)]
 
 
-def _train(replay, steps=6, compile_step=False):
+def _train(replay, steps=6, compile_step=False, join=True):
     """Losses, final weights and BN statistics of a compiled training loop."""
     torch._dynamo.reset()
     pjrt_dynamo.replay = replay
+    pjrt_dynamo.join = join
     torch.manual_seed(0)
     model = Net().to(DEV)
     torch_pjrt.manual_seed(1)
@@ -89,8 +92,9 @@ def test_compiled_optimizer_step_replays_too():
         assert torch.allclose(state[k], ref_state[k], rtol=1e-5, atol=1e-6), k
 
 
-def _steady_counts(compile_model, compile_step, steps=3):
+def _steady_counts(compile_model, compile_step, steps=3, join=True):
     torch._dynamo.reset()
+    pjrt_dynamo.join = join
     torch.manual_seed(0)
     model = Net().to(DEV)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -106,7 +110,9 @@ def _steady_counts(compile_model, compile_step, steps=3):
         torch_pjrt.sync()
         return loss
 
-    for _ in range(3):  # first step, momentum buffers created, then steady
+    # First step (recordings), momentum buffers created, the first joined
+    # program, then one reading the check flags that program wrote: steady.
+    for _ in range(4):
         step()
     torch_pjrt.sync(wait=True)
     torch_pjrt.metrics.reset()
@@ -117,8 +123,8 @@ def _steady_counts(compile_model, compile_step, steps=3):
     c = torch_pjrt.metrics.counters()
     per = lambda k: c.get(k, 0) / steps
     loss.cpu()
-    return {k: per(k) for k in ("executions", "replays", "compiles", "cache_hits", "traced_ops", "bytes_to_device",
-                                "bytes_to_host", "ir_nodes_built")}
+    return {k: per(k) for k in ("executions", "replays", "replays_joined", "compiles", "cache_hits", "traced_ops",
+                                "bytes_to_device", "bytes_to_host", "ir_nodes_built")}
 
 
 # Host transfers per steady step: nothing is uploaded; the only bytes read
@@ -134,27 +140,97 @@ def test_steady_step_lazy_is_one_program():
     assert c["ir_nodes_built"] == 0  # ... over the last step's nodes
 
 
-def test_steady_step_compiled_model_replays_forward_and_backward():
+def test_steady_step_compiled_model_is_one_program():
     c = _steady_counts(compile_model=True, compile_step=False)
-    # forward and backward replayed; two lazy programs: the loss and its
-    # gradient (traced outside the compiled model, launched when the backward
-    # reads them) and the optimizer (launched by the step's sync)
-    assert c["executions"] == 4 and c["replays"] == 2 and c["compiles"] == 0
+    # forward and backward replayed by joining the step's lazy trace (the
+    # loss, its gradient, the optimizer): one program, as in lazy mode
+    assert c["executions"] == 1 and c["replays"] == 2 and c["replays_joined"] == 2 and c["compiles"] == 0
     assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     lazy = _steady_counts(compile_model=False, compile_step=False)["traced_ops"]
     assert c["traced_ops"] < lazy  # the model's ops are no longer traced
-    # The two lazy traces alternate; each is taken over from its own last one.
-    assert c["ir_nodes_built"] == 0
+    assert c["ir_nodes_built"] == 0  # the trace is taken over from the last step's, calls included
     assert pjrt_dynamo.call_stats()["refusals"] == {}
 
 
-def test_steady_step_compiled_optimizer_is_replayed():
+def test_steady_step_compiled_optimizer_is_one_program():
     c = _steady_counts(compile_model=True, compile_step=True)
-    # forward, backward and optimizer replayed; the loss one lazy program
-    assert c["executions"] == 4 and c["replays"] == 3 and c["compiles"] == 0
+    # forward, backward and optimizer replayed into the trace of the loss
+    assert c["executions"] == 1 and c["replays"] == 3 and c["replays_joined"] == 3 and c["compiles"] == 0
     assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     assert c["traced_ops"] < 10  # the loss alone
     assert c["ir_nodes_built"] == 0
+
+
+def test_steady_step_with_launched_replays_is_four_programs():
+    # join=False: each replayed graph launches its own executable, pending
+    # inputs first: forward; the loss and its gradient; backward; optimizer
+    for compile_step, replays in ((False, 2), (True, 3)):
+        c = _steady_counts(compile_model=True, compile_step=compile_step, join=False)
+        assert c["executions"] == 4 and c["replays"] == replays and c["replays_joined"] == 0 and c["compiles"] == 0
+        assert c["ir_nodes_built"] == 0
+
+
+def test_joined_replay_equals_launched_replay():
+    for compile_step in (False, True):
+        losses, state = _train(replay=True, compile_step=compile_step)
+        ref_losses, ref_state = _train(replay=True, compile_step=compile_step, join=False)
+        for a, b in zip(losses, ref_losses):  # one program fused differently from four
+            assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+        for k in ref_state:
+            assert torch.allclose(state[k], ref_state[k], rtol=1e-5, atol=1e-6), k
+        assert int(state["bn.num_batches_tracked"]) == 6
+
+
+def _loop(sync_each_step, steps=8):
+    """Weights after a compiled training loop, the counters of its last 4
+    steps and the trace's size after each step."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Net().to(DEV)
+    torch_pjrt.manual_seed(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    cm = torch.compile(model, backend="pjrt")
+    x, y = (t.to(DEV) for t in _data(1)[0])
+    sizes = []
+    for step in range(steps):
+        if step == steps - 4:
+            torch_pjrt.sync(wait=True)
+            torch_pjrt.metrics.reset()
+        F.cross_entropy(cm(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        if sync_each_step:
+            torch_pjrt.sync()
+        sizes.append(torch_pjrt._C._trace_nodes(0))
+    c = torch_pjrt.metrics.counters()
+    return {k: v.cpu() for k, v in model.state_dict().items()}, c, sizes
+
+
+def test_a_loop_that_never_syncs_launches_each_step_at_the_next_forward():
+    state, c, sizes = _loop(sync_each_step=False)
+    # A graph joins a trace once: the next step's forward launches the step
+    # before, so the trace holds one step and no more.
+    assert c["executions"] == 3 and c["replays_joined"] == 8
+    assert sizes[-1] == sizes[-2] == sizes[-3] > 0
+    ref_state, _, ref_sizes = _loop(sync_each_step=True)
+    assert ref_sizes[-1] == 0
+    for k in ref_state:  # the same programs' work, launched at other points
+        assert torch.allclose(state[k], ref_state[k], rtol=1e-5, atol=1e-6), k
+
+
+def test_inference_calls_read_at_once_are_launched():
+    model = Net().to(DEV).eval()
+    cm = torch.compile(model, backend="pjrt")
+    x = _data(1)[0][0].to(DEV)
+    with torch.no_grad():
+        for _ in range(3):
+            cm(x).cpu()
+        torch_pjrt.metrics.reset()
+        for _ in range(3):
+            got = cm(x).cpu()
+        c = torch_pjrt.metrics.counters()
+        assert c["replays"] == 3 and c.get("replays_joined", 0) == 0 and c["executions"] == 3
+        assert torch.allclose(got, model.cpu()(x.cpu()), rtol=1e-5, atol=1e-5)
 
 
 def test_input_view_at_another_offset_is_traced_again():
@@ -208,6 +284,13 @@ def test_checks_compiled_into_the_program_hold_on_replay():
         torch_pjrt.metrics.reset()
         out = f(torch.tensor([1, 12, 3]).to(DEV))
         assert torch_pjrt.metrics.counters().get("replays") == 1
+        with pytest.raises(IndexError):
+            out.cpu()
+        # The same call joining pending work: the check holds in the one program.
+        bad = torch.tensor([1, 12, 3]).to(DEV) + 0
+        torch_pjrt.metrics.reset()
+        out = f(bad)
+        assert torch_pjrt.metrics.counters().get("replays_joined") == 1
         with pytest.raises(IndexError):
             out.cpu()
 
