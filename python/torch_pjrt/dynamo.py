@@ -196,7 +196,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
 replay = True
 # Whether replayed calls may join the device's pending trace (see
 # _compile_graph); False launches each one's executable, pending inputs
-# first as their own program (bench and tests compare the two).
+# first as their own program (tests compare the two).
 join = True
 # Calls of compiled graphs and the nanoseconds spent in them (entry to
 # return of the backend's function; Dynamo guards and AOTAutograd's
