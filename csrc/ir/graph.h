@@ -507,9 +507,9 @@ class Builder {
   // shape inference, no allocation), and a graph that repeats one entirely
   // keeps its Fingerprint without hashing. A training step traced again is
   // such a graph, and so are the traces that alternate within a step (with
-  // torch.compile: the loss between the replayed forward and backward, then
-  // the optimizer). Once the graph differs from all of them, the rest of it
-  // is built.
+  // torch.compile and replays launched rather than joined: the loss between
+  // the replayed forward and backward, then the optimizer). Once the graph
+  // differs from all of them, the rest of it is built.
   void Restart();
   // How many earlier graphs are kept, and for how many graphs one that
   // nothing took over from is kept.
