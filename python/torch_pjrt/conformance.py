@@ -207,6 +207,36 @@ def has_mode(op, mode: str) -> bool:
         mode == "inplace" and op.inplace_variant is not None)
 
 
+def _samples(op, dtype, requires_grad: bool, n: int) -> list:
+    """The first `n` of ``op.sample_inputs("cpu", dtype, requires_grad)``,
+    drawn as OpInfo draws them: each after seeding torch's CPU generator,
+    ``random`` and numpy with the test suite's SEED (the device's generator
+    is left alone: no sample is drawn there). OpInfo's own iterator also
+    looks for the running unittest case through ``inspect.stack()`` twice
+    per call (slow under pytest's deep stacks) and reseeds every accelerator
+    module (CUDA, XPU and MTIA format a traceback per lazy seed), and the
+    callers used to draw every sample to keep `n` (max_pool2d makes
+    hundreds): half of the time of the heaviest OpInfo tests."""
+    import random
+
+    from torch.testing._internal import common_utils
+
+    samples = iter(op.sample_inputs_func(op, "cpu", dtype, requires_grad))
+    out = []
+    for _ in range(n):
+        torch.default_generator.manual_seed(common_utils.SEED)
+        random.seed(common_utils.SEED)
+        if common_utils.TEST_NUMPY:
+            import numpy
+
+            numpy.random.seed(common_utils.SEED)
+        sample = next(samples, None)
+        if sample is None:
+            break
+        out.append(sample)
+    return out
+
+
 def run_entry(op, dtype, max_samples: int, grads: bool, device, special: bool = False,
               mode: str = "functional") -> dict:
     name = _entry_name(op) + ("" if mode == "functional" else f"[{mode}]")
@@ -214,7 +244,7 @@ def run_entry(op, dtype, max_samples: int, grads: bool, device, special: bool = 
                "fallback": 0, "failed": 0, "errored": 0, "detail": ""}
     if mode != "functional":
         try:
-            samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:max_samples]
+            samples = _samples(op, dtype, False, max_samples)
         except Exception as e:
             verdict["detail"] = f"no samples: {type(e).__name__}"
             return verdict
@@ -228,23 +258,32 @@ def run_entry(op, dtype, max_samples: int, grads: bool, device, special: bool = 
         return verdict
     want_grad = grads and dtype == torch.float32 and op.supports_autograd
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))[:max_samples]
+        samples = _samples(op, dtype, want_grad, max_samples)
     except Exception as e:  # the OpInfo itself cannot make samples here
         verdict["detail"] = f"no samples: {type(e).__name__}"
         return verdict
-    for sample in samples:
-        for label, case in _cases(sample, special):
-            _run_case(op, dtype, case, want_grad, device, special, label, verdict)
+    # Every case of the entry is traced before any is read, so that they run
+    # as one program: compiles are most of the run's time. An error raised
+    # when that program runs is counted to the first case read.
+    started = [_start_case(op, dtype, case, want_grad, device, special, label, verdict)
+               for sample in samples for label, case in _cases(sample, special)]
+    for case in started:
+        if case is not None:
+            _finish_case(case, dtype, special, verdict)
     return verdict
 
 
-def _run_case(op, dtype, case, want_grad: bool, device, special: bool, label: str, verdict: dict) -> None:
+def _start_case(op, dtype, case, want_grad: bool, device, special: bool, label: str, verdict: dict):
+    """Runs one case on the CPU and traces it on the device, its gradients
+    included, reading nothing back. Returns what _finish_case compares, or
+    None when the case is settled here (the CPU cannot run it either, or the
+    device raised while tracing)."""
     prefix = f"{label}: " if special else ""
     try:
         want = op(case[0], *case[1], **case[2])
         want_g = _grads(want, _flatten(case)) if want_grad else None
     except Exception:
-        return  # not runnable on the CPU either
+        return None  # not runnable on the CPU either
     verdict["samples"] += 1
     dev_sample = _to(case, device)
     before = _fallbacks()
@@ -255,15 +294,34 @@ def _run_case(op, dtype, case, want_grad: bool, device, special: bool, label: st
         named = [a for a in dev_sample[1]
                  if isinstance(a, torch.device) or (isinstance(a, str) and a in ("cpu", "meta"))]
         home = torch.device(named[0]).type if named else torch.device(device).type
-        elsewhere = [t.device for t in _flatten(got) if t.device.type != home]
+        # an error of the gradients counts only once the forward compared right
+        got_g = grad_error = None
+        if want_g is not None:
+            try:
+                got_g = _grads(got, _inputs_of(dev_sample))
+            except Exception as e:
+                grad_error = e
+    except Exception as e:
+        _count(verdict, None, e, False, prefix)
+        return None
+    return {"prefix": prefix, "want": want, "want_g": want_g, "got": got, "got_g": got_g,
+            "grad_error": grad_error, "home": home, "fell": _fallbacks() > before}
+
+
+def _finish_case(c: dict, dtype, special: bool, verdict: dict) -> None:
+    """Reads a case _start_case traced and counts its verdict."""
+    before = _fallbacks()
+    try:
+        elsewhere = [t.device for t in _flatten(c["got"]) if t.device.type != c["home"]]
         problem = (f"an output is on {elsewhere[0]}, not on the device" if elsewhere
-                   else _compare(got, want, dtype, signed_zeros=special))
-        if problem is None and want_g is not None:
-            got_g = _grads(got, _inputs_of(dev_sample))
-            if got_g is None:
+                   else _compare(c["got"], c["want"], dtype, signed_zeros=special))
+        if problem is None and c["want_g"] is not None:
+            if c["grad_error"] is not None:
+                raise c["grad_error"]
+            if c["got_g"] is None:
                 problem = "no gradient on pjrt"
             else:
-                for i, (a, b) in enumerate(zip(got_g, want_g)):
+                for i, (a, b) in enumerate(zip(c["got_g"], c["want_g"])):
                     if (a is None) != (b is None):
                         problem = f"gradient {i}: defined on one side only"
                         break
@@ -273,16 +331,9 @@ def _run_case(op, dtype, case, want_grad: bool, device, special: bool, label: st
                             problem = "gradient " + p
                             break
     except Exception as e:
-        verdict["errored"] += 1
-        verdict["detail"] = verdict["detail"] or prefix + f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+        _count(verdict, None, e, False, c["prefix"])
         return
-    if problem:
-        verdict["failed"] += 1
-        verdict["detail"] = verdict["detail"] or (prefix + problem)[:200]
-    elif _fallbacks() > before:
-        verdict["fallback"] += 1
-    else:
-        verdict["passed"] += 1
+    _count(verdict, problem, None, c["fell"] or _fallbacks() > before, c["prefix"])
 
 
 def _out_like(want, make):
@@ -338,17 +389,24 @@ def _mirror(make_cpu, device):
     return make
 
 
-def _record(verdict, problem, error, before, label):
+def _count(verdict: dict, problem: Optional[str], error: Optional[Exception], fell: bool, prefix: str) -> None:
+    """Counts one case: errored (pjrt raised), failed (a wrong answer),
+    fallback (right, but an op ran on the CPU) or passed; the entry's detail
+    is its first problem."""
     if error is not None:
         verdict["errored"] += 1
-        verdict["detail"] = verdict["detail"] or f"{label}: {type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
+        verdict["detail"] = verdict["detail"] or prefix + f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
     elif problem:
         verdict["failed"] += 1
-        verdict["detail"] = verdict["detail"] or f"{label}: {problem}"[:200]
-    elif _fallbacks() > before:
+        verdict["detail"] = verdict["detail"] or (prefix + problem)[:200]
+    elif fell:
         verdict["fallback"] += 1
     else:
         verdict["passed"] += 1
+
+
+def _record(verdict, problem, error, before, label):
+    _count(verdict, problem, error, _fallbacks() > before, f"{label}: ")
 
 
 def _run_out_case(op, dtype, case, device, label, make, verdict) -> None:
