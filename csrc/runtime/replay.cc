@@ -201,7 +201,7 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
           t.rng_pending = true;
           break;
         case ReplayProgram::Target::kFlag:
-          t.check_code = t.check_code.valid() ? t.builder->Binary(ir::Op::Max, t.check_code, outs[o]) : outs[o];
+          t.MergeCheck(outs[o]);
           break;
       }
     }

@@ -255,6 +255,10 @@ class Runtime {
     std::vector<std::shared_ptr<Outcome>> unverified;
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;
+    // Folds one more check result (an i32 scalar: 0 or a failed check's id) into check_code.
+    void MergeCheck(ir::Value code) {
+      check_code = check_code.valid() ? builder->Binary(ir::Op::Max, check_code, code) : code;
+    }
     // Recorded graphs that joined this trace (Replay), until it is launched.
     std::vector<const ReplayProgram*> joined;
     int replicas = 1;  // > 1: the trace is one program over this many devices

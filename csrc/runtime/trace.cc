@@ -98,7 +98,7 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
     // Checks of the program that wrote s: this program's results are as
     // invalid as s if they failed (a flag already read is 0 and costs nothing).
     ir::Value prior = BufferParam(s.device_, s.outcome_->flag, ir::DType::I32);
-    t.check_code = t.check_code.valid() ? t.builder->Binary(ir::Op::Max, t.check_code, prior) : prior;
+    t.MergeCheck(prior);
   }
   if (!s.dtype_) s.dtype_ = dtype;
   const ir::DType have = *s.dtype_;
@@ -201,7 +201,7 @@ void Runtime::AddCheck(int device, ir::Value violated, ErrorKind kind, const std
   ir::Builder& b = *t.builder;
   const int32_t id = CheckId(kind, what);
   ir::Value code = b.Select(violated, b.ScalarConstant(ir::DType::I32, id), b.ScalarConstant(ir::DType::I32, 0));
-  t.check_code = t.check_code.valid() ? b.Binary(ir::Op::Max, t.check_code, code) : code;
+  t.MergeCheck(code);
 }
 
 std::string Runtime::ProgramText(int device, const std::vector<ir::Value>& values) {
