@@ -1,7 +1,7 @@
 """CI subset of the OpInfo conformance run: every entry of the pass list must
 still pass natively (right answer, no CPU fallback; gradients for float32),
 and the expected-failure file must name a reason for each entry it lists.
-The full run is `make conformance` (about 3.5 minutes on 2 cores)."""
+The full run is `make conformance` (3.5-6 minutes on 2 cores)."""
 
 import os
 
