@@ -405,10 +405,6 @@ def _count(verdict: dict, problem: Optional[str], error: Optional[Exception], fe
         verdict["passed"] += 1
 
 
-def _record(verdict, problem, error, before, label):
-    _count(verdict, problem, error, _fallbacks() > before, f"{label}: ")
-
-
 def _run_out_case(op, dtype, case, device, label, make, verdict) -> None:
     case = _detached(case)
     try:
@@ -447,7 +443,7 @@ def _run_out_case(op, dtype, case, device, label, make, verdict) -> None:
     except Exception as e:
         if cpu_error is None:
             error = e
-    _record(verdict, problem, error, before, label)
+    _count(verdict, problem, error, _fallbacks() > before, f"{label}: ")
 
 
 def _run_inplace_case(op, dtype, case, device, verdict) -> None:
@@ -476,7 +472,7 @@ def _run_inplace_case(op, dtype, case, device, verdict) -> None:
     except Exception as e:
         if cpu_error is None:
             error = e
-    _record(verdict, problem, error, before, "inplace")
+    _count(verdict, problem, error, _fallbacks() > before, "inplace: ")
 
 
 def _inputs_of(dev_sample) -> List[torch.Tensor]:
