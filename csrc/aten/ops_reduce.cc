@@ -578,6 +578,64 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
   return Scaled(d, Dot(d, Val(b1), Val(b2), {0}, {0}, 2, 1), self, beta, alpha, b1.scalar_type());
 }
 
+// _grouped_mm: the per-expert products of a mixture-of-experts layer. A 2-d
+// operand is cut into groups along its jagged dimension by offs (the end of
+// each group, int32); a 3-d operand holds one matrix per group. Every group's
+// product is computed densely and each output element takes its own group's
+// (G times the routed work, as XLA's CPU backend expands its own ragged dot),
+// so that the routing is data, not shape: no host read of offs, one program
+// for any routing. Elements are selected, not multiplied by a 0/1 mask, so an
+// inf in another group's rows cannot turn a result into NaN. Rows past
+// offs[-1] (uninitialized on the CPU and CUDA) are zeros here.
+at::Tensor InGroup(const at::Tensor& offs, int64_t n) {
+  at::Tensor end = offs.to(at::kLong).unsqueeze(1);
+  at::Tensor start = at::cat({at::zeros({1, 1}, end.options()), end.narrow(0, 0, end.size(0) - 1)});
+  at::Tensor idx = at::arange(n, end.options()).unsqueeze(0);
+  return idx.ge(start).logical_and(idx.lt(end));  // [G, n]: index i is in group g
+}
+
+at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
+                      const std::optional<at::Tensor>& bias, std::optional<at::ScalarType> out_dtype) {
+  TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3),
+              "Multiplicands must be 2D or 3D but got mat_a.dim()=", a.dim(), " and mat_b.dim()=", b.dim());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "grouped_mm: expected mat_a and mat_b to have the same dtype, but got ",
+              a.scalar_type(), " and ", b.scalar_type());
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()), "grouped_mm: expected floating point inputs, but got ", a.scalar_type());
+  TORCH_CHECK(!bias || !bias->defined(), "Bias not supported yet");
+  const at::ScalarType t = out_dtype.value_or(a.scalar_type());
+  TORCH_CHECK(t == a.scalar_type() || (t == at::kFloat && at::isReducedFloatingType(a.scalar_type())),
+              "grouped_mm: out_dtype must be the inputs' dtype or float32 for bfloat16/float16 inputs, but got ", t);
+  const bool a2 = a.dim() == 2, b2 = b.dim() == 2;
+  const bool grouped = offs && offs->defined();
+  if (!a2 || !b2) TORCH_CHECK(a.size(-1) == b.size(-2), "contraction dimension of mat_a and mat_b must match");
+  TORCH_CHECK(grouped == (a2 || b2), grouped ? "grouped_mm: offs must not be given when both operands are 3D"
+                                             : "grouped_mm: offs is required when an operand is 2D");
+  at::Tensor x = a.to(t), y = b.to(t);
+  if (!grouped) {
+    TORCH_CHECK(a.size(0) == b.size(0), "batched dimension has to match");
+    return at::bmm(x, y);
+  }
+  TORCH_CHECK(offs->dim() == 1 && offs->scalar_type() == at::kInt, "grouped_mm: offs must be a 1D int32 tensor, but got ",
+              offs->dim(), "D ", offs->scalar_type());
+  const int64_t g = offs->size(0);
+  TORCH_CHECK((a2 || g == a.size(0)) && (b2 || g == b.size(0)), "matrix batch sizes have to match");
+  at::Tensor zero = at::zeros({}, x.options());
+  if (a2 && b2) {  // groups along the contraction: [G, M, N], a weight gradient
+    TORCH_CHECK(a.size(1) == b.size(0), "contraction dimension of mat_a and mat_b must match");
+    if (g == 0) return at::zeros({0, a.size(0), b.size(1)}, x.options());
+    at::Tensor in = InGroup(*offs, a.size(1));  // [G, K]
+    return at::bmm(at::where(in.unsqueeze(1), x.unsqueeze(0), zero), at::where(in.unsqueeze(2), y.unsqueeze(0), zero));
+  }
+  if (g == 0) return at::zeros({a2 ? a.size(0) : a.size(1), b.size(-1)}, x.options());
+  if (a2) {  // rows of a by group: [M, K] x [G, K, N]
+    at::Tensor all = at::bmm(x.unsqueeze(0).expand({g, a.size(0), a.size(1)}), y);         // [G, M, N]
+    return at::where(InGroup(*offs, a.size(0)).unsqueeze(2), all, zero).sum(0);
+  }
+  // columns of b by group: [G, M, K] x [K, N]
+  at::Tensor all = at::bmm(x, y.unsqueeze(0).expand({g, b.size(0), b.size(1)}));            // [G, M, N]
+  return at::where(InGroup(*offs, b.size(1)).unsqueeze(1), all, zero).sum(0);
+}
+
 at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   TORCH_CHECK(a.size(0) == b.size(0), "inconsistent tensor size, expected tensor [", a.size(0),
@@ -692,6 +750,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("addmm", addmm);
   K("baddbmm", baddbmm);
   K("dot", dot);
+  K("_grouped_mm", grouped_mm);
   K("vdot", vdot);
   K("linalg_cross", linalg_cross);
   K("equal", equal);

@@ -74,23 +74,32 @@ at::Tensor bucketize_scalar(const at::Scalar& value, const at::Tensor& boundarie
 // CPU's bin (elt - min) * bins / (max - min) truncated, max in the last bin;
 // NaN and elements outside are not counted. min == max takes the data's
 // range (on the device, checked to be finite when the result is read).
+// Integer inputs are counted as CUDA counts them (the CPU kernel takes
+// floating point only, and Hugging Face's mixture-of-experts layers count
+// their int32 expert ids with histc on every device but the CPU): min and max
+// truncated to the input's type, bins in exact integer arithmetic, counts in
+// the input's type.
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
   TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins, " for dimension 0");
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogram\" not implemented for '",
-                              self.scalar_type(), "'");
-  const double lo = min.toDouble(), hi = max.toDouble();
   const at::ScalarType t = self.scalar_type();
-  at::Tensor x = self.reshape({-1});
-  at::Tensor left = at::scalar_tensor(lo, x.options()), right = at::scalar_tensor(hi, x.options());
-  if (lo == hi && x.numel() > 0) {
+  const bool integral = at::isIntegralType(t, /*includeBool=*/false);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || integral, "\"histogram\" not implemented for '", t, "'");
+  at::Tensor x = integral ? self.reshape({-1}).to(at::kLong) : self.reshape({-1});
+  const at::Scalar lo_s = integral ? at::Scalar(min.toLong()) : at::Scalar(min.toDouble());
+  const at::Scalar hi_s = integral ? at::Scalar(max.toLong()) : at::Scalar(max.toDouble());
+  const double lo = lo_s.toDouble(), hi = hi_s.toDouble();
+  at::Tensor left = at::scalar_tensor(lo_s, x.options()), right = at::scalar_tensor(hi_s, x.options());
+  if ((integral ? lo_s.toLong() == hi_s.toLong() : lo == hi) && x.numel() > 0) {
     auto [mn, mx] = at::aminmax(x);
     left = mn;
     right = mx;
-    TraceScope s;
-    const int d = DeviceIndex(self);
-    ir::Builder& b = B(d);
-    ir::Value bad = b.Unary(ir::Op::Not, b.Binary(ir::Op::And, b.IsFinite(Val(mn)), b.IsFinite(Val(mx))));
-    CheckNone(d, bad, runtime::ErrorKind::kValue, "torch.histc: range of the data is not finite");
+    if (!integral) {
+      TraceScope s;
+      const int d = DeviceIndex(self);
+      ir::Builder& b = B(d);
+      ir::Value bad = b.Unary(ir::Op::Not, b.Binary(ir::Op::And, b.IsFinite(Val(mn)), b.IsFinite(Val(mx))));
+      CheckNone(d, bad, runtime::ErrorKind::kValue, "torch.histc: range of the data is not finite");
+    }
   } else {
     TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "torch.histc: range of [", lo, ", ", hi, "] is not finite");
     TORCH_CHECK(lo < hi || lo == hi, "torch.histc: max must be larger than min");
@@ -98,7 +107,8 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
   at::Tensor same = left == right;
   left = at::where(same, left - 1, left);
   right = at::where(same, right + 1, right);
-  at::Tensor pos = ((x - left) * static_cast<double>(bins) / (right - left)).to(at::kLong);
+  at::Tensor pos = integral ? ((x - left) * bins).div(right - left, "floor")
+                            : ((x - left) * static_cast<double>(bins) / (right - left)).to(at::kLong);
   pos = at::where(pos == bins, at::scalar_tensor(bins - 1, pos.options()), pos);
   at::Tensor inside = (x >= left).logical_and(x <= right);
   pos = at::where(inside, pos, at::scalar_tensor(bins, pos.options()));  // a spare bin

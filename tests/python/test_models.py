@@ -32,6 +32,7 @@ SUBSET = [
     ("bert", "lazy", "eval"),
     ("llama", "lazy", "checkpointing"),
     ("t5", "lazy", "train"),
+    ("mixtral", "lazy", "train"),
     ("llama", "compile", "train"),
     ("mobilenetv3", "lazy", "train"),
     ("gpt2", "lazy", "bf16"),

@@ -403,6 +403,98 @@ def test_unique_bincount_histc_run_on_the_device():
         torch.histc(torch.tensor([1.0, float("inf")]).to(DEV), bins=3).cpu()
 
 
+def test_histc_counts_integers_as_cuda_does():
+    # Hugging Face's mixture-of-experts layers count int32 expert ids with
+    # histc on every device but the CPU, whose kernel takes floating point
+    # only: the oracle is the CPU's count of the same values as float64
+    # (exact for these), cast back as CUDA returns it
+    torch_pjrt.metrics.reset()
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.int32, torch.int64, torch.int16, torch.uint8):
+        v = torch.randint(0, 7, (50,), generator=g).to(dt)
+        for bins, lo, hi in [(4, 0, 6), (5, 0, 0), (7, 0, 6)]:
+            want = torch.histc(v.double(), bins=bins, min=lo, max=hi).to(dt)
+            assert torch.equal(torch.histc(v.to(DEV), bins=bins, min=lo, max=hi).cpu(), want), (dt, bins, lo, hi)
+    v = torch.randint(-5, 9, (64,), dtype=torch.int32, generator=g)
+    # bins narrower than one integer, a range inside the data, min == max given
+    for bins, lo, hi in [(3, -2, 4), (20, -5, 8), (4, 2, 2), (6, -5, 8)]:
+        want = torch.histc(v.double(), bins=bins, min=lo, max=hi).int()
+        assert torch.equal(torch.histc(v.to(DEV), bins=bins, min=lo, max=hi).cpu(), want), (bins, lo, hi)
+    assert torch_pjrt.metrics.fallbacks() == {}
+    with pytest.raises(NotImplementedError, match="histogram"):
+        torch.histc(torch.tensor([True, False]).to(DEV), bins=2)
+
+
+def _grouped(a, b, offs=None, **kw):
+    return torch._grouped_mm(a, b, offs=offs, **kw)
+
+
+def test_grouped_mm_matches_the_cpu_in_every_layout_with_gradients():
+    # the four layouts of torch._grouped_mm (mixture-of-experts layers):
+    # rows of a 2-d mat_a by group, columns of a 2-d mat_b by group, both 2-d
+    # (groups along the contraction, a weight gradient), both 3-d (a bmm).
+    # Groups include an empty one; the CPU leaves rows past offs[-1]
+    # uninitialized (also in the gradients), so they are compared only where
+    # it defines them, and pjrt's are zeros.
+    g = torch.Generator().manual_seed(0)
+    rn = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    offs = torch.tensor([3, 3, 8], dtype=torch.int32)
+    torch_pjrt.metrics.reset()
+    n, every = slice(0, 8), slice(None)
+    # (a, b, offs), then the defined part of the result, of a's and of b's gradient
+    cases = [((rn(10, 4), rn(3, 4, 8), offs), [(n,), (n,), ()]),
+             ((rn(3, 5, 4), rn(4, 12), offs), [(every, n), (), (every, n)]),
+             ((rn(4, 12), rn(12, 8), offs), [(), (every, n), (n,)]),
+             ((rn(3, 4, 8), rn(3, 8, 4), None), [(), (), ()])]
+    for (a, b, o), (part, part_a, part_b) in cases:
+        grad = torch.zeros(_grouped(a, b, o).shape)
+        grad[part] = rn(*grad[part].shape)
+        want = [t.clone().requires_grad_() for t in (a, b)]
+        (_grouped(*want, o) * grad).sum().backward()
+        got = [t.to(DEV).requires_grad_() for t in (a, b)]
+        out = _grouped(*got, None if o is None else o.to(DEV))
+        (out * grad.to(DEV)).sum().backward()
+        for w, d, p in [(_grouped(a, b, o), out.detach(), part), (want[0].grad, got[0].grad, part_a),
+                        (want[1].grad, got[1].grad, part_b)]:
+            d = d.cpu()
+            torch.testing.assert_close(d[p], w[p])
+            rest = torch.ones_like(d, dtype=torch.bool)
+            rest[p] = False
+            assert not d[rest].any()
+    # bfloat16, and float32 results from bfloat16 inputs (CUDA's out_dtype)
+    a, b = rn(10, 8).bfloat16(), rn(3, 8, 8).bfloat16()
+    torch.testing.assert_close(_grouped(a.to(DEV), b.to(DEV), offs.to(DEV)).cpu()[:8], _grouped(a, b, offs)[:8])
+    torch.testing.assert_close(_grouped(a.to(DEV), b.to(DEV), offs.to(DEV), out_dtype=torch.float32).cpu()[:8],
+                               _grouped(a.float(), b.float(), offs)[:8])
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def test_grouped_mm_routing_is_data_not_shape():
+    # a new routing (offs) reuses the program, reads nothing to the host, and
+    # an inf in one expert's weights reaches only the rows routed to it
+    x, w = torch.randn(10, 4), torch.randn(3, 4, 8)
+    w[0, 0, 0] = float("inf")
+    xd, wd = x.to(DEV), w.to(DEV)
+    torch_pjrt.sync()
+    for i, offs in enumerate(([3, 3, 8], [0, 5, 10], [2, 9, 10])):
+        o = torch.tensor(offs, dtype=torch.int32)
+        torch_pjrt.metrics.reset()
+        out = _grouped(xd, wd, o.to(DEV))
+        torch_pjrt.sync()
+        c = torch_pjrt.metrics.counters()
+        assert c.get("bytes_to_host", 0) == 0 and c.get("compiles", 0) == (1 if i == 0 else 0), c
+        n = offs[-1]
+        torch.testing.assert_close(out.cpu()[:n], _grouped(x, w, o)[:n], equal_nan=True)
+    with pytest.raises(RuntimeError, match="Bias not supported"):
+        _grouped(xd, wd, o.to(DEV), bias=torch.zeros(3, 8, device=DEV))
+    with pytest.raises(RuntimeError, match="offs is required"):
+        _grouped(xd, wd)
+    with pytest.raises(RuntimeError, match="contraction dimension"):
+        _grouped(xd, wd.transpose(1, 2), o.to(DEV))
+    with pytest.raises(RuntimeError, match="int32"):
+        _grouped(xd, wd, o.long().to(DEV))
+
+
 def test_unique_of_slices_runs_on_the_device():
     # rows, columns (a graph's edge_index deduplicated), 3-d slices, bool,
     # NaN, empty selections; consecutive runs along a dim

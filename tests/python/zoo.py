@@ -279,6 +279,10 @@ def _hf_model(name: str):
         return T.MistralForCausalLM(T.MistralConfig(
             hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
             max_position_embeddings=64, sliding_window=8, **small))
+    if name == "mixtral":  # mixture of experts: top-2 routing over 4 experts, grouped matmuls by expert
+        return T.MixtralForCausalLM(T.MixtralConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2, **small))
     if name == "t5":
         return T.T5ForConditionalGeneration(T.T5Config(
             d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0, dropout_rate=0.0, vocab_size=VOCAB,
@@ -306,7 +310,7 @@ def _hf_model(name: str):
     raise ValueError(name)
 
 
-HF = ("gpt2", "bert", "llama", "mistral", "t5", "bart", "vit", "electra", "wav2vec2")
+HF = ("gpt2", "bert", "llama", "mistral", "mixtral", "t5", "bart", "vit", "electra", "wav2vec2")
 FAMILIES = tuple(HF) + tuple(VISION)
 
 
@@ -356,6 +360,15 @@ def loss_of(model: nn.Module, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
     return model(**batch).loss
 
 
+def _experts_for_compile(model: nn.Module) -> None:
+    """Under torch.compile, Hugging Face's default mixture-of-experts layer
+    (grouped_mm) swaps itself for a per-expert loop over the routing read to
+    the host unless the weights are bfloat16, which recompiles for every new
+    routing (docs/models.md); "batched_mm" keeps the step's shapes fixed."""
+    if getattr(model.config, "_experts_implementation", None) not in (None, "eager"):
+        model.set_experts_implementation("batched_mm")
+
+
 def train(model: nn.Module, batches, device, steps: int = 3, mode: str = "lazy", autocast: Optional[torch.dtype] = None,
           checkpointing: bool = False, sync: Callable[[], None] = lambda: None) -> List[float]:
     """Trains a copy of `model` with AdamW for `steps` steps on `device`;
@@ -369,6 +382,7 @@ def train(model: nn.Module, batches, device, steps: int = 3, mode: str = "lazy",
     data = [{k: v.to(device) for k, v in b.items()} for b in batches]
     step_fn = lambda b: loss_of(model, b)  # noqa: E731
     if mode == "compile":
+        _experts_for_compile(model)
         step_fn = torch.compile(step_fn, backend="pjrt" if torch.device(device).type == "pjrt" else "eager")
     losses = []
     for step in range(steps):
@@ -388,6 +402,7 @@ def evaluate(model: nn.Module, batches, device, mode: str = "lazy") -> List[floa
     model = copy.deepcopy(model).to(device).eval()
     fn = lambda b: loss_of(model, b)  # noqa: E731
     if mode == "compile":
+        _experts_for_compile(model)
         fn = torch.compile(fn, backend="pjrt" if torch.device(device).type == "pjrt" else "eager")
     with torch.inference_mode():
         return [float(fn({k: v.to(device) for k, v in b.items()}).cpu()) for b in batches]
