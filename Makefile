@@ -110,7 +110,7 @@ test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 
 test-python: build
-	$(PYENV) $(VPY) -m pytest -q tests/python
+	$(PYENV) $(VPY) -m pytest -q --durations=15 tests/python
 
 test: test-cpp test-python
 
