@@ -365,7 +365,8 @@ def _experts_for_compile(model: nn.Module) -> None:
     (grouped_mm) swaps itself for a per-expert loop over the routing read to
     the host unless the weights are bfloat16, which recompiles for every new
     routing (docs/models.md); "batched_mm" keeps the step's shapes fixed."""
-    if getattr(model.config, "_experts_implementation", None) not in (None, "eager"):
+    config = getattr(model, "config", None)  # the vision classifiers written here have none
+    if getattr(config, "_experts_implementation", None) not in (None, "eager"):
         model.set_experts_implementation("batched_mm")
 
 
