@@ -495,6 +495,32 @@ def test_grouped_mm_routing_is_data_not_shape():
         _grouped(xd, wd, o.long().to(DEV))
 
 
+def test_grouped_mm_under_torch_compile():
+    # bfloat16 weights: what transformers' experts call under torch.compile;
+    # forward and backward replayed, a new routing (the third call's)
+    # compiles nothing
+    def layer(x, w, offs):
+        return torch._grouped_mm(x, w, offs=offs).float().square().sum()
+
+    step = torch.compile(layer, backend="pjrt")
+    x, w = torch.randn(16, 8).bfloat16(), torch.randn(4, 8, 16).bfloat16()
+    for i, offs in enumerate(([4, 4, 10, 16], [1, 7, 12, 16], [16, 16, 16, 16])):
+        o = torch.tensor(offs, dtype=torch.int32)
+        want = [t.clone().requires_grad_() for t in (x, w)]
+        layer(*want, o).backward()
+        got = [t.to(DEV).requires_grad_() for t in (x, w)]
+        torch_pjrt.metrics.reset()
+        loss = step(*got, o.to(DEV))
+        loss.backward()
+        torch_pjrt.sync()
+        if i == 2:  # the second call is the first replayed one
+            assert torch_pjrt.metrics.counters().get("compiles", 0) == 0, torch_pjrt.metrics.report()
+        torch.testing.assert_close(loss.cpu(), layer(x, w, o), rtol=1e-2, atol=1e-2)
+        for want_t, got_t in zip(want, got):
+            torch.testing.assert_close(got_t.grad.cpu().float(), want_t.grad.float(), rtol=2e-2, atol=2e-2)
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def test_unique_of_slices_runs_on_the_device():
     # rows, columns (a graph's edge_index deduplicated), 3-d slices, bool,
     # NaN, empty selections; consecutive runs along a dim
