@@ -617,6 +617,9 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const std::optio
   }
   TORCH_CHECK(offs->dim() == 1 && offs->scalar_type() == at::kInt, "grouped_mm: offs must be a 1D int32 tensor, but got ",
               offs->dim(), "D ", offs->scalar_type());
+  TORCH_CHECK(offs->device() == a.device() && b.device() == a.device(),
+              "grouped_mm: mat_a, mat_b and offs must be on one device, but got ", a.device(), ", ", b.device(), " and ",
+              offs->device());
   const int64_t g = offs->size(0);
   TORCH_CHECK((a2 || g == a.size(0)) && (b2 || g == b.size(0)), "matrix batch sizes have to match");
   at::Tensor zero = at::zeros({}, x.options());

@@ -493,6 +493,8 @@ def test_grouped_mm_routing_is_data_not_shape():
         _grouped(xd, wd.transpose(1, 2), o.to(DEV))
     with pytest.raises(RuntimeError, match="int32"):
         _grouped(xd, wd, o.long().to(DEV))
+    with pytest.raises(RuntimeError, match="one device"):
+        _grouped(xd, wd, o)
 
 
 def test_grouped_mm_under_torch_compile():
