@@ -65,11 +65,12 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
   constexpr bool kTensorLr = std::is_same_v<LR, const at::Tensor&>;
   const bool scaled = grad_scale.has_value() && grad_scale->defined();
   const bool skippable = found_inf.has_value() && found_inf->defined();
-  // The numbers as 0-d values shared by every parameter of the call: one
-  // program argument each, not one per parameter and use.
+  // One traced op, the runtime lock held throughout: the numbers, 0-d
+  // values shared by every parameter of the call (one program argument
+  // each, not one per parameter and use), stay in one trace.
+  TraceScope scope;
   std::map<std::tuple<int, at::ScalarType, double>, ir::Value> numbers;
   for (size_t i = 0; i < n; ++i) {
-    TraceScope scope;
     const at::Tensor& p = params[i];
     const int d = CommonDevice({&p, &grads[i], &exp_avgs[i], &exp_avg_sqs[i], &state_steps[i]});
     ir::Builder& b = B(d);
