@@ -106,6 +106,17 @@ inline ir::Value InMemory(int device, ir::Value x) {
 // operands to the backend, and every comparison with NaN is false.
 inline ir::Value IsNan(int device, ir::Value x) { return B(device).Compare(ir::CompareDir::NE, x, x); }
 
+// maximum/minimum (op Max or Min) as PyTorch defines them: NaN in either
+// operand gives NaN. StableHLO leaves that to the backend (the XLA CPU
+// plugin returns the left operand when only the right one is NaN), so float
+// types say it.
+inline ir::Value MaxMinNan(int d, ir::Op op, ir::Value x, ir::Value y) {
+  ir::Builder& b = B(d);
+  ir::Value r = b.Binary(op, x, y);
+  if (!ir::IsFloat(b.shape(x).dtype)) return r;
+  return b.Select(b.Binary(ir::Op::Or, IsNan(d, x), IsNan(d, y)), b.Binary(ir::Op::Add, x, y), r);
+}
+
 // Index (i64) of the first extreme of x (of `shape`) along `dim`, kept as a
 // size-1 dim; the first NaN when there is one (as PyTorch). `values`, when
 // given, receives the element at that index, so its sign of zero is the

@@ -48,16 +48,6 @@ at::Tensor Simple(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarTyp
   return Wrap(B(o.device).Binary(op, o.x, o.y), o.device);
 }
 
-// maximum/minimum as PyTorch defines them: NaN in either operand gives NaN.
-// StableHLO leaves that to the backend (the XLA CPU plugin returns the left
-// operand when only the right one is NaN), so float types say it.
-ir::Value MaxMinNan(int d, Op op, ir::Value x, ir::Value y) {
-  ir::Builder& b = B(d);
-  ir::Value r = b.Binary(op, x, y);
-  if (!ir::IsFloat(b.shape(x).dtype)) return r;
-  return b.Select(b.Binary(Op::Or, IsNan(d, x), IsNan(d, y)), b.Binary(Op::Add, x, y), r);
-}
-
 at::Tensor MaxMin(const at::Tensor& a, const at::Tensor& b, Op op) {
   TraceScope s;
   Operands o = Prepare(a, b, at::result_type(a, b));

@@ -125,10 +125,7 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
     ir::Value second = v;
     if (amsgrad) {
       TORCH_CHECK(max_exp_avg_sqs[i].sizes() == p.sizes(), op, ": every state tensor must have its parameter's shape");
-      ir::Value prev = ValAs(max_exp_avg_sqs[i], t);
-      // maximum that keeps a NaN of either side, as at::maximum
-      ir::Value nan = b.Binary(ir::Op::Or, IsNan(d, prev), IsNan(d, v));
-      second = b.Select(nan, bin(ir::Op::Add, prev, v), bin(ir::Op::Max, prev, v));
+      second = MaxMinNan(d, ir::Op::Max, ValAs(max_exp_avg_sqs[i], t), v);
       update(max_exp_avg_sqs[i], second);
     }
     ir::Value denom = bin(ir::Op::Add, bin(ir::Op::Div, b.Unary(ir::Op::Sqrt, second), bias2_sqrt), num(eps));
