@@ -172,7 +172,7 @@ _LONG = textwrap.dedent("""
     import sys, time, torch, torch_pjrt
     dev = torch_pjrt.device()
     x = torch.randn(1024, 1024).to(dev)
-    for _ in range(60):
+    for _ in range(240):         # over a second even where the CPU plugin runs 1024^3 matmuls fast
         x = torch.tanh(x @ x)
     torch_pjrt.sync()            # compiled and launched: the wait below is pure execution
     print("launched", flush=True)

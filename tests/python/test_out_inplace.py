@@ -173,3 +173,70 @@ def test_conformance_out_and_inplace_passes(name, mode):
     op = next(o for o in conformance.op_db([name]) if conformance._entry_name(o) == name)
     v = conformance.run_entry(op, torch.float32, max_samples=2, grads=False, device=DEV, mode=mode)
     assert v["samples"] > 0 and conformance.status(v) == "pass", v
+
+
+# Foreach ops (every torch.optim step's default path): PyTorch's composite
+# kernels run each item through the per-tensor kernels on pjrt.
+
+
+def _foreach_entries():
+    from torch.testing._internal import common_methods_invocations as cmi
+
+    ops = cmi.foreach_unary_op_db + cmi.foreach_binary_op_db + cmi.foreach_pointwise_op_db + cmi.foreach_other_op_db
+    ops += cmi.foreach_reduce_op_db
+    return {op.name: op for op in ops}
+
+
+@pytest.mark.parametrize("name", ["_foreach_add", "_foreach_mul", "_foreach_div", "_foreach_lerp", "_foreach_addcmul",
+                                  "_foreach_addcdiv", "_foreach_sqrt", "_foreach_maximum", "_foreach_norm"])
+def test_foreach_conformance(name):
+    """PyTorch's own foreach samples (lists of several shapes, scalars,
+    scalar lists, tensor scalars), functional with gradients and in place."""
+    from torch_pjrt import conformance
+
+    op = _foreach_entries()[name]
+    ran = 0
+    for mode in ("functional", "inplace"):
+        if not conformance.has_mode(op, mode):
+            continue
+        for dtype in (torch.float32, torch.bfloat16):
+            v = conformance.run_entry(op, dtype, max_samples=2, grads=dtype == torch.float32, device=DEV, mode=mode)
+            assert v["passed"] == v["samples"] and not v["fallback"], v  # some sample sets are empty (addcdiv's ints)
+            ran += v["samples"]
+    assert ran > 0
+
+
+def test_foreach_inplace_counts_versions_as_cpu():
+    def versions(device):
+        a = [torch.ones(3, device=device), torch.ones(2, device=device)]
+        torch._foreach_add_(a, [torch.ones(3, device=device), torch.ones(2, device=device)])
+        torch._foreach_mul_(a, 2.0)
+        torch._foreach_addcmul_(a, a, a, value=0.5)
+        with torch.inference_mode():
+            torch._foreach_add_(a, 1.0)  # counted in inference mode too, as on the CPU
+        return [t._version for t in a]
+
+    assert versions(DEV) == versions("cpu")
+
+    # A saved tensor changed by a foreach op fails backward, as on the CPU.
+    x = torch.ones(3, device=DEV, requires_grad=True)
+    y = x * 1
+    z = y * y
+    torch._foreach_add_([y], 1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
+def test_foreach_mixed_lists_and_errors():
+    # An item on the CPU runs on the CPU; a CPU number mixes with pjrt.
+    p = [torch.ones(2, device=DEV), torch.ones(2)]
+    torch._foreach_add_(p, [torch.full((2,), 2.0, device=DEV), torch.full((2,), 3.0)])
+    assert p[0].device == DEV and p[1].device.type == "cpu"
+    assert p[0].cpu().tolist() == [3.0, 3.0] and p[1].tolist() == [4.0, 4.0]
+    q = [torch.ones(2, device=DEV)]
+    torch._foreach_mul_(q, torch.tensor(3.0))
+    assert q[0].cpu().tolist() == [3.0, 3.0]
+    with pytest.raises(RuntimeError, match="same number of tensors"):
+        torch._foreach_add_([torch.ones(2, device=DEV)], [torch.ones(2, device=DEV)] * 2)
+    with pytest.raises(RuntimeError, match="pjrt"):
+        torch._foreach_add_([torch.ones(2, device=DEV)], [torch.ones(2)])
