@@ -201,7 +201,8 @@ def test_foreach_conformance(name):
             continue
         for dtype in (torch.float32, torch.bfloat16):
             v = conformance.run_entry(op, dtype, max_samples=2, grads=dtype == torch.float32, device=DEV, mode=mode)
-            assert v["passed"] == v["samples"] and not v["fallback"], v  # some sample sets are empty (addcdiv's ints)
+            # May be 0 of 0: addcdiv has no float32 samples with gradients.
+            assert v["passed"] == v["samples"] and not v["fallback"], v
             ran += v["samples"]
     assert ran > 0
 
