@@ -300,7 +300,10 @@ at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
   const double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
   // half types in float, rounded once (the CPU's opmath)
   const at::ScalarType t = a.scalar_type(), ct = t == at::kDouble ? t : at::kFloat;
-  ir::Value ten = Fill(d, p, ct, a.sizes().vec());
+  // fed from the host: XLA rewrites a division by a constant into a
+  // multiplication by its reciprocal, one rounding off the CPU's
+  // (-0.43 would print as -0.42999998)
+  ir::Value ten = BroadcastTo(d, ScalarParam(d, p, ct), a.sizes().vec());
   ir::Value x = ValAs(a, ct);
   ir::Value r = decimals > 0 ? b.Binary(Op::Div, b.Unary(Op::Round, b.Binary(Op::Mul, x, ten)), ten)
                              : b.Binary(Op::Mul, b.Unary(Op::Round, b.Binary(Op::Div, x, ten)), ten);

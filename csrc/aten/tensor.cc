@@ -107,9 +107,13 @@ int DeviceIndex(const at::Tensor& t) { return t.device().has_index() ? t.device(
 
 runtime::Storage& StorageOf(const at::Tensor& t) {
   TORCH_CHECK(IsPjrt(t), "expected a pjrt tensor, got one on ", t.device());
-  void* ctx = t.storage().data_ptr().get_context();
-  TORCH_CHECK(ctx != nullptr, "pjrt tensor without a pjrt storage");
-  return *static_cast<runtime::Storage*>(ctx);
+  const c10::DataPtr& p = t.storage().data_ptr();
+  if (void* ctx = p.get_context()) return *static_cast<runtime::Storage*>(ctx);
+  // at::from_blob of a pjrt storage's data pointer (PyTorch's legacy
+  // serialization does this to copy a storage to the host)
+  runtime::Storage* s = runtime::Storage::FromAddress(p.get());
+  TORCH_CHECK(s != nullptr, "pjrt tensor without a pjrt storage (a pointer not from a live pjrt storage)");
+  return *s;
 }
 
 runtime::StridedView ViewOf(const at::Tensor& t) {

@@ -62,6 +62,7 @@ int64_t NowNs() {
 }  // namespace
 
 Storage::~Storage() {
+  tag_ = 0;
   // In a forked child the runtime is unusable (and its lock may be held by a
   // thread that did not survive the fork): drop the storage without it.
   if (pjrt::InForkedChild()) return;

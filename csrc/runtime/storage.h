@@ -69,6 +69,15 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  // The live storage whose address is `p`, or null. PyTorch sees a
+  // storage's address as its data pointer; its legacy serialization (pickle,
+  // torch.save without zip) wraps that pointer with at::from_blob, which
+  // keeps no context, to copy the bytes to the host.
+  static Storage* FromAddress(void* p) {
+    auto* s = static_cast<Storage*>(p);
+    return s != nullptr && s->tag_ == kTag ? s : nullptr;
+  }
+
   // Local device index (0..device_count-1).
   int device() const { return device_; }
   size_t nbytes() const { return nbytes_; }
@@ -84,7 +93,9 @@ class Storage {
 
  private:
   friend class Runtime;
+  static constexpr uint64_t kTag = 0x746f7263682d706aULL;
 
+  uint64_t tag_ = kTag;  // cleared by the destructor (FromAddress)
   const int device_;
   size_t nbytes_;
   std::optional<ir::DType> dtype_;

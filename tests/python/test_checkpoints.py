@@ -58,6 +58,26 @@ def test_views_keep_sharing_their_storage():
     assert loaded["row"].cpu().tolist() == [104, 105, 106, 107]
 
 
+def test_pickle_and_legacy_save_copy_pending_values_and_views():
+    # pickle and torch.save(_use_new_zipfile_serialization=False) copy a
+    # storage to the host through at::from_blob of its data pointer
+    import pickle
+    base = torch.arange(12, dtype=torch.float32).to("pjrt:1") * 3  # pending, never synced
+    tensors = {str(d): _values(d).to("pjrt") for d in DTYPES}
+    tensors.update(pending=base, view=base.view(3, 4)[1:, ::2])
+    for name, t in tensors.items():
+        got = pickle.loads(pickle.dumps(t))
+        assert got.device == t.device and got.dtype == t.dtype and torch.equal(got.cpu(), t.cpu()), name
+    p = pickle.loads(pickle.dumps(torch.nn.Parameter(base.clone())))
+    assert isinstance(p, torch.nn.Parameter) and p.requires_grad and torch.equal(p.detach().cpu(), base.cpu())
+    buf = io.BytesIO()
+    torch.save(tensors, buf, _use_new_zipfile_serialization=False)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert all(torch.equal(loaded[k].cpu(), t.cpu()) for k, t in tensors.items())
+    loaded["pending"].add_(1)  # the view still shares the loaded storage
+    assert loaded["view"].cpu().tolist() == [[13.0, 19.0], [25.0, 31.0]]
+
 def _model():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).to("pjrt")

@@ -254,6 +254,15 @@ def test_log2_log10_exact_at_powers():
     assert torch.equal(x[41:].to(DEV).log10().cpu(), x[41:].log10())
 
 
+
+def test_round_to_decimals_is_exact():
+    # the CPU divides by 10^d; a multiplication by 1/10^d (what XLA makes of a
+    # division by a constant) lands one rounding off: -0.43 as -0.42999998
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 100
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        for d in (2, 1, -1):
+            assert torch.equal(x.to(dtype).to(DEV).round(decimals=d).cpu(), x.to(dtype).round(decimals=d)), (dtype, d)
+
 def _factory(fn, *args, **kw):
     try:
         return fn(*args, **kw).cpu()
