@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "runtime/runtime.h"
+#include "aten/generator.h"
 #include "aten/tensor.h"
 
 namespace tpj::aten {
@@ -135,6 +136,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(idx >= 0 && idx < static_cast<int>(gens.size()), "pjrt device index ", idx, " out of range");
     return gens[idx];
   }
+  at::Generator getNewGenerator(c10::DeviceIndex d) const override { return NewGenerator(d); }
   at::Device getDeviceFromPtr(void*) const override {
     return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(CurrentDevice()));
   }

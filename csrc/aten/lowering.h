@@ -132,14 +132,6 @@ inline at::Tensor WrappedScalar(const at::Scalar& s) {
   return t;
 }
 
-// Random ops draw from the device's one generator (ops_random.cc): a
-// torch.Generator argument is refused.
-inline void NoGenerator(const std::optional<at::Generator>& g) {
-  TORCH_CHECK(!g.has_value() || !g->defined(),
-              "pjrt tensors draw from the device's own generator; seed it with torch.manual_seed or "
-              "torch_pjrt.manual_seed instead of passing a torch.Generator");
-}
-
 inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
 // Result dtype of an in-place op must be castable to self's dtype.

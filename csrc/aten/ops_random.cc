@@ -1,11 +1,12 @@
 // Random numbers on the device: uniform/normal/bernoulli/integers,
 // exponential/cauchy/geometric/log-normal, normal with tensor mean or std,
 // randperm, multinomial and dropout, from the runtime's per-device Threefry state
-// (seeded by torch_pjrt.manual_seed / torch.manual_seed). A torch.Generator
-// argument is not supported on pjrt and is refused.
+// (seeded by torch_pjrt.manual_seed / torch.manual_seed), or from a
+// torch.Generator(device="pjrt") passed to the op (aten/generator.h).
 #include <cmath>
 #include <limits>
 
+#include "aten/generator.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -16,14 +17,13 @@ using ir::Op;
 // Uniform [0, 1) of dtype t (f32 math for half types), shape `shape`.
 ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) {
   ir::Builder& b = B(d);
-  auto& rt = runtime::Runtime::Get();
   if (t == at::kDouble) {
-    ir::Value bits = rt.RandomBits(d, {ir::DType::U64, shape});
+    ir::Value bits = RandomBits(d, {ir::DType::U64, shape});
     ir::Value m = b.Binary(Op::Or, b.Binary(Op::ShiftRightLogical, bits, Fill(d, 12, at::kUInt64, shape)),
                            Fill(d, 0x3FF0000000000000ULL * 1.0, at::kUInt64, shape));
     return b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F64), Fill(d, 1, at::kDouble, shape));
   }
-  ir::Value bits = rt.RandomBits(d, {ir::DType::U32, shape});
+  ir::Value bits = RandomBits(d, {ir::DType::U32, shape});
   ir::Value m = b.Binary(Op::Or, b.Binary(Op::ShiftRightLogical, bits, Fill(d, 9, at::kUInt32, shape)),
                          Fill(d, 0x3F800000, at::kUInt32, shape));
   ir::Value u = b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F32), Fill(d, 1, at::kFloat, shape));
@@ -35,7 +35,7 @@ ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) 
 }
 
 at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "uniform_ expects a floating point tensor, got ", self.scalar_type());
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -51,7 +51,7 @@ at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at:
 }
 
 at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(std >= 0, "normal expects std >= 0.0, but found std ", std);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "normal_ expects a floating point tensor");
   TraceScope s;
@@ -82,27 +82,27 @@ at::Tensor OpenUniform(const at::Tensor& self) {
 
 // exponential_: -log(1 - u) / lambda, never 0 (F.gumbel_softmax takes its log)
 at::Tensor& exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "exponential_ expects a floating point tensor, got ", self.scalar_type());
   return self.copy_(OpenUniform(self).neg().log1p().neg().div(lambd));
 }
 // cauchy_: median + sigma * tan(pi (u - 1/2))
 at::Tensor& cauchy_(at::Tensor& self, double median, double sigma, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "cauchy_ expects a floating point tensor, got ", self.scalar_type());
   return self.copy_((OpenUniform(self).sub(0.5).mul(M_PI)).tan().mul(sigma).add(median));
 }
 // geometric_: the number of trials to the first success, ceil(log(u) / log(1 - p))
 at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
   return self.copy_(OpenUniform(self).log().div(std::log1p(-p)).ceil());
 }
 // log_normal_: exp of a normal draw
 at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "log_normal_ expects a floating point tensor, got ", self.scalar_type());
   const at::ScalarType ct = self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -121,19 +121,19 @@ void CheckStd(const at::Tensor& std) {
 }
 
 at::Tensor normal_tensor_float(const at::Tensor& mean, double std, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
   return at::empty(mean.sizes(), mean.options()).normal_(0, std).add_(mean);
 }
 
 at::Tensor normal_float_tensor(double mean, const at::Tensor& std, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   CheckStd(std);
   return at::empty(std.sizes(), std.options()).normal_().mul_(std).add_(mean);
 }
 
 at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   CheckStd(std);
   return at::empty(at::infer_size(mean.sizes(), std.sizes()), mean.options()).normal_().mul_(std).add_(mean);
 }
@@ -163,7 +163,7 @@ at::Tensor randperm(c10::SymInt sym_n, std::optional<at::ScalarType> dtype, std:
   TraceScope s;
   const int d = DeviceIndex(out);
   ir::Builder& b = B(d);
-  ir::Value keys = runtime::Runtime::Get().RandomBits(d, {ir::DType::U64, {n}});
+  ir::Value keys = RandomBits(d, {ir::DType::U64, {n}});
   ir::Value order = b.Sort({keys, b.Iota({ir::DType::I64, {n}}, 0)}, 0, false).at(1);
   Assign(out, order);
   return out;
@@ -172,12 +172,12 @@ at::Tensor randperm(c10::SymInt sym_n, std::optional<at::ScalarType> dtype, std:
 at::Tensor randperm_generator(c10::SymInt n, std::optional<at::Generator> gen, std::optional<at::ScalarType> dtype,
                               std::optional<at::Layout> layout, std::optional<at::Device> device,
                               std::optional<bool> pin_memory) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   return randperm(std::move(n), dtype, layout, device, pin_memory);
 }
 
 at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -189,7 +189,7 @@ at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Gener
 }
 
 at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TraceScope s;
   const int d = CommonDevice({&self, &p});
   ir::Builder& b = B(d);
@@ -200,7 +200,7 @@ at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::option
 }
 
 at::Tensor bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
@@ -223,7 +223,7 @@ at::Tensor& RandomRange(at::Tensor& self, double from, double to) {
 }
 
 at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   const double hi = to ? static_cast<double>(*to)
                        : (at::isFloatingType(self.scalar_type()) ? std::ldexp(1.0, std::numeric_limits<float>::digits)
                                                                   : 9.2e18);
@@ -231,7 +231,7 @@ at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> 
 }
 
 at::Tensor& random_to_(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   return RandomRange(self, 0, static_cast<double>(to));
 }
 
@@ -270,7 +270,7 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
 // The CPU's checks (finite, non-negative, positive sum) are compiled into
 // the program.
 at::Tensor multinomial(const at::Tensor& self, int64_t num_samples, bool replacement, std::optional<at::Generator> gen) {
-  NoGenerator(gen);
+  GeneratorScope scope(gen);
   TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "prob_dist must be 1 or 2 dim");
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
               self.scalar_type());

@@ -200,12 +200,6 @@ def test_manual_seed_makes_device_rng_deterministic():
     assert abs(kept - 0.75) < 0.03 and torch.allclose(y[y != 0], torch.tensor(1 / 0.75))
 
 
-def test_generator_argument_is_refused_clearly():
-    g = torch.Generator().manual_seed(0)
-    with pytest.raises(RuntimeError, match="device's own generator"):
-        torch.empty(3, device=DEV).uniform_(generator=g)
-
-
 def test_autoload_through_torch_backends_entry_point():
     r = run_python("import torch; print(torch.ones(2, device='pjrt').cpu().tolist())")
     assert r.returncode == 0, r.stderr
@@ -244,6 +238,44 @@ def test_rng_state_saves_and_restores_the_stream_position():
     with pytest.raises(ValueError, match="16-byte"):
         torch.pjrt.set_rng_state(torch.zeros(2, dtype=torch.int64))
 
+
+def test_a_pjrt_generator_is_its_own_stream():
+    g = torch.Generator(device=DEV)
+    assert g.device == torch.device(DEV) and g.initial_seed() == torch.Generator().initial_seed()
+
+    def draws(gen):
+        kw = {"device": DEV} if gen is None else {"device": DEV, "generator": gen}
+        ones = torch.ones(6, device=DEV)
+        return [torch.randn(10, **kw), torch.rand(7, dtype=torch.float64, **kw), torch.randint(0, 9, (5,), **kw),
+                torch.randperm(8, **kw), torch.bernoulli(ones / 2, generator=gen), torch.multinomial(ones, 3, generator=gen),
+                torch.poisson(ones * 3, generator=gen), torch.empty(4, device=DEV).exponential_(generator=gen),
+                torch.normal(torch.zeros(3, device=DEV), 1.0, generator=gen)]
+
+    # seeded with s, it yields what the default stream yields after manual_seed(s)
+    g.manual_seed(11)
+    mine = [t.cpu() for t in draws(g)]
+    torch_pjrt.manual_seed(11)
+    default = [t.cpu() for t in draws(None)]
+    assert all(torch.equal(a, b) for a, b in zip(mine, default))
+    assert len({tuple(t[:3].tolist()) for t in mine[:2]}) == 2  # consecutive draws differ
+    # its draws leave the default stream where it was
+    torch_pjrt.manual_seed(3)
+    want = torch.rand(4, device=DEV).cpu()
+    torch_pjrt.manual_seed(3)
+    torch.rand(100, device=DEV, generator=g)
+    assert torch.equal(torch.rand(4, device=DEV).cpu(), want)
+    # get_state / set_state replay the stream
+    state = g.get_state()
+    assert state.dtype == torch.uint8 and state.numel() == 16
+    a = torch.rand(5, device=DEV, generator=g).cpu()
+    g.set_state(state)
+    assert torch.equal(torch.rand(5, device=DEV, generator=g).cpu(), a)
+    # a generator of another device is refused, as CUDA refuses it
+    with pytest.raises(RuntimeError, match="Expected a 'pjrt' device type for generator but found 'cpu'"):
+        torch.rand(3, device=DEV, generator=torch.Generator())
+    if torch_pjrt.device_count() > 1:
+        with pytest.raises(RuntimeError, match="generator of pjrt:1 was given to an op on pjrt:0"):
+            torch.rand(3, device="pjrt:0", generator=torch.Generator(device="pjrt:1"))
 
 def test_backward_runs_on_the_calling_thread_unless_asked_otherwise():
     # docs/performance.md: a thread that creates pjrt tensors runs their
