@@ -90,11 +90,38 @@ def register() -> None:
     torch._register_device_module("pjrt", _make_device_module())
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _default_autocast_dtype()
+    _refuse_sharing_between_processes()
     if _extension.is_loaded(_C):
         _configure_once()  # stores the search directories only; the runtime starts at first use
         _ensure_location_provider()
         _C._set_warning_sink(_warn)
     _registered = True
+
+
+def _refuse_sharing_between_processes() -> None:
+    """torch.multiprocessing sends a CPU tensor through shared memory and a
+    CUDA tensor through CUDA IPC, so that both processes see one tensor.
+    PJRT buffers cannot be shared that way, and a copy would silently break
+    programs that rely on sharing (Hogwild training with
+    ``model.share_memory()``): a pjrt tensor sent to another process is an
+    error that says what to send instead."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from torch.multiprocessing import reductions
+
+    def refuse(t):
+        raise RuntimeError(
+            "a pjrt tensor cannot be shared with another process (PJRT buffers have no inter-process "
+            "handle); send t.cpu() and move it to pjrt in the receiving process")
+
+    def reducer(base):
+        def reduce(t):
+            return refuse(t) if t.device.type == "pjrt" else base(t)
+        return reduce
+
+    ForkingPickler.register(torch.Tensor, reducer(reductions.reduce_tensor))
+    ForkingPickler.register(torch.nn.Parameter, reducer(reductions.reduce_tensor))
+    ForkingPickler.register(torch.UntypedStorage, reducer(reductions.reduce_storage))  # typed ones reduce to it
 
 
 # Low precision dtypes of autocast on pjrt. bfloat16 is the default: it has
