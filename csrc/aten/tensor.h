@@ -32,6 +32,7 @@ auto RaisingTensorErrors(F&& f) -> decltype(f()) {
     return f();
   } catch (const runtime::TensorError& e) {
     TORCH_CHECK_INDEX(e.kind() != runtime::ErrorKind::kIndex, e.what());
+    TORCH_CHECK_WITH(OutOfMemoryError, e.kind() != runtime::ErrorKind::kOutOfMemory, e.what());
     TORCH_CHECK(false, e.what());
   }
 }

@@ -94,6 +94,29 @@ py::dict DeviceDict(const pjrt::Device& d) {
   return out;
 }
 
+// torch_pjrt._C.PjrtOutOfMemoryError, a PjrtError that is also a
+// torch.OutOfMemoryError (code RESOURCE_EXHAUSTED), so that device-agnostic
+// `except torch.OutOfMemoryError` catches it; plain PjrtError while torch is
+// not imported (the runtime without PyTorch).
+PyObject* OutOfMemoryType(PyObject* pjrt_error) {
+  static PyObject* type = nullptr;
+  if (type != nullptr) return type;
+  PyObject* torch = PyImport_GetModule(py::str("torch").ptr());
+  PyObject* base = torch != nullptr ? PyObject_GetAttrString(torch, "OutOfMemoryError") : nullptr;
+  Py_XDECREF(torch);
+  if (base == nullptr) {
+    PyErr_Clear();
+    return pjrt_error;
+  }
+  PyObject* bases = PyTuple_Pack(2, pjrt_error, base);
+  Py_DECREF(base);
+  type = PyErr_NewExceptionWithDoc("torch_pjrt._C.PjrtOutOfMemoryError",
+                                   "A PJRT plugin ran out of device memory (RESOURCE_EXHAUSTED).", bases, nullptr);
+  Py_DECREF(bases);
+  if (type == nullptr) PyErr_Clear();
+  return type != nullptr ? type : pjrt_error;
+}
+
 }  // namespace
 
 void BindErrors(py::module_& m) {
@@ -109,14 +132,19 @@ void BindErrors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const pjrt::Error& e) {
-      py::object err = py::handle(pjrt_error)(e.what());
+      PyObject* type = e.code() == static_cast<int>(pjrt::Code::kResourceExhausted) ? OutOfMemoryType(pjrt_error)
+                                                                                     : pjrt_error;
+      py::object err = py::handle(type)(e.what());
       err.attr("code") = e.code();
       err.attr("code_name") = pjrt::CodeName(e.code());
-      PyErr_SetObject(pjrt_error, err.ptr());
+      PyErr_SetObject(type, err.ptr());
     } catch (const ir::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const runtime::TensorError& e) {
-      PyErr_SetString(e.kind() == runtime::ErrorKind::kIndex ? PyExc_IndexError : PyExc_RuntimeError, e.what());
+      PyObject* type = e.kind() == runtime::ErrorKind::kIndex         ? PyExc_IndexError
+                       : e.kind() == runtime::ErrorKind::kOutOfMemory ? OutOfMemoryType(pjrt_error)
+                                                                      : PyExc_RuntimeError;
+      PyErr_SetString(type, e.what());
     }
   });
 }

@@ -25,6 +25,7 @@ enum class ErrorKind {
   kIndex,    // an index out of range (Python IndexError)
   kValue,    // a value the op refuses, e.g. an integer division by zero (RuntimeError)
   kFailure,  // the program failed to compile or run (RuntimeError)
+  kOutOfMemory,  // ... for want of device memory (torch.OutOfMemoryError)
 };
 
 // Reading a tensor whose value was lost or is invalid.

@@ -46,13 +46,16 @@ void RecordProgramMemory(const pjrt::Executable& exe) {
 
 std::shared_ptr<Outcome> LostToCurrentException(const char* stage) {
   std::string what = "unknown error";
+  auto lost = std::make_shared<Outcome>();
   try {
     throw;
+  } catch (const pjrt::Error& e) {
+    what = e.what();
+    if (e.code() == static_cast<int>(pjrt::Code::kResourceExhausted)) lost->kind = ErrorKind::kOutOfMemory;
   } catch (const std::exception& e) {
     what = e.what();
   } catch (...) {
   }
-  auto lost = std::make_shared<Outcome>();
   lost->error = std::string("the value of this pjrt tensor was lost: the program computing it failed to ") + stage +
                 " (" + what + "). Compute it again (after freeing memory, if it was an out-of-memory error).";
   return lost;

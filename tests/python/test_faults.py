@@ -156,10 +156,12 @@ def test_a_failed_program_loses_nothing_silently():
     w.mul_(10)  # pending, with w's buffer donated to the failing program
     fresh = torch.arange(4.0).to(DEV) + 1
     big = torch.zeros(2**37, device=DEV) + 1  # 512 GiB: the plugin runs out of memory
-    with pytest.raises(torch_pjrt.PjrtError, match="RESOURCE_EXHAUSTED|memory"):
+    # a PjrtError that device-agnostic code catches as torch.OutOfMemoryError
+    with pytest.raises(torch_pjrt.PjrtError, match="RESOURCE_EXHAUSTED|memory") as failed:
         torch_pjrt.sync(wait=True)
+    assert isinstance(failed.value, torch.OutOfMemoryError) and failed.value.code_name == "RESOURCE_EXHAUSTED"
     for t in (w, fresh, big[:2]):
-        with pytest.raises(RuntimeError, match="lost"):
+        with pytest.raises(torch.OutOfMemoryError, match="lost"):
             t.cpu()
     assert kept.cpu().tolist() == [2.0, 2.0, 2.0]  # not written by the failed program
     w.copy_(torch.ones(4))  # a full overwrite makes w usable again
