@@ -62,7 +62,9 @@ int64_t NowNs() {
 }  // namespace
 
 Storage::~Storage() {
-  tag_ = 0;
+  // volatile: a store into an object that is being destroyed is otherwise
+  // one the compiler may drop
+  *static_cast<volatile uint64_t*>(&tag_) = 0;
   // In a forked child the runtime is unusable (and its lock may be held by a
   // thread that did not survive the fork): drop the storage without it.
   if (pjrt::InForkedChild()) return;

@@ -96,7 +96,9 @@ class Storage {
   friend class Runtime;
   static constexpr uint64_t kTag = 0x746f7263682d706aULL;
 
-  uint64_t tag_ = kTag;  // cleared by the destructor (FromAddress)
+  // kTag while the storage lives; the destructor clears it, so a pointer to
+  // a freed storage is refused unless its memory was reused for a new one
+  uint64_t tag_ = kTag;
   const int device_;
   size_t nbytes_;
   std::optional<ir::DType> dtype_;
