@@ -109,14 +109,13 @@ def _refuse_sharing_between_processes() -> None:
 
     from torch.multiprocessing import reductions
 
-    def refuse(t):
-        raise RuntimeError(
-            "a pjrt tensor cannot be shared with another process (PJRT buffers have no inter-process "
-            "handle); send t.cpu() and move it to pjrt in the receiving process")
-
     def reducer(base):
         def reduce(t):
-            return refuse(t) if t.device.type == "pjrt" else base(t)
+            if t.device.type == "pjrt":
+                raise RuntimeError(
+                    "a pjrt tensor cannot be shared with another process (PJRT buffers have no inter-process "
+                    "handle); send t.cpu() and move it to pjrt in the receiving process")
+            return base(t)
         return reduce
 
     ForkingPickler.register(torch.Tensor, reducer(reductions.reduce_tensor))

@@ -259,7 +259,11 @@ def test_a_pjrt_generator_is_its_own_stream():
     torch_pjrt.manual_seed(11)
     default = [t.cpu() for t in draws(None)]
     assert all(torch.equal(a, b) for a, b in zip(mine, default))
-    assert len({tuple(t[:3].tolist()) for t in mine[:2]}) == 2  # consecutive draws differ
+    # consecutive draws differ, and a new draw from the generator compiles nothing
+    assert not torch.equal(torch.rand(8, device=DEV, generator=g).cpu(), torch.rand(8, device=DEV, generator=g).cpu())
+    torch_pjrt.metrics.reset()
+    torch.rand(8, device=DEV, generator=g).cpu()
+    assert torch_pjrt.metrics.counters().get("compiles", 0) == 0  # the key and counter are inputs
     # its draws leave the default stream where it was
     torch_pjrt.manual_seed(3)
     want = torch.rand(4, device=DEV).cpu()
