@@ -33,7 +33,11 @@ at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarTyp
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
   TORCH_CHECK(!layout || *layout == at::kStrided, "pjrt tensors are strided; layout ", *layout, " is not supported");
-  return Empty(size, dtype.value_or(at::get_default_dtype_as_scalartype()), TargetDevice(device));
+  at::Tensor t = Empty(size, dtype.value_or(at::get_default_dtype_as_scalartype()), TargetDevice(device));
+  if (memory_format && *memory_format != at::MemoryFormat::Contiguous) {
+    t.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);  // channels_last strides, PyTorch's checks
+  }
+  return t;
 }
 
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
@@ -73,6 +77,7 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
     self.storage().unsafeGetStorageImpl()->set_nbytes(need);
   }
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  if (format) self.unsafeGetTensorImpl()->empty_tensor_restride(*format);
   return self;
 }
 
@@ -116,13 +121,22 @@ at::Tensor ToCpu(const at::Tensor& self) {
 // dst (pjrt, any view) <- src (host tensor, broadcastable to dst).
 void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
   const ir::DType dt = ToIr(dst.scalar_type());
-  at::Tensor dense = src.expand(dst.sizes()).to(dst.scalar_type()).contiguous();
   auto& rt = Runtime::Get();
   runtime::Storage& s = StorageOf(dst);
   const int64_t numel = static_cast<int64_t>(s.nbytes() / dst.element_size());
+  const runtime::StridedView view = ViewOf(dst);
   TraceScope scope;
   const bool same_type = !s.dtype() || *s.dtype() == dt;
-  if (same_type && dense.numel() == numel && runtime::CoversStorage(ViewOf(dst), numel)) {
+  if (same_type && !runtime::CoversStorage(view, numel) && runtime::CoversStoragePermuted(view, numel)) {
+    // channels_last or another permuted layout over the whole storage: the
+    // host copy is laid out as the storage is, and uploaded as it is
+    at::Tensor laid = at::empty_strided(dst.sizes(), dst.strides(), at::TensorOptions().dtype(dst.scalar_type()));
+    laid.copy_(src.expand(dst.sizes()));
+    rt.UploadTo(s, laid.const_data_ptr(), dt);
+    return;
+  }
+  at::Tensor dense = src.expand(dst.sizes()).to(dst.scalar_type()).contiguous();
+  if (same_type && dense.numel() == numel && runtime::CoversStorage(view, numel)) {
     rt.UploadTo(s, dense.const_data_ptr(), dt);
     return;
   }
@@ -160,19 +174,20 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
     const int dst = target.has_index() ? TargetDevice(target) : DeviceIndex(self);
     if (dst == DeviceIndex(self)) {
       TraceScope scope;
-      return Wrap(ValAs(self, t), dst);
+      return WrapLike(ValAs(self, t), dst, self, memory_format);
     }
-    at::Tensor out = Empty(self.sizes(), t, dst);
+    at::Tensor out = EmptyLike(self, t, dst, memory_format);
     CopyHostToPjrt(out, ToCpu(self));
     return out;
   }
   if (IsPjrt(self)) {
     TORCH_CHECK(target.is_cpu(), "copy from pjrt to ", target, " is not supported; go through the CPU");
-    at::Tensor cpu = ToCpu(self);
+    at::Tensor cpu = ToCpu(self);  // the pjrt tensor's layout (clone's Preserve)
+    if (memory_format && *memory_format != at::MemoryFormat::Preserve) cpu = cpu.contiguous(*memory_format);
     return cpu.scalar_type() == t ? cpu : cpu.to(t);
   }
-  // host -> pjrt
-  at::Tensor out = Empty(self.sizes(), t, TargetDevice(target));
+  // host -> pjrt, laid out as PyTorch's _to_copy lays out its result
+  at::Tensor out = EmptyLike(self, t, TargetDevice(target), memory_format);
   if (out.numel() > 0) CopyHostToPjrt(out, self);
   return out;
 }
@@ -198,7 +213,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) { return ToCpu(self).item(
 
 at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> format) {
   TraceScope scope;
-  at::Tensor out = Wrap(ValMemory(self), DeviceIndex(self));
+  at::Tensor out = WrapLike(ValMemory(self), DeviceIndex(self), self, format);
   if (self.is_conj()) out._set_conj(true);  // same memory, same lazy bits
   if (self.is_neg()) out._set_neg(true);
   return out;

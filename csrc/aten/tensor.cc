@@ -213,6 +213,28 @@ at::Tensor Wrap(ir::Value v, int device) {
   return t;
 }
 
+at::Tensor EmptyLike(const at::Tensor& like, at::ScalarType dtype, int device, std::optional<at::MemoryFormat> format) {
+  at::Tensor t = Empty(like.sizes(), dtype, device);
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const at::MemoryFormat f = format.value_or(at::MemoryFormat::Preserve);
+  if (f != at::MemoryFormat::Preserve) {
+    impl->empty_tensor_restride(f);  // PyTorch's checks: channels_last needs rank 4, ...
+  } else if (like.is_non_overlapping_and_dense()) {
+    impl->set_sizes_and_strides(like.sizes(), like.strides());
+  } else {
+    impl->empty_tensor_restride(like.suggest_memory_format());
+  }
+  return t;
+}
+
+at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format) {
+  const bool keep = !format || *format == at::MemoryFormat::Preserve || *format == at::MemoryFormat::Contiguous;
+  if (keep && like.is_contiguous()) return Wrap(v, device);  // the common case
+  at::Tensor t = EmptyLike(like, ToAten(B(device).shape(v).dtype), device, format);
+  Assign(t, v);
+  return t;
+}
+
 void Assign(const at::Tensor& dst, ir::Value v) {
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(dst);
@@ -225,9 +247,15 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   if (dst.is_conj()) v = Conjugate(b, v);           // memory holds conj(value)
   const runtime::StridedView view = ViewOf(dst);
   const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(dst.scalar_type()));
-  if (runtime::CoversStorage(view, numel) && (!s.dtype() || *s.dtype() == dt)) {
-    rt.AssignFlat(s, b.Reshape(v, {numel}));
-    return;
+  if (!s.dtype() || *s.dtype() == dt) {
+    if (runtime::CoversStorage(view, numel)) {
+      rt.AssignFlat(s, b.Reshape(v, {numel}));
+      return;
+    }
+    if (runtime::CoversStoragePermuted(view, numel)) {  // channels_last, a transposed layout
+      rt.AssignFlat(s, runtime::FlatOfCover(b, view, v));
+      return;
+    }
   }
   ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
   try {

@@ -65,6 +65,13 @@ ir::Value Operand(const at::Tensor& t, int device, at::ScalarType dtype);
 at::Tensor Wrap(ir::Value v, int device);
 // An uninitialized pjrt tensor (contents read as zeros until written).
 at::Tensor Empty(at::IntArrayRef sizes, at::ScalarType dtype, int device);
+// An uninitialized pjrt tensor of `like`'s sizes, laid out as PyTorch lays
+// out clone() and to() results: in `format`, or for Preserve (the default)
+// with `like`'s strides when they are non-overlapping and dense, else in
+// `like`'s suggested memory format (channels_last stays channels_last).
+at::Tensor EmptyLike(const at::Tensor& like, at::ScalarType dtype, int device, std::optional<at::MemoryFormat> format);
+// A new pjrt tensor holding `v` (shape like.sizes()), laid out as EmptyLike.
+at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format);
 // In-place write: `dst` (any strides) now holds `v` (converted to dst's dtype).
 void Assign(const at::Tensor& dst, ir::Value v);
 

@@ -112,6 +112,33 @@ bool CoversStorage(const StridedView& v, int64_t storage_numel) {
   return true;
 }
 
+bool CoversStoragePermuted(const StridedView& v, int64_t storage_numel) {
+  if (v.offset != 0 || Numel(v.sizes) != storage_numel) return false;
+  std::vector<size_t> dims;
+  for (size_t k = 0; k < v.sizes.size(); ++k) {
+    if (v.sizes[k] != 1) dims.push_back(k);
+  }
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return v.strides[a] < v.strides[b]; });
+  int64_t expected = 1;
+  for (size_t k : dims) {
+    if (v.strides[k] != expected) return false;
+    expected *= v.sizes[k];
+  }
+  return true;
+}
+
+ir::Value FlatOfCover(ir::Builder& b, const StridedView& v, ir::Value update) {
+  // memory order: dims by decreasing stride (size-1 dims anywhere)
+  std::vector<int64_t> perm(v.sizes.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t c) {
+    const int64_t sa = v.sizes[a] == 1 ? 0 : v.strides[a], sc = v.sizes[c] == 1 ? 0 : v.strides[c];
+    return sa > sc;
+  });
+  if (!IsIdentity(perm)) update = b.Transpose(update, perm);
+  return b.Reshape(update, {Numel(v.sizes)});
+}
+
 bool UsesSlicePlan(const StridedView& v, int64_t storage_numel) {
   return Plan(v, storage_numel).ok;
 }

@@ -31,6 +31,12 @@ struct StridedView {
 
 // True when the view is the whole storage in row-major order.
 bool CoversStorage(const StridedView& v, int64_t storage_numel);
+// True when the view is the whole storage with its dims in some order: a
+// permutation of row-major order (channels_last, a transposed copy).
+bool CoversStoragePermuted(const StridedView& v, int64_t storage_numel);
+// The flat storage value (rank 1) of a view that covers its storage
+// (CoversStoragePermuted) when the view's value is `update`.
+ir::Value FlatOfCover(ir::Builder& b, const StridedView& v, ir::Value update);
 
 // The view's value, with shape v.sizes, read from `flat` (rank 1).
 ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v);

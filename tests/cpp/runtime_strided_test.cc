@@ -114,6 +114,35 @@ TEST(Strided, WritesReplaceExactlyTheViewedElements) {
   }
 }
 
+TEST(Strided, APermutedCoverIsWrittenWithoutReadingTheStorage) {
+  // channels_last (N, C, H, W) = (2, 3, 2, 4) and a transposed matrix cover
+  // their storage; a slice, an expanded view or an offset does not.
+  const std::vector<StridedView> covers = {{{2, 3, 2, 4}, {24, 1, 12, 3}, 0}, {{12, 4}, {1, 12}, 0},
+                                           {{4, 1, 12}, {12, 99, 1}, 0}};
+  for (const auto& v : covers) {
+    SCOPED_TRACE(::testing::PrintToString(v.sizes) + " strides " + ::testing::PrintToString(v.strides));
+    ASSERT_TRUE(CoversStoragePermuted(v, kN));
+    std::vector<float> upd(kN);
+    for (int64_t i = 0; i < kN; ++i) upd[i] = -1.f - static_cast<float>(i);
+    ir::Builder b;
+    auto u = b.Parameter({ir::DType::F32, {kN}});
+    std::vector<float> want(kN, 0.f);
+    for (int64_t i = 0; i < kN; ++i) {
+      int64_t rem = i, addr = 0;
+      for (size_t k = v.sizes.size(); k-- > 0;) {
+        addr += (rem % v.sizes[k]) * v.strides[k];
+        rem /= v.sizes[k];
+      }
+      want[addr] = upd[i];
+    }
+    EXPECT_EQ(RunF32(b.Build({FlatOfCover(b, v, b.Reshape(u, v.sizes))}), {upd}), want);
+  }
+  EXPECT_FALSE(CoversStoragePermuted({{3, 5}, {12, 2}, 1}, kN));
+  EXPECT_FALSE(CoversStoragePermuted({{4, 12}, {0, 1}, 0}, kN));
+  EXPECT_FALSE(CoversStoragePermuted({{4, 12}, {12, 1}, 1}, kN));
+  EXPECT_FALSE(CoversStoragePermuted({{5, 6}, {3, 1}, 0}, 30));
+}
+
 TEST(Strided, WritingAnExpandedViewIsRefused) {
   ir::Builder b;
   auto p = b.Parameter({ir::DType::F32, {kN}});

@@ -180,3 +180,83 @@ def test_dtype_views_of_another_element_size_share_the_bytes(to):
     v.add_(1) if to != torch.bool else v.logical_not_()
     (x.view(to).add_(1) if to != torch.bool else x.view(to).logical_not_())
     assert torch.equal(d.cpu(), x)  # written through the view, to the same bytes
+
+
+# ---------------------------------------------------------------- memory formats
+
+CL = torch.channels_last
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.to(memory_format=CL),
+    lambda x: x.contiguous(memory_format=CL),
+    lambda x: x.clone(memory_format=CL),
+    lambda x: x.to(memory_format=CL).clone(),  # preserve keeps channels_last
+    lambda x: x.to(memory_format=CL).to(torch.float64),
+    lambda x: x.to(memory_format=CL).contiguous(),
+    lambda x: x.transpose(1, 3).clone(),  # preserve keeps a dense permuted layout
+    lambda x: x[:, :, ::2].clone(),  # not dense: row-major
+    lambda x: torch.empty_like(x.to(memory_format=CL)).copy_(x),
+    lambda x: torch.empty(x.shape, device=x.device, memory_format=CL).copy_(x),
+    lambda x: torch.empty(2, 3, 5, 4, 2, device=x.device, memory_format=torch.channels_last_3d).fill_(1),
+], ids=["to", "contiguous", "clone", "clone_preserve", "to_dtype", "back", "transposed", "sliced", "empty_like",
+        "empty", "empty_3d"])
+def test_memory_format_requests_lay_out_as_on_the_cpu(make):
+    x = torch.randn(2, 3, 5, 4)
+    want = make(x)
+    got = make(x.to(DEV))
+    assert got.device.type == "pjrt"
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+    assert got.cpu().stride() == want.stride()  # the host copy keeps the layout, as from CUDA
+
+
+def test_channels_last_host_tensors_keep_their_layout_on_the_device():
+    x = torch.randn(2, 3, 5, 4).to(memory_format=CL)
+    d = x.to(DEV)
+    assert d.stride() == x.stride()
+    # the layout is what makes this view legal, on the CPU and here
+    torch.testing.assert_close(d.permute(0, 2, 3, 1).view(2, -1).cpu(), x.permute(0, 2, 3, 1).view(2, -1))
+    d.mul_(2).add_(1)  # in place through the permuted layout
+    torch.testing.assert_close(d.cpu(), x * 2 + 1)
+    assert d.stride() == x.stride()
+
+
+def test_memory_format_errors_match_the_cpu():
+    for fn in (lambda dev: torch.randn(3, 4, device=dev).to(memory_format=CL),
+               lambda dev: torch.empty(2, 3, 4, 5, device=dev, memory_format=torch.preserve_format),
+               lambda dev: torch.randn(2, 3, 4, 5, device=dev).contiguous(memory_format=torch.channels_last_3d)):
+        with pytest.raises(RuntimeError) as cpu:
+            fn("cpu")
+        with pytest.raises(RuntimeError, match=str(cpu.value).splitlines()[0][:40]):
+            fn(DEV)
+
+
+def test_channels_last_cnn_trains_as_on_the_cpu():
+    """model.to(memory_format=torch.channels_last), the documented CNN recipe:
+    parameters and gradients keep the layout, losses and weights match."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(),
+                                torch.nn.LazyLinear(5))
+    x = torch.randn(4, 3, 10, 10)
+    y = torch.randint(0, 5, (4,))
+    model(x)  # materialize the lazy layer
+    results = []
+    for dev in ("cpu", DEV):
+        m = __import__("copy").deepcopy(model).to(dev).to(memory_format=CL)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        xd, yd = x.to(dev).to(memory_format=CL), y.to(dev)
+        losses = []
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(m(xd), yd)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        w = m[0].weight
+        results.append((losses, w.detach().cpu(), w.stride()))
+    (cl, cw, cs), (pl, pw, ps) = results
+    assert ps == cs  # the conv weight stays channels_last through the optimizer
+    torch.testing.assert_close(torch.tensor(pl), torch.tensor(cl), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(pw, cw, rtol=1e-4, atol=1e-6)
