@@ -4,6 +4,7 @@
 // out below; every other in-place and out= form is derived (aten/derived.h).
 #include <cmath>
 
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -963,7 +964,8 @@ at::Tensor& eq_s_(at::Tensor& s, const at::Scalar& o) { return Inplace(s, eq_sca
 
 }  // namespace tpj::aten
 
-#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+// Results take their first full-size operand's layout, as TensorIterator's do (aten/layout.h).
+#define K(name, fn) TPJ_LAID(m, name, kOperands, fn)
 #define KI(name, fn) m.impl(name, TORCH_FN(tpj::aten::inplace::fn))
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

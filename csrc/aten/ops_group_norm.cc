@@ -5,6 +5,7 @@
 // opmath does, and round once at the end.
 #include <optional>
 
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -112,6 +113,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm_backward(
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  K("native_group_norm", native_group_norm);
-  K("native_group_norm_backward", native_group_norm_backward);
+  TPJ_LAID(m, "native_group_norm", kInput, native_group_norm);
+  TPJ_LAID(m, "native_group_norm_backward", kInput, native_group_norm_backward);
 }

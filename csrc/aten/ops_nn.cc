@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -573,15 +574,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_backward(
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("native_layer_norm", native_layer_norm);
   K("native_layer_norm_backward", native_layer_norm_backward);
-  K("native_batch_norm", native_batch_norm);
-  K("_batch_norm_with_update", batch_norm_with_update);
-  K("batch_norm_backward", batch_norm_backward);
-  K("_native_batch_norm_legit", bn_legit);
-  K("_native_batch_norm_legit.no_stats", bn_legit_no_stats);
-  K("_native_batch_norm_legit_no_training", bn_legit_no_training);
-  K("native_batch_norm_backward", native_batch_norm_backward);
-  K("convolution_overrideable", convolution_overrideable);
-  K("convolution_backward_overrideable", convolution_backward_overrideable);
+  TPJ_LAID(m, "native_batch_norm", kInput, native_batch_norm);
+  TPJ_LAID(m, "_batch_norm_with_update", kInput, batch_norm_with_update);
+  TPJ_LAID(m, "batch_norm_backward", kInput, batch_norm_backward);
+  TPJ_LAID(m, "_native_batch_norm_legit", kInput, bn_legit);
+  TPJ_LAID(m, "_native_batch_norm_legit.no_stats", kInput, bn_legit_no_stats);
+  TPJ_LAID(m, "_native_batch_norm_legit_no_training", kInput, bn_legit_no_training);
+  TPJ_LAID(m, "native_batch_norm_backward", kInput, native_batch_norm_backward);
+  TPJ_LAID(m, "convolution_overrideable", kInput, convolution_overrideable);
+  TPJ_LAID(m, "convolution_backward_overrideable", kInput, convolution_backward_overrideable);
   K("nll_loss_forward", nll_loss_forward);
   K("nll_loss_backward", nll_loss_backward);
   K("nll_loss2d_forward", nll_loss2d_forward);

@@ -9,6 +9,7 @@
 // backward adds each copied element's gradient back to its source.
 #include <array>
 
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -193,14 +194,14 @@ TPJ_PAD(replication_pad3d, 3, false)
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("reflection_pad1d", reflection_pad1d);
   K("reflection_pad1d_backward", reflection_pad1d_backward);
-  K("reflection_pad2d", reflection_pad2d);
-  K("reflection_pad2d_backward", reflection_pad2d_backward);
-  K("reflection_pad3d", reflection_pad3d);
-  K("reflection_pad3d_backward", reflection_pad3d_backward);
+  TPJ_LAID(m, "reflection_pad2d", kInput, reflection_pad2d);
+  TPJ_LAID(m, "reflection_pad2d_backward", kInput, reflection_pad2d_backward);
+  TPJ_LAID(m, "reflection_pad3d", kInput, reflection_pad3d);
+  TPJ_LAID(m, "reflection_pad3d_backward", kInput, reflection_pad3d_backward);
   K("replication_pad1d", replication_pad1d);
   K("replication_pad1d_backward", replication_pad1d_backward);
-  K("replication_pad2d", replication_pad2d);
-  K("replication_pad2d_backward", replication_pad2d_backward);
-  K("replication_pad3d", replication_pad3d);
-  K("replication_pad3d_backward", replication_pad3d_backward);
+  TPJ_LAID(m, "replication_pad2d", kInput, replication_pad2d);
+  TPJ_LAID(m, "replication_pad2d_backward", kInput, replication_pad2d_backward);
+  TPJ_LAID(m, "replication_pad3d", kInput, replication_pad3d);
+  TPJ_LAID(m, "replication_pad3d_backward", kInput, replication_pad3d_backward);
 }

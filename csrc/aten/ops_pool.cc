@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -642,20 +643,20 @@ at::Tensor adaptive_max_pool3d_backward(const at::Tensor& grad, const at::Tensor
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  K("max_pool2d_with_indices", max_pool2d_with_indices);
-  K("max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
+  TPJ_LAID(m, "max_pool2d_with_indices", kInput, max_pool2d_with_indices);
+  TPJ_LAID(m, "max_pool2d_with_indices_backward", kInput, max_pool2d_with_indices_backward);
   K("max_pool3d_with_indices", max_pool3d_with_indices);
   K("max_pool3d_with_indices_backward", max_pool3d_with_indices_backward);
-  K("avg_pool2d", avg_pool2d);
-  K("avg_pool2d_backward", avg_pool2d_backward);
+  TPJ_LAID(m, "avg_pool2d", kInput, avg_pool2d);
+  TPJ_LAID(m, "avg_pool2d_backward", kInput, avg_pool2d_backward);
   K("avg_pool3d", avg_pool3d);
   K("avg_pool3d_backward", avg_pool3d_backward);
-  K("_adaptive_avg_pool2d", adaptive_avg_pool2d);
-  K("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
+  TPJ_LAID(m, "_adaptive_avg_pool2d", kInput, adaptive_avg_pool2d);
+  TPJ_LAID(m, "_adaptive_avg_pool2d_backward", kInput, adaptive_avg_pool2d_backward);
   K("_adaptive_avg_pool3d", adaptive_avg_pool3d);
   K("_adaptive_avg_pool3d_backward", adaptive_avg_pool3d_backward);
-  K("adaptive_max_pool2d", adaptive_max_pool2d);
-  K("adaptive_max_pool2d_backward", adaptive_max_pool2d_backward);
+  TPJ_LAID(m, "adaptive_max_pool2d", kInput, adaptive_max_pool2d);
+  TPJ_LAID(m, "adaptive_max_pool2d_backward", kInput, adaptive_max_pool2d_backward);
   K("adaptive_max_pool3d", adaptive_max_pool3d);
   K("adaptive_max_pool3d_backward", adaptive_max_pool3d_backward);
   K("max_unpool2d", max_unpool2d);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "aten/generator.h"
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -324,7 +325,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("bernoulli", bernoulli);
   K("random_.from", random_from_);
   K("random_.to", random_to_);
-  K("native_dropout", native_dropout);
-  K("native_dropout_backward", native_dropout_backward);
+  TPJ_LAID(m, "native_dropout", kOperands, native_dropout);
+  TPJ_LAID(m, "native_dropout_backward", kOperands, native_dropout_backward);
   K("multinomial", multinomial);
 }

@@ -9,6 +9,7 @@
 #include <ATen/AccumulateType.h>
 #include <ATen/native/RangeUtils.h>
 
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -45,8 +46,14 @@ at::Tensor cat(const at::ITensorListRef& list, int64_t dim) {
     }
     vals.push_back(Operand(*x, d, t));
   }
-  if (vals.size() == 1) return Wrap(vals[0], d);
-  return Wrap(B(d).Concatenate(vals, w), d);
+  at::Tensor out = vals.size() == 1 ? Wrap(vals[0], d) : Wrap(B(d).Concatenate(vals, w), d);
+  // PyTorch's layout: the inputs' memory format when they all suggest the same one
+  const at::MemoryFormat f = kept[0]->suggest_memory_format();
+  for (const at::Tensor* x : kept) {
+    if (x->suggest_memory_format() != f) return out;
+  }
+  RelayoutTo(out, f);
+  return out;
 }
 
 at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
@@ -999,7 +1006,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("triu", triu);
   K("tril_", tril_);
   K("triu_", triu_);
-  K("constant_pad_nd", constant_pad_nd);
+  TPJ_LAID(m, "constant_pad_nd", kInput, constant_pad_nd);
   K("sort.stable", sort_stable);
   K("sort", sort);
   K("topk", topk);

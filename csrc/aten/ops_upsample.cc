@@ -28,6 +28,7 @@
 #include <ATen/ops/upsample_linear1d.h>
 #include <ATen/ops/upsample_trilinear3d.h>
 
+#include "aten/layout.h"
 #include "aten/lowering.h"
 #include "runtime/metrics.h"
 
@@ -508,25 +509,25 @@ at::Tensor bicubic2d_aa_bw(const at::Tensor& g, at::IntArrayRef o, at::IntArrayR
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("upsample_nearest1d", nearest1d);
-  K("upsample_nearest2d", nearest2d);
+  TPJ_LAID(m, "upsample_nearest2d", kInput, nearest2d);
   K("upsample_nearest3d", nearest3d);
   K("upsample_nearest1d_backward", nearest1d_bw);
-  K("upsample_nearest2d_backward", nearest2d_bw);
+  TPJ_LAID(m, "upsample_nearest2d_backward", kInput, nearest2d_bw);
   K("upsample_nearest3d_backward", nearest3d_bw);
   K("_upsample_nearest_exact1d", exact1d);
-  K("_upsample_nearest_exact2d", exact2d);
+  TPJ_LAID(m, "_upsample_nearest_exact2d", kInput, exact2d);
   K("_upsample_nearest_exact3d", exact3d);
   K("_upsample_nearest_exact1d_backward", exact1d_bw);
-  K("_upsample_nearest_exact2d_backward", exact2d_bw);
+  TPJ_LAID(m, "_upsample_nearest_exact2d_backward", kInput, exact2d_bw);
   K("_upsample_nearest_exact3d_backward", exact3d_bw);
   K("upsample_linear1d", linear1d);
-  K("upsample_bilinear2d", bilinear2d);
+  TPJ_LAID(m, "upsample_bilinear2d", kInput, bilinear2d);
   K("upsample_trilinear3d", trilinear3d);
-  K("upsample_bicubic2d", bicubic2d);
+  TPJ_LAID(m, "upsample_bicubic2d", kInput, bicubic2d);
   K("upsample_linear1d_backward", linear1d_bw);
-  K("upsample_bilinear2d_backward", bilinear2d_bw);
+  TPJ_LAID(m, "upsample_bilinear2d_backward", kInput, bilinear2d_bw);
   K("upsample_trilinear3d_backward", trilinear3d_bw);
-  K("upsample_bicubic2d_backward", bicubic2d_bw);
+  TPJ_LAID(m, "upsample_bicubic2d_backward", kInput, bicubic2d_bw);
   K("_upsample_bilinear2d_aa", bilinear2d_aa);
   K("_upsample_bicubic2d_aa", bicubic2d_aa);
   K("_upsample_bilinear2d_aa_backward", bilinear2d_aa_bw);

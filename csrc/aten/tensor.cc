@@ -9,10 +9,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
-
 #include "aten/device.h"
+#include "aten/layout.h"
 
 namespace tpj::aten {
 namespace {
@@ -225,6 +226,40 @@ at::Tensor EmptyLike(const at::Tensor& like, at::ScalarType dtype, int device, s
     impl->empty_tensor_restride(like.suggest_memory_format());
   }
   return t;
+}
+
+namespace {
+
+// A fresh row-major result, held by nobody else: its storage can be laid out anew.
+bool Relayoutable(const at::Tensor& r) {
+  return r.defined() && IsPjrt(r) && r.numel() > 1 && r.is_contiguous() && r.storage_offset() == 0 &&
+         r.storage().use_count() == 1 && !r.is_conj() && !r.is_neg();
+}
+
+void Relayout(const at::Tensor& r, const std::function<void(c10::TensorImpl*)>& restride) {
+  runtime::TraceScope s;
+  runtime::Metrics::Get().Add("relayouts");
+  ir::Value v = Val(r);
+  restride(r.unsafeGetTensorImpl());
+  Assign(r, v);
+}
+
+}  // namespace
+
+void RelayoutTo(const at::Tensor& r, at::MemoryFormat f) {
+  if (!Relayoutable(r) || r.is_contiguous(f)) return;
+  const bool fits = (f == at::MemoryFormat::ChannelsLast && r.dim() == 4) ||
+                    (f == at::MemoryFormat::ChannelsLast3d && r.dim() == 5);
+  if (!fits) return;
+  Relayout(r, [f](c10::TensorImpl* impl) { impl->empty_tensor_restride(f); });
+}
+
+void RelayoutLike(const at::Tensor& r, const at::Tensor& like) {
+  if (!Relayoutable(r) || like.sizes() != r.sizes() || like.strides() == r.strides() ||
+      !like.is_non_overlapping_and_dense()) {
+    return;
+  }
+  Relayout(r, [&like](c10::TensorImpl* impl) { impl->set_sizes_and_strides(like.sizes(), like.strides()); });
 }
 
 at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format) {

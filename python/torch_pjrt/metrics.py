@@ -15,6 +15,8 @@ Counters (``counters()``):
   synced traces that were built rather than taken over from an earlier
   trace of the same ops (none in a steady training step; see
   ``docs/performance.md``);
+- ``relayouts``: op results laid out anew to keep an input's memory format
+  (channels_last in, channels_last out, as on the CPU; ``aten/layout.h``);
 - ``replays``: calls of torch.compile graphs run from their recording,
   ``replays_joined`` of them by joining the device's lazy trace rather than
   launching their own program; ``replay_recordings``, ``replay_refused``

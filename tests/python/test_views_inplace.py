@@ -260,3 +260,60 @@ def test_channels_last_cnn_trains_as_on_the_cpu():
     assert ps == cs  # the conv weight stays channels_last through the optimizer
     torch.testing.assert_close(torch.tensor(pl), torch.tensor(cl), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(pw, cw, rtol=1e-4, atol=1e-6)
+
+
+F = torch.nn.functional
+OPS_ON_CHANNELS_LAST = {
+    "relu": lambda x, c, w: F.relu(x),
+    "add_first_decides": lambda x, c, w: x + c,
+    "add_row_major_first": lambda x, c, w: c + x,
+    "broadcast": lambda x, c, w: x * c[0, :, :1, :1],
+    "where": lambda x, c, w: torch.where(x > 0, x, c),
+    "gelu": lambda x, c, w: F.gelu(x),
+    "conv": lambda x, c, w: F.conv2d(x, w, padding=1),
+    "conv_weight_decides": lambda x, c, w: F.conv2d(x.contiguous(), w.contiguous(memory_format=CL)),
+    "batch_norm": lambda x, c, w: F.batch_norm(x, None, None, training=True),
+    "max_pool": lambda x, c, w: F.max_pool2d(x, 2),
+    "avg_pool": lambda x, c, w: F.avg_pool2d(x, 2),
+    "adaptive_avg_pool": lambda x, c, w: F.adaptive_avg_pool2d(x, 3),
+    "upsample": lambda x, c, w: F.interpolate(x, scale_factor=2, mode="bilinear"),
+    "group_norm": lambda x, c, w: F.group_norm(x, 3),
+    "pad": lambda x, c, w: F.pad(x, (1, 1, 1, 1)),
+    "reflect_pad": lambda x, c, w: F.pad(x, (1, 1, 1, 1), mode="reflect"),
+    "cat": lambda x, c, w: torch.cat([x, x], 1),
+    "cat_mixed": lambda x, c, w: torch.cat([x, c], 1),
+    "softmax": lambda x, c, w: torch.softmax(x, 1),
+    "transposed_2d": lambda x, c, w: x.contiguous()[0, 0].t() * 2,
+}
+
+
+@pytest.mark.parametrize("name", list(OPS_ON_CHANNELS_LAST))
+def test_op_results_keep_the_layout_the_cpu_gives(name):
+    """Results and input gradients have the CPU's strides (channels_last in,
+    channels_last out, TensorIterator's first-operand rule) and its values."""
+    fn = OPS_ON_CHANNELS_LAST[name]
+    torch.manual_seed(0)
+    x0, c0, w0 = torch.randn(2, 6, 6, 6).to(memory_format=CL), torch.randn(2, 6, 6, 6), torch.randn(6, 6, 3, 3)
+    outs = []
+    for dev in ("cpu", DEV):
+        x = x0.to(dev).detach().requires_grad_()
+        c, w = c0.to(dev), w0.to(dev)
+        y = fn(x, c, w)
+        y.backward(torch.ones_like(y))
+        outs.append((y, x.grad))
+    (cy, cg), (py, pg) = outs
+    assert py.stride() == cy.stride()
+    assert pg.stride() == cg.stride()
+    torch.testing.assert_close(py.cpu(), cy.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(pg.cpu(), cg, rtol=1e-5, atol=1e-5)
+
+
+def test_channels_last_results_view_as_on_the_cpu():
+    """The layout is what makes these views legal: NHWC flattening of a conv
+    block's output, as channels_last code writes it."""
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    x = torch.randn(2, 3, 8, 8).to(memory_format=CL)
+    want = block.to(memory_format=CL)(x).permute(0, 2, 3, 1).view(2, -1)
+    got = block.to(DEV)(x.to(DEV)).permute(0, 2, 3, 1).view(2, -1)
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,92 @@
+// Memory formats of op results. PyTorch keeps a channels_last (or otherwise
+// permuted) input's layout through its ops: an elementwise result takes the
+// layout of its first operand of the result's shape (TensorIterator), and
+// convolutions, batch norm, pooling and upsampling lay their results out in
+// the input's suggested memory format. The lowerings compute values and
+// return row-major tensors; registering a kernel through Laid<> lays its
+// fresh results out as PyTorch would (docs/semantics.md). Inputs that are
+// all row-major, the common case, cost one flag test each.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <tuple>
+#include <type_traits>
+
+namespace tpj::aten {
+
+// `r` (a fresh row-major result nobody else holds) laid out in format `f`,
+// or with `like`'s strides (same sizes, non-overlapping and dense); its
+// value is unchanged. Anything else is left as it is.
+void RelayoutTo(const at::Tensor& r, at::MemoryFormat f);
+void RelayoutLike(const at::Tensor& r, const at::Tensor& like);
+
+enum class LayoutRule {
+  kOperands,  // elementwise: the first operand of the result's shape decides
+  kInput,     // conv, norm, pool, upsample: the first two tensor arguments' suggested format
+};
+
+namespace layout_detail {
+
+template <class T>
+const at::Tensor* TensorArg(const T& a) {
+  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+    return a.defined() ? &a : nullptr;
+  } else {
+    return nullptr;
+  }
+}
+
+template <class F>
+void ForEachResult(const at::Tensor& r, F&& f) {
+  f(r);
+}
+template <class... T, class F>
+void ForEachResult(const std::tuple<T...>& r, F&& f) {
+  std::apply([&](const auto&... x) { (ForEachResult(x, f), ...); }, r);
+}
+template <class T, class F>
+void ForEachResult(const T&, F&&) {}
+
+template <class... A>
+void Apply(LayoutRule rule, const at::Tensor& out, const A&... args) {
+  if (!out.defined()) return;
+  const at::Tensor* pick = nullptr;
+  int seen = 0;
+  auto consider = [&](const at::Tensor* t) {
+    if (!t || pick) return;
+    if (rule == LayoutRule::kOperands) {
+      if (t->sizes() == out.sizes()) pick = t;
+    } else if (seen++ < 2 && t->dim() == out.dim() && !t->is_contiguous() &&
+               t->suggest_memory_format() != at::MemoryFormat::Contiguous) {
+      pick = t;
+    }
+  };
+  (consider(TensorArg(args)), ...);
+  if (!pick || pick->is_contiguous()) return;
+  if (rule == LayoutRule::kOperands && pick->is_non_overlapping_and_dense()) {
+    RelayoutLike(out, *pick);
+  } else {
+    RelayoutTo(out, pick->suggest_memory_format());
+  }
+}
+
+}  // namespace layout_detail
+
+template <LayoutRule Rule, class Sig, Sig* F>
+struct Laid;
+
+template <LayoutRule Rule, class R, class... A, R (*F)(A...)>
+struct Laid<Rule, R(A...), F> {
+  static R Call(A... args) {
+    R r = F(args...);
+    layout_detail::ForEachResult(r, [&](const at::Tensor& out) { layout_detail::Apply(Rule, out, args...); });
+    return r;
+  }
+};
+
+}  // namespace tpj::aten
+
+// Registers kernel `fn` (in tpj::aten) through Laid<rule>.
+#define TPJ_LAID(m, name, rule, fn) \
+  (m).impl(name, TORCH_FN((::tpj::aten::Laid<::tpj::aten::LayoutRule::rule, decltype(::tpj::aten::fn), ::tpj::aten::fn>::Call)))
