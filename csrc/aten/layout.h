@@ -64,6 +64,10 @@ void Apply(LayoutRule rule, const at::Tensor& out, const A&... args) {
   };
   (consider(TensorArg(args)), ...);
   if (!pick || pick->is_contiguous()) return;
+  bool alias = false;  // a kernel that hands back (a view of) an argument: not a fresh result
+  auto check = [&](const at::Tensor* t) { alias = alias || (t && out.is_alias_of(*t)); };
+  (check(TensorArg(args)), ...);
+  if (alias) return;
   if (rule == LayoutRule::kOperands && pick->is_non_overlapping_and_dense()) {
     RelayoutLike(out, *pick);
   } else {
@@ -78,6 +82,7 @@ struct Laid;
 
 template <LayoutRule Rule, class R, class... A, R (*F)(A...)>
 struct Laid<Rule, R(A...), F> {
+  static_assert(!std::is_reference_v<R>, "in-place and out= kernels keep their output's layout: register them plainly");
   static R Call(A... args) {
     R r = F(args...);
     layout_detail::ForEachResult(r, [&](const at::Tensor& out) { layout_detail::Apply(Rule, out, args...); });

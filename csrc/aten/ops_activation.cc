@@ -1,6 +1,7 @@
 // Activations beyond the elementwise file's: GLU (gated convolutions and
 // feed-forward blocks), PReLU's kernel, hardshrink and softshrink, each with
 // its backward, as the CPU computes them.
+#include "aten/layout.h"
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -154,14 +155,14 @@ at::Tensor& rrelu_with_noise_(at::Tensor& self, at::Tensor& noise, const at::Sca
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  K("glu", glu);
+  TPJ_LAID(m, "glu", kInput, glu);
   K("rrelu_with_noise", rrelu_with_noise);
   K("rrelu_with_noise_", rrelu_with_noise_);
-  K("glu_backward", glu_backward);
-  K("_prelu_kernel", prelu_kernel);
-  K("_prelu_kernel_backward", prelu_kernel_backward);
-  K("hardshrink", hardshrink);
-  K("hardshrink_backward", shrink_backward);
-  K("softshrink", softshrink);
-  K("softshrink_backward", shrink_backward);
+  TPJ_LAID(m, "glu_backward", kInput, glu_backward);
+  TPJ_LAID(m, "_prelu_kernel", kOperands, prelu_kernel);
+  TPJ_LAID(m, "_prelu_kernel_backward", kOperands, prelu_kernel_backward);
+  TPJ_LAID(m, "hardshrink", kOperands, hardshrink);
+  TPJ_LAID(m, "hardshrink_backward", kOperands, shrink_backward);
+  TPJ_LAID(m, "softshrink", kOperands, softshrink);
+  TPJ_LAID(m, "softshrink_backward", kOperands, shrink_backward);
 }

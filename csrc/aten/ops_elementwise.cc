@@ -1084,8 +1084,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("clamp_min", clamp_min);
   K("clamp_max", clamp_max);
   K("where.self", where_self);
-  K("masked_fill_.Scalar", masked_fill_scalar_);
-  K("masked_fill_.Tensor", masked_fill_tensor_);
+  m.impl("masked_fill_.Scalar", TORCH_FN(tpj::aten::masked_fill_scalar_));  // in place: plain
+  m.impl("masked_fill_.Tensor", TORCH_FN(tpj::aten::masked_fill_tensor_));
   K("addcmul", addcmul);
   K("addcdiv", addcdiv);
   K("lerp.Scalar", lerp_scalar);

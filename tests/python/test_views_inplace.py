@@ -283,6 +283,11 @@ OPS_ON_CHANNELS_LAST = {
     "cat": lambda x, c, w: torch.cat([x, x], 1),
     "cat_mixed": lambda x, c, w: torch.cat([x, c], 1),
     "softmax": lambda x, c, w: torch.softmax(x, 1),
+    "glu": lambda x, c, w: F.glu(x, 1),
+    "prelu": lambda x, c, w: F.prelu(x, torch.full((6,), 0.1, device=x.device)),
+    "hardshrink": lambda x, c, w: F.hardshrink(x),
+    "special_function": lambda x, c, w: torch.special.erfinv(x.tanh() * 0.9),
+    "logaddexp": lambda x, c, w: torch.logaddexp(x, c),
     "transposed_2d": lambda x, c, w: x.contiguous()[0, 0].t() * 2,
 }
 
