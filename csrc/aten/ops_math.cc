@@ -671,55 +671,56 @@ at::Tensor clamp_max_t(const at::Tensor& a, const at::Tensor& hi) {
 }  // namespace
 }  // namespace tpj::aten
 
-#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+// Results take their first full-size operand's layout, as TensorIterator's do (aten/layout.h).
+#define K(name, fn) TPJ_LAID(m, name, kOperands, fn)
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  TPJ_LAID(m, "asin", kOperands, asin);
-  TPJ_LAID(m, "acos", kOperands, acos);
-  TPJ_LAID(m, "atan", kOperands, atan);
-  TPJ_LAID(m, "sinh", kOperands, sinh);
-  TPJ_LAID(m, "cosh", kOperands, cosh);
-  TPJ_LAID(m, "asinh", kOperands, asinh);
-  TPJ_LAID(m, "acosh", kOperands, acosh);
-  TPJ_LAID(m, "atanh", kOperands, atanh);
-  TPJ_LAID(m, "log2", kOperands, log2);
-  TPJ_LAID(m, "log10", kOperands, log10);
-  TPJ_LAID(m, "exp2", kOperands, exp2);
-  TPJ_LAID(m, "logaddexp", kOperands, logaddexp);
-  TPJ_LAID(m, "logaddexp2", kOperands, logaddexp2);
-  TPJ_LAID(m, "xlogy.Tensor", kOperands, xlogy);
-  TPJ_LAID(m, "xlogy.Scalar_Self", kOperands, xlogy_ss);
-  TPJ_LAID(m, "xlogy.Scalar_Other", kOperands, xlogy_so);
-  TPJ_LAID(m, "special_xlog1py", kOperands, xlog1py);
-  TPJ_LAID(m, "special_xlog1py.self_scalar", kOperands, xlog1py_ss);
-  TPJ_LAID(m, "special_xlog1py.other_scalar", kOperands, xlog1py_so);
-  TPJ_LAID(m, "nan_to_num", kOperands, nan_to_num);
-  TPJ_LAID(m, "frac", kOperands, frac);
-  TPJ_LAID(m, "sinc", kOperands, sinc);
-  TPJ_LAID(m, "fmax", kOperands, fmax);
-  TPJ_LAID(m, "fmin", kOperands, fmin);
-  TPJ_LAID(m, "hypot", kOperands, hypot);
-  TPJ_LAID(m, "heaviside", kOperands, heaviside);
-  TPJ_LAID(m, "logit", kOperands, logit);
-  TPJ_LAID(m, "logit_backward", kOperands, logit_backward);
-  TPJ_LAID(m, "special_entr", kOperands, entr);
-  TPJ_LAID(m, "erfinv", kOperands, erfinv);
-  TPJ_LAID(m, "erfc", kOperands, erfc);
-  TPJ_LAID(m, "i0", kOperands, i0);
-  TPJ_LAID(m, "special_i0e", kOperands, i0e);
-  TPJ_LAID(m, "special_i1", kOperands, i1);
-  TPJ_LAID(m, "special_i1e", kOperands, i1e);
+  K("asin", asin);
+  K("acos", acos);
+  K("atan", atan);
+  K("sinh", sinh);
+  K("cosh", cosh);
+  K("asinh", asinh);
+  K("acosh", acosh);
+  K("atanh", atanh);
+  K("log2", log2);
+  K("log10", log10);
+  K("exp2", exp2);
+  K("logaddexp", logaddexp);
+  K("logaddexp2", logaddexp2);
+  K("xlogy.Tensor", xlogy);
+  K("xlogy.Scalar_Self", xlogy_ss);
+  K("xlogy.Scalar_Other", xlogy_so);
+  K("special_xlog1py", xlog1py);
+  K("special_xlog1py.self_scalar", xlog1py_ss);
+  K("special_xlog1py.other_scalar", xlog1py_so);
+  K("nan_to_num", nan_to_num);
+  K("frac", frac);
+  K("sinc", sinc);
+  K("fmax", fmax);
+  K("fmin", fmin);
+  K("hypot", hypot);
+  K("heaviside", heaviside);
+  K("logit", logit);
+  K("logit_backward", logit_backward);
+  K("special_entr", entr);
+  K("erfinv", erfinv);
+  K("erfc", erfc);
+  K("i0", i0);
+  K("special_i0e", i0e);
+  K("special_i1", i1);
+  K("special_i1e", i1e);
   K("kaiser_window.beta", kaiser_window);
-  TPJ_LAID(m, "lgamma", kOperands, lgamma);
-  TPJ_LAID(m, "digamma", kOperands, digamma);
-  TPJ_LAID(m, "polygamma", kOperands, polygamma);
-  TPJ_LAID(m, "special_zeta", kOperands, zeta);
-  TPJ_LAID(m, "special_zeta.other_scalar", kOperands, zeta_ss);
-  TPJ_LAID(m, "special_zeta.self_scalar", kOperands, zeta_st);
-  TPJ_LAID(m, "gcd", kOperands, gcd);
-  TPJ_LAID(m, "lcm", kOperands, lcm);
-  TPJ_LAID(m, "frexp.Tensor", kOperands, frexp);
-  TPJ_LAID(m, "nextafter", kOperands, nextafter);
-  TPJ_LAID(m, "clamp_min.Tensor", kOperands, clamp_min_t);
-  TPJ_LAID(m, "clamp_max.Tensor", kOperands, clamp_max_t);
+  K("lgamma", lgamma);
+  K("digamma", digamma);
+  K("polygamma", polygamma);
+  K("special_zeta", zeta);
+  K("special_zeta.other_scalar", zeta_ss);
+  K("special_zeta.self_scalar", zeta_st);
+  K("gcd", gcd);
+  K("lcm", lcm);
+  K("frexp.Tensor", frexp);
+  K("nextafter", nextafter);
+  K("clamp_min.Tensor", clamp_min_t);
+  K("clamp_max.Tensor", clamp_max_t);
 }
