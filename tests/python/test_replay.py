@@ -124,7 +124,7 @@ def _steady_counts(compile_model, compile_step, steps=3, join=True):
     per = lambda k: c.get(k, 0) / steps
     loss.cpu()
     return {k: per(k) for k in ("executions", "replays", "replays_joined", "compiles", "cache_hits", "traced_ops",
-                                "bytes_to_device", "bytes_to_host", "ir_nodes_built")}
+                                "bytes_to_device", "bytes_to_host", "ir_nodes_built", "relayouts")}
 
 
 # Host transfers per steady step: nothing is uploaded; the only bytes read
@@ -138,6 +138,7 @@ def test_steady_step_lazy_is_one_program():
     assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
     assert c["traced_ops"] > 50  # the whole step is traced
     assert c["ir_nodes_built"] == 0  # ... over the last step's nodes
+    assert c["relayouts"] == 0  # row-major in, row-major out: no layout work (aten/layout.h)
 
 
 def test_steady_step_compiled_model_is_one_program():
