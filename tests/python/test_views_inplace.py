@@ -322,3 +322,29 @@ def test_channels_last_results_view_as_on_the_cpu():
     want = block.to(memory_format=CL)(x).permute(0, 2, 3, 1).view(2, -1)
     got = block.to(DEV)(x.to(DEV)).permute(0, 2, 3, 1).view(2, -1)
     torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_channels_last_mobilenet_trains_as_on_the_cpu():
+    """Depthwise convolutions, squeeze-excite (a pooled (N, C, 1, 1) scale
+    broadcast over the map), hardswish: channels_last through the zoo's
+    MobileNetV3, against the CPU."""
+    import copy
+
+    import zoo
+
+    model, batches = zoo.make("mobilenetv3")
+    torch_pjrt.metrics.reset()
+    losses = []
+    for dev in ("cpu", DEV):
+        m = copy.deepcopy(model).to(dev).to(memory_format=CL)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        run = []
+        for b in batches:
+            loss = F.cross_entropy(m(b["x"].to(dev).to(memory_format=CL)), b["y"].to(dev))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            run.append(loss.item())
+        losses.append(run)
+    assert torch_pjrt.metrics.fallbacks() == {}
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-5, atol=1e-6)
