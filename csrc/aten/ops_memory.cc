@@ -126,8 +126,10 @@ void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
   const int64_t numel = static_cast<int64_t>(s.nbytes() / dst.element_size());
   const runtime::StridedView view = ViewOf(dst);
   TraceScope scope;
-  const bool same_type = !s.dtype() || *s.dtype() == dt;
-  if (same_type && !runtime::CoversStorage(view, numel) && runtime::CoversStoragePermuted(view, numel)) {
+  // Raw uploads only where memory holds the values themselves: a conjugate or
+  // negative view's memory holds conj(value) / -value (Assign writes that).
+  const bool raw = (!s.dtype() || *s.dtype() == dt) && !dst.is_conj() && !dst.is_neg();
+  if (raw && !runtime::CoversStorage(view, numel) && runtime::CoversStoragePermuted(view, numel)) {
     // channels_last or another permuted layout over the whole storage: the
     // host copy is laid out as the storage is, and uploaded as it is
     at::Tensor laid = at::empty_strided(dst.sizes(), dst.strides(), at::TensorOptions().dtype(dst.scalar_type()));
@@ -135,8 +137,9 @@ void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
     rt.UploadTo(s, laid.const_data_ptr(), dt);
     return;
   }
-  at::Tensor dense = src.expand(dst.sizes()).to(dst.scalar_type()).contiguous();
-  if (same_type && dense.numel() == numel && runtime::CoversStorage(view, numel)) {
+  // (a conjugate or negative host view's bits resolved: its memory is not its value)
+  at::Tensor dense = src.expand(dst.sizes()).to(dst.scalar_type()).contiguous().resolve_conj().resolve_neg();
+  if (raw && dense.numel() == numel && runtime::CoversStorage(view, numel)) {
     rt.UploadTo(s, dense.const_data_ptr(), dt);
     return;
   }

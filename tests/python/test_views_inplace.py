@@ -348,3 +348,19 @@ def test_channels_last_mobilenet_trains_as_on_the_cpu():
         losses.append(run)
     assert torch_pjrt.metrics.fallbacks() == {}
     torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-5, atol=1e-6)
+
+
+def test_host_copies_respect_conjugate_and_negative_bits():
+    """A conjugate or negative view's memory holds conj(value) / -value: a
+    host copy into such a view, or from one, writes values, not raw memory."""
+    src = torch.tensor([1 + 2j, 3 - 1j, -2 + 0.5j])
+    for make_dst, source in ((lambda dev: torch.zeros(3, dtype=torch.complex64, device=dev), src.conj()),
+                             (lambda dev: torch.zeros(3, dtype=torch.complex64, device=dev).conj(), src),
+                             (lambda dev: torch.zeros(3, device=dev)._neg_view(), torch.tensor([1.0, 2.0, 3.0])),
+                             (lambda dev: torch.zeros(3, device=dev), torch.tensor([1.0, 2.0, 3.0])._neg_view())):
+        want, got = make_dst("cpu"), make_dst(DEV)
+        want.copy_(source)
+        got.copy_(source)
+        torch.testing.assert_close(got.cpu(), want)
+        base_want, base_got = want._base if want._base is not None else want, got._base if got._base is not None else got
+        torch.testing.assert_close(base_got.cpu().resolve_conj().resolve_neg(), base_want.resolve_conj().resolve_neg())
