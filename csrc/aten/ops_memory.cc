@@ -129,20 +129,19 @@ void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
   // Raw uploads only where memory holds the values themselves: a conjugate or
   // negative view's memory holds conj(value) / -value (Assign writes that).
   const bool raw = (!s.dtype() || *s.dtype() == dt) && !dst.is_conj() && !dst.is_neg();
-  if (raw && !runtime::CoversStorage(view, numel) && runtime::CoversStoragePermuted(view, numel)) {
-    // channels_last or another permuted layout over the whole storage: the
-    // host copy is laid out as the storage is, and uploaded as it is
-    at::Tensor laid = at::empty_strided(dst.sizes(), dst.strides(), at::TensorOptions().dtype(dst.scalar_type()));
-    laid.copy_(src.expand(dst.sizes()));
-    rt.UploadTo(s, laid.const_data_ptr(), dt);
+  if (raw && runtime::CoversStoragePermuted(view, numel)) {
+    // the whole storage (row-major, channels_last, ...): the host data laid
+    // out as the storage is, unless it already is, then uploaded as it is
+    at::Tensor host = src.expand(dst.sizes());
+    if (host.scalar_type() != dst.scalar_type() || host.strides() != dst.strides() || host.is_conj() || host.is_neg()) {
+      host = at::empty_strided(dst.sizes(), dst.strides(), at::TensorOptions().dtype(dst.scalar_type()));
+      host.copy_(src.expand(dst.sizes()));  // (copy_ applies a conjugate or negative source's bits)
+    }
+    rt.UploadTo(s, host.const_data_ptr(), dt);
     return;
   }
   // (a conjugate or negative host view's bits resolved: its memory is not its value)
   at::Tensor dense = src.expand(dst.sizes()).to(dst.scalar_type()).contiguous().resolve_conj().resolve_neg();
-  if (raw && dense.numel() == numel && runtime::CoversStorage(view, numel)) {
-    rt.UploadTo(s, dense.const_data_ptr(), dt);
-    return;
-  }
   ir::Value v = rt.UploadValue(s.device(), dense.const_data_ptr(), dt, dense.numel());
   Assign(dst, B(s.device()).Reshape(v, dst.sizes().vec()));
 }

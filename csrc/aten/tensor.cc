@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 
 #include "aten/device.h"
@@ -236,11 +235,12 @@ bool Relayoutable(const at::Tensor& r) {
          r.storage().use_count() == 1 && !r.is_conj() && !r.is_neg();
 }
 
-void Relayout(const at::Tensor& r, const std::function<void(c10::TensorImpl*)>& restride) {
+// The same value, stored with `strides` (non-overlapping and dense).
+void Relayout(const at::Tensor& r, at::IntArrayRef strides) {
   runtime::TraceScope s;
   runtime::Metrics::Get().Add("relayouts");
   ir::Value v = Val(r);
-  restride(r.unsafeGetTensorImpl());
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes().vec(), strides);
   Assign(r, v);
 }
 
@@ -248,18 +248,15 @@ void Relayout(const at::Tensor& r, const std::function<void(c10::TensorImpl*)>& 
 
 void RelayoutTo(const at::Tensor& r, at::MemoryFormat f) {
   if (!Relayoutable(r) || r.is_contiguous(f)) return;
-  const bool fits = (f == at::MemoryFormat::ChannelsLast && r.dim() == 4) ||
-                    (f == at::MemoryFormat::ChannelsLast3d && r.dim() == 5);
-  if (!fits) return;
-  Relayout(r, [f](c10::TensorImpl* impl) { impl->empty_tensor_restride(f); });
+  if (f == at::MemoryFormat::ChannelsLast && r.dim() == 4) Relayout(r, c10::get_channels_last_strides_2d(r.sizes()));
+  if (f == at::MemoryFormat::ChannelsLast3d && r.dim() == 5) Relayout(r, c10::get_channels_last_strides_3d(r.sizes()));
 }
 
 void RelayoutLike(const at::Tensor& r, const at::Tensor& like) {
-  if (!Relayoutable(r) || like.sizes() != r.sizes() || like.strides() == r.strides() ||
-      !like.is_non_overlapping_and_dense()) {
-    return;
+  if (Relayoutable(r) && like.sizes() == r.sizes() && like.strides() != r.strides() &&
+      like.is_non_overlapping_and_dense()) {
+    Relayout(r, like.strides());
   }
-  Relayout(r, [&like](c10::TensorImpl* impl) { impl->set_sizes_and_strides(like.sizes(), like.strides()); });
 }
 
 at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format) {

@@ -267,7 +267,6 @@ def test_dataloader_fork_workers_and_spawn_children_work(tmp_path):
     assert "total 28.0 spawn [1.0, 2.0, 3.0]" in r.stdout, r.stdout + r.stderr
 
 
-
 def test_sending_a_pjrt_tensor_to_another_process_is_a_clear_error():
     # torch.multiprocessing shares tensors (CPU: shared memory, CUDA: IPC);
     # PJRT buffers cannot be shared, and a silent copy would break Hogwild
@@ -278,6 +277,7 @@ def test_sending_a_pjrt_tensor_to_another_process_is_a_clear_error():
         with pytest.raises(RuntimeError, match="pjrt tensor cannot be shared with another process.*t.cpu()"):
             ForkingPickler.dumps(obj)
     assert len(ForkingPickler.dumps(torch.ones(3))) > 0  # CPU tensors are shared as before
+
 
 # ------------------------------------------------------- needless recompiles
 

@@ -1,9 +1,12 @@
 """Views and in-place ops through views, compared with eager CPU."""
 
+import copy
+
 import pytest
 import torch
 
 import torch_pjrt
+import zoo
 
 DEV = torch_pjrt.device()
 
@@ -244,7 +247,7 @@ def test_channels_last_cnn_trains_as_on_the_cpu():
     model(x)  # materialize the lazy layer
     results = []
     for dev in ("cpu", DEV):
-        m = __import__("copy").deepcopy(model).to(dev).to(memory_format=CL)
+        m = copy.deepcopy(model).to(dev).to(memory_format=CL)
         opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
         xd, yd = x.to(dev).to(memory_format=CL), y.to(dev)
         losses = []
@@ -328,10 +331,6 @@ def test_channels_last_mobilenet_trains_as_on_the_cpu():
     """Depthwise convolutions, squeeze-excite (a pooled (N, C, 1, 1) scale
     broadcast over the map), hardswish: channels_last through the zoo's
     MobileNetV3, against the CPU."""
-    import copy
-
-    import zoo
-
     model, batches = zoo.make("mobilenetv3")
     torch_pjrt.metrics.reset()
     losses = []
