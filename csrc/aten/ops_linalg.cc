@@ -594,6 +594,76 @@ Value HouseholderProduct(ir::Builder& b, Value h, Value taus) {
   return b.CustomCall("ProductOfElementaryHouseholderReflectors", {h, taus}, {b.shape(h)})[0];
 }
 
+// exp(A) by scaling and squaring: A / 2^s has a 1-norm within theta, where
+// the Taylor polynomial of degree 18 is exact to the dtype's precision
+// (PyTorch's own bound for its degree-18 approximant), evaluated with 7
+// matrix products (Paterson-Stockmeyer); then s squarings. s is read from
+// the device, one number for the batch (its largest; matrices that need
+// fewer squarings keep their value), as PyTorch's CUDA kernel does, so a
+// step that calls matrix_exp syncs once there.
+at::Tensor linalg_matrix_exp(const at::Tensor& a) {
+  at::native::squareCheckInputs(a, "linalg.matrix_exp");
+  at::native::checkFloatingOrComplex(a, "linalg.matrix_exp");
+  CheckRealFloat(a, "linalg.matrix_exp");
+  const int64_t n = a.size(-1);
+  if (a.numel() == 0) return a.clone(at::MemoryFormat::Contiguous);
+  if (n == 1) return a.exp();
+  const double theta = a.scalar_type() == at::kDouble ? 1.090863719290036 : 3.010066362817634;
+  const at::Tensor norm = a.abs().sum(-2).amax(-1);
+  const at::Tensor s = at::ceil(at::log2(norm / theta)).clamp_min(0);
+  const double most = s.max().item<double>();
+  // Past 2^62 the input is inf or NaN (or exp overflows anyway): the Taylor
+  // sum then carries the inf/NaN, as the CPU's result does.
+  const int64_t squarings = std::isfinite(most) ? static_cast<int64_t>(std::min(most, 62.0)) : 0;
+  const at::Tensor scale = at::exp2(s.neg()).unsqueeze(-1).unsqueeze(-1);
+  const at::Tensor x = std::isfinite(most) ? a * scale : a;
+  const at::Tensor eye = at::eye(n, a.options()).expand_as(a);
+  const at::Tensor x2 = at::matmul(x, x), x3 = at::matmul(x2, x), x4 = at::matmul(x2, x2);
+  double inv_fact[19];
+  inv_fact[0] = 1;
+  for (int k = 1; k <= 18; ++k) inv_fact[k] = inv_fact[k - 1] / k;
+  // Block j: sum over i < 4 of A^i / (4j + i)!; the result is Horner's rule
+  // over the blocks in A^4.
+  auto block = [&](int j) {
+    at::Tensor out = eye * inv_fact[4 * j];
+    const at::Tensor* pow[3] = {&x, &x2, &x3};
+    for (int i = 1; i < 4 && 4 * j + i <= 18; ++i) out = out + *pow[i - 1] * inv_fact[4 * j + i];
+    return out;
+  };
+  at::Tensor e = block(4);
+  for (int j = 3; j >= 0; --j) e = at::matmul(e, x4) + block(j);
+  for (int64_t i = 0; i < squarings; ++i) {
+    const at::Tensor sq = at::matmul(e, e);
+    e = a.dim() == 2 ? sq : at::where(s.gt(static_cast<double>(i)).unsqueeze(-1).unsqueeze(-1), sq, e);
+  }
+  return e;
+}
+
+// Q's first n columns [..., m, n] from the reflectors stored below the
+// diagonal of `input` [..., m, n] and their scales `tau` [..., k] (LAPACK's
+// orgqr; torch.nn.utils.parametrizations.orthogonal's "householder" map).
+at::Tensor linalg_householder_product(const at::Tensor& input, const at::Tensor& tau) {
+  TraceScope s;
+  TORCH_CHECK(input.dim() >= 2, "torch.linalg.householder_product: input must have at least 2 dimensions.");
+  TORCH_CHECK(input.size(-2) >= input.size(-1),
+              "torch.linalg.householder_product: input.shape[-2] must be greater than or equal to input.shape[-1]");
+  TORCH_CHECK(input.size(-1) >= tau.size(-1),
+              "torch.linalg.householder_product: input.shape[-1] must be greater than or equal to tau.shape[-1]");
+  TORCH_CHECK(input.dim() - tau.dim() == 1,
+              "torch.linalg.householder_product: Expected tau to have one dimension less than input, but got tau.ndim equal to ",
+              tau.dim(), " and input.ndim is equal to ", input.dim());
+  TORCH_CHECK(input.sizes().slice(0, input.dim() - 2) == tau.sizes().slice(0, tau.dim() - 1),
+              "torch.linalg.householder_product: Expected batch dimensions of tau to be equal to input.shape[:-2], but got ",
+              tau.sizes().slice(0, tau.dim() - 1));
+  TORCH_CHECK(tau.scalar_type() == input.scalar_type(),
+              "torch.linalg.householder_product: tau dtype ", tau.scalar_type(), " does not match input dtype ",
+              input.scalar_type());
+  CheckRealFloat(input, "linalg.householder_product");
+  const int d = DeviceIndex(input);
+  if (input.numel() == 0) return Empty(input.sizes().vec(), input.scalar_type(), d);
+  return Wrap(HouseholderProduct(B(d), Val(input), Val(tau)), d);
+}
+
 std::tuple<at::Tensor, at::Tensor> linalg_qr(const at::Tensor& A, c10::string_view mode) {
   TraceScope s;
   at::native::checkIsMatrix(A, "linalg.qr");
@@ -733,6 +803,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("_linalg_det", _linalg_det);
   K("_linalg_slogdet", _linalg_slogdet);
   K("linalg_qr", linalg_qr);
+  K("linalg_householder_product", linalg_householder_product);
+  K("linalg_matrix_exp", linalg_matrix_exp);
   K("_linalg_eigh", _linalg_eigh);
   K("_linalg_svd", _linalg_svd);
 }

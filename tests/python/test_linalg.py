@@ -1,9 +1,11 @@
 """Linear algebra on pjrt against the CPU: Cholesky, triangular solves, LU
 (factor, unpack, solve), solve, inverse, determinants, QR, eigh and the SVD,
-forward and backward, batched, with no CPU fallback; errors on non-PD and
-singular inputs as on the CPU; and a Gaussian log-likelihood through Cholesky
-that trains a few AdamW steps with CPU parity."""
+matrix_exp and householder_product, forward and backward, batched, with no
+CPU fallback; errors on non-PD and singular inputs as on the CPU; a Gaussian
+log-likelihood through Cholesky and orthogonal parametrizations that train a
+few steps with CPU parity."""
 
+import copy
 import math
 
 import pytest
@@ -254,3 +256,51 @@ def test_gaussian_log_likelihood_through_cholesky_trains():
     assert want[0][-1] < want[0][0]  # it learns
     for w, g in zip(want, got):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_matrix_exp_scales_each_matrix_and_backward():
+    """Norms from 0.01 to 20 in one batch (each matrix needs its own number of
+    squarings), float32 and float64 against the float64 CPU result (float32's
+    squarings amplify rounding on the CPU too: there it is 8.5e-6 of the
+    largest entry off for a norm-40 matrix), gradients through the
+    block-matrix formula; an infinite entry gives NaN as on the CPU."""
+    a = torch.randn(4, 5, 5, generator=gen(3), dtype=torch.float64) * torch.tensor([0.01, 1.0, 6.0, 20.0], dtype=torch.float64)[:, None, None]
+    want = torch.linalg.matrix_exp(a)
+    size = want.abs().amax((-2, -1), keepdim=True)
+    for dtype, tol in ((torch.float32, 3e-5), (torch.float64, 1e-12)):
+        got = torch.linalg.matrix_exp(a.to(dtype).to(DEV)).cpu().double()
+        torch.testing.assert_close(got / size, want / size, rtol=0, atol=tol)
+    compare(torch.linalg.matrix_exp, torch.randn(2, 4, 4, generator=gen(4)) * 0.8)
+    inf = torch.tensor([[float("inf"), 0.0], [0.0, 1.0]])
+    assert torch.linalg.matrix_exp(inf.to(DEV)).cpu().isnan().all()
+
+
+def test_householder_product_and_orthogonal_parametrization_train():
+    """householder_product (orgqr) against LAPACK's, then a layer kept
+    orthogonal by torch.nn.utils.parametrizations.orthogonal through each of
+    its maps (matrix_exp, cayley, householder) trains 3 Adam steps as on the
+    CPU."""
+    compare(torch.linalg.householder_product, torch.randn(2, 6, 4, generator=gen(5)), torch.rand(2, 3, generator=gen(6)))
+    for orthogonal_map, shape in (("matrix_exp", (6, 6)), ("cayley", (6, 6)), ("householder", (6, 4))):
+        torch.manual_seed(0)
+        layer = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(shape[1], shape[0]), orthogonal_map=orthogonal_map)
+        built = torch.nn.Sequential(torch.nn.Tanh(), layer)
+        x, y = torch.randn(8, shape[1], generator=gen(8)), torch.randn(8, shape[0], generator=gen(9))
+        runs = {}
+        for device in ("cpu", DEV):
+            model = copy.deepcopy(built).to(device)
+            opt = torch.optim.Adam(model.parameters(), lr=0.05)
+            losses = []
+            for _ in range(3):
+                loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.detach())
+            w = model[1].weight.detach()
+            runs[str(device)] = (torch.stack(losses).cpu(), w.cpu())
+        want, got = runs["cpu"], runs[str(DEV)]
+        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got[1].mT @ got[1] if shape[0] >= shape[1] else got[1] @ got[1].mT,
+                                   torch.eye(min(shape)), rtol=1e-5, atol=1e-5)
