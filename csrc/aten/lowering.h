@@ -79,6 +79,17 @@ inline ir::Value Fill(int device, double v, at::ScalarType t, const std::vector<
   return B(device).Full(ToIr(t), shape, v);
 }
 
+// The mean of x over `dims` (each mean covers `n` elements), in x's dtype:
+// half types sum and divide in float and round once, as the CPU does, so a
+// float16 sum or count past 65504 does not overflow on the way.
+inline ir::Value MeanOf(int device, ir::Value x, const std::vector<int64_t>& dims, double n) {
+  ir::Builder& b = B(device);
+  const ir::DType t = b.shape(x).dtype;
+  const ir::DType ct = t == ir::DType::F16 || t == ir::DType::BF16 ? ir::DType::F32 : t;
+  ir::Value sum = b.Reduce(b.Convert(x, ct), b.ScalarConstant(ct, 0), dims, ir::ReduceKind::Sum);
+  return b.Convert(b.Binary(ir::Op::Div, sum, b.Full(ct, b.shape(sum).dims, n)), t);
+}
+
 // x as it is, but computed into memory, never fused into its consumers: a
 // scatter that writes x's first element over itself. Unrolled recurrences
 // need it at each step's state (RNN cells, CTC's alpha/beta): XLA's fusion

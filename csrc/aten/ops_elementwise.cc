@@ -2,6 +2,8 @@
 // activations and their backward formulas, with PyTorch's type promotion and
 // broadcasting. The hot in-place forms (optimizers, activations) are spelled
 // out below; every other in-place and out= form is derived (aten/derived.h).
+#include <ATen/native/BinaryOps.h>
+
 #include <cmath>
 
 #include "aten/layout.h"
@@ -15,8 +17,10 @@ using ir::Op;
 // ------------------------------------------------------------------ binary
 
 at::Tensor AddSub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha, bool sub) {
-  TraceScope s;
+  if (sub) at::native::sub_check(a, b);  // PyTorch's checks and messages
   const at::ScalarType t = at::result_type(a, b);
+  at::native::alpha_check(t, alpha);
+  TraceScope s;
   Operands o = Prepare(a, b, t);
   ir::Builder& bb = B(o.device);
   ir::Value y = o.y;
@@ -34,6 +38,7 @@ at::Tensor sub_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar
 }
 at::Tensor rsub_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(b, a, alpha, true); }
 at::Tensor rsub_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
+  at::native::sub_check(a, b);
   TraceScope s;
   const at::ScalarType t = at::result_type(a, b);
   const int d = DeviceIndex(a);
@@ -157,6 +162,8 @@ at::Tensor fmod_tensor(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor fmod_scalar(const at::Tensor& a, const at::Scalar& b) { return fmod_tensor(a, WrappedScalar(b)); }
 
 at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
+  TORCH_CHECK(!(at::isIntegralType(a.scalar_type(), true) && e.isIntegral(true) && e.toLong() < 0),
+              "Integers to negative integer powers are not allowed.");
   TraceScope s;
   const at::ScalarType t = at::result_type(a, e);
   const int d = DeviceIndex(a);
@@ -245,7 +252,6 @@ at::Tensor Unary(const at::Tensor& a, Op op, bool to_float) {
 
 #define TPJ_UNARY(name, op, to_float) \
   at::Tensor name(const at::Tensor& a) { return Unary(a, Op::op, to_float); }
-TPJ_UNARY(neg, Neg, false)
 TPJ_UNARY(exp, Exp, true)
 TPJ_UNARY(expm1, Expm1, true)
 TPJ_UNARY(log, Log, true)
@@ -347,18 +353,38 @@ at::Tensor trunc(const at::Tensor& a) {
   return Wrap(b.Select(neg, b.Unary(Op::Ceil, x), b.Unary(Op::Floor, x)), d);
 }
 
+// bool and the unsigned integers (stablehlo.abs/sign/negate take signed
+// types only).
+bool Unsigned(at::ScalarType t) { return at::isIntegralType(t, /*includeBool=*/true) && !at::isSignedType(t); }
+
 at::Tensor abs(const at::Tensor& a) {
-  if (a.scalar_type() == at::kBool) {
+  if (Unsigned(a.scalar_type())) {
     TraceScope s;
     return Wrap(Val(a), DeviceIndex(a));
   }
   return Unary(a, Op::Abs, false);
 }
 
+at::Tensor neg(const at::Tensor& a) {
+  TORCH_CHECK(a.scalar_type() != at::kBool,
+              "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use the "
+              "`~` or `logical_not()` operator instead.");
+  if (!Unsigned(a.scalar_type())) return Unary(a, Op::Neg, false);
+  TraceScope s;  // 0 - x, wrapping as on the CPU
+  const int d = DeviceIndex(a);
+  return Wrap(B(d).Binary(Op::Sub, Fill(d, 0, a.scalar_type(), a.sizes().vec()), Val(a)), d);
+}
+
 at::Tensor sign(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
   if (a.scalar_type() == at::kBool) return Wrap(Val(a), d);
+  if (Unsigned(a.scalar_type())) {
+    ir::Builder& b = B(d);
+    return Wrap(b.Convert(b.Compare(ir::CompareDir::NE, Val(a), Fill(d, 0, a.scalar_type(), a.sizes().vec())),
+                          ToIr(a.scalar_type())),
+                d);
+  }
   if (!at::isFloatingType(a.scalar_type())) return Wrap(B(d).Unary(Op::Sign, Val(a)), d);
   // (0 < x) - (x < 0), as the CPU: NaN and -0.0 give +0.0 (stablehlo.sign
   // keeps both)

@@ -148,7 +148,7 @@ std::tuple<at::Tensor, at::Tensor> linalg_cholesky_ex(const at::Tensor& A, bool 
   Value failed = CholeskyFailed(b, factor);
   Value info = CholeskyInfo(b, a, upper);
   if (check_errors) {
-    CheckNone(d, failed, runtime::ErrorKind::kValue,
+    CheckNone(d, failed, runtime::ErrorKind::kLinAlg,
               "linalg.cholesky: The factorization could not be completed because the input is not positive-definite "
               "(a leading minor is not positive-definite; linalg.cholesky_ex returns its order in info)");
   }
@@ -204,7 +204,7 @@ void linalg_check_errors(const at::Tensor& info, c10::string_view api_name, bool
   } else {
     what = api + ": The solver failed because the input matrix is singular.";
   }
-  CheckNone(d, b.Compare(CompareDir::NE, v, b.Full(b.shape(v).dtype, b.shape(v).dims, 0)), runtime::ErrorKind::kValue,
+  CheckNone(d, b.Compare(CompareDir::NE, v, b.Full(b.shape(v).dtype, b.shape(v).dims, 0)), runtime::ErrorKind::kLinAlg,
             what);
 }
 
@@ -417,7 +417,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_lu_factor_ex(const at::Ten
   ir::Builder& b = B(d);
   Lu f = LuFactor(b, Val(A));
   if (check_errors) {
-    CheckNone(d, b.Compare(CompareDir::NE, f.info, b.Full(ir::DType::I32, b.shape(f.info).dims, 0)), runtime::ErrorKind::kValue,
+    CheckNone(d, b.Compare(CompareDir::NE, f.info, b.Full(ir::DType::I32, b.shape(f.info).dims, 0)), runtime::ErrorKind::kLinAlg,
               "torch.linalg.lu_factor: a diagonal element of U is zero and using it on lu_solve would result in a "
               "division by zero; linalg.lu_factor_ex returns its position in info");
   }
@@ -516,7 +516,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> _linalg_solve_ex(cons
     x = b.Reshape(x, dims);
   }
   if (check_errors) {
-    CheckNone(d, b.Compare(CompareDir::NE, f.info, b.Full(ir::DType::I32, b.shape(f.info).dims, 0)), runtime::ErrorKind::kValue,
+    CheckNone(d, b.Compare(CompareDir::NE, f.info, b.Full(ir::DType::I32, b.shape(f.info).dims, 0)), runtime::ErrorKind::kLinAlg,
               "torch.linalg.solve: The solver failed because the input matrix is singular.");
   }
   return {Wrap(x, d), Wrap(f.lu, d), Wrap(f.pivots, d), Wrap(f.info, d)};
@@ -532,7 +532,7 @@ std::tuple<at::Tensor, at::Tensor> linalg_inv_ex(const at::Tensor& A, bool check
   Lu f = LuFactor(b, Val(A));
   Value x = LuSolveLeft(b, f.lu, f.perm, Identity(b, ToIr(A.scalar_type()), A.sizes().vec()), false);
   if (check_errors) {
-    CheckNone(d, b.Compare(CompareDir::NE, f.info, b.Full(ir::DType::I32, b.shape(f.info).dims, 0)), runtime::ErrorKind::kValue,
+    CheckNone(d, b.Compare(CompareDir::NE, f.info, b.Full(ir::DType::I32, b.shape(f.info).dims, 0)), runtime::ErrorKind::kLinAlg,
               "linalg.inv: A diagonal element of U is zero, the inversion could not be completed because the input matrix is "
               "singular.");
   }

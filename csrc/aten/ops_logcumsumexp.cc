@@ -10,13 +10,15 @@ namespace {
 using ir::Op;
 
 // log(exp(x) + exp(y)) as ATen's _log_add_exp_helper: when both are the same
-// infinity the result is x (no inf - inf).
+// infinity the result is x (no inf - inf); a NaN in either is NaN (the
+// backend's min/max may drop it, so it is carried by x + y).
 ir::Value LogAddExp(ir::Builder& b, ir::Value x, ir::Value y) {
   ir::Value lo = b.Binary(Op::Min, x, y);
   ir::Value hi = b.Binary(Op::Max, x, y);
   ir::Value v = b.Binary(Op::Add, b.Unary(Op::Log1p, b.Unary(Op::Exp, b.Binary(Op::Sub, lo, hi))), hi);
   ir::Value use = b.Binary(Op::Or, b.Compare(ir::CompareDir::NE, lo, hi), b.IsFinite(lo));
-  return b.Select(use, v, x);
+  ir::Value nan = b.Binary(Op::Or, b.Compare(ir::CompareDir::NE, x, x), b.Compare(ir::CompareDir::NE, y, y));
+  return b.Select(nan, b.Binary(Op::Add, x, y), b.Select(use, v, x));
 }
 
 at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {

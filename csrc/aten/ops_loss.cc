@@ -38,9 +38,8 @@ at::Tensor Reduced(const Loss& l, ir::Value loss, int64_t reduction) {
   ir::Builder& b = B(l.d);
   std::vector<int64_t> all(l.shape.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  ir::Value sum = b.Reduce(loss, b.ScalarConstant(ToIr(l.t), 0), all, ir::ReduceKind::Sum);
-  if (reduction == at::Reduction::Mean) sum = b.Binary(Op::Div, sum, Fill(l.d, l.numel(), l.t, {}));
-  return Wrap(sum, l.d);
+  if (reduction == at::Reduction::Mean) return Wrap(MeanOf(l.d, loss, all, l.numel()), l.d);
+  return Wrap(b.Reduce(loss, b.ScalarConstant(ToIr(l.t), 0), all, ir::ReduceKind::Sum), l.d);
 }
 
 // grad (a scalar unless reduction is None) spread over the loss's shape, /n

@@ -146,6 +146,17 @@ void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
   Assign(dst, B(s.device()).Reshape(v, dst.sizes().vec()));
 }
 
+// src's value as dtype t, for a copy between pjrt tensors: complex to real
+// keeps the real part, with PyTorch's warning, as on the CPU.
+ir::Value CastForCopy(const at::Tensor& src, at::ScalarType t) {
+  if (src.is_complex() && !at::isComplexType(t)) {
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
+    ir::Builder& b = B(DeviceIndex(src));
+    return b.Convert(b.Real(Val(src)), ToIr(t));
+  }
+  return ValAs(src, t);
+}
+
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.numel() == 0) return self;
   if (IsPjrt(self) && !IsPjrt(src)) {
@@ -163,7 +174,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   }
   TraceScope scope;
   if (self.is_same(src)) return self;
-  Assign(self, BroadcastTo(DeviceIndex(self), ValAs(src, self.scalar_type()), self.sizes().vec()));
+  Assign(self, BroadcastTo(DeviceIndex(self), CastForCopy(src, self.scalar_type()), self.sizes().vec()));
   return self;
 }
 
@@ -176,7 +187,7 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
     const int dst = target.has_index() ? TargetDevice(target) : DeviceIndex(self);
     if (dst == DeviceIndex(self)) {
       TraceScope scope;
-      return WrapLike(ValAs(self, t), dst, self, memory_format);
+      return WrapLike(CastForCopy(self, t), dst, self, memory_format);
     }
     at::Tensor out = EmptyLike(self, t, dst, memory_format);
     CopyHostToPjrt(out, ToCpu(self));
@@ -215,10 +226,9 @@ at::Scalar local_scalar_dense(const at::Tensor& self) { return ToCpu(self).item(
 
 at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> format) {
   TraceScope scope;
-  at::Tensor out = WrapLike(ValMemory(self), DeviceIndex(self), self, format);
-  if (self.is_conj()) out._set_conj(true);  // same memory, same lazy bits
-  if (self.is_neg()) out._set_neg(true);
-  return out;
+  // The conjugate and negative bits applied, as the CPU's clone (through
+  // copy_) does: resolve_conj() and resolve_neg() are clones.
+  return WrapLike(Val(self), DeviceIndex(self), self, format);
 }
 
 bool IsSpecial(const at::Scalar& s) {
@@ -231,7 +241,7 @@ bool IsSpecial(const at::Scalar& s) {
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   TraceScope scope;
   const int d = DeviceIndex(self);
-  ir::Value v = IsSpecial(value) ? Const(d, value.toDouble(), self.scalar_type()) : ScalarParam(d, value, self.scalar_type());
+  ir::Value v = IsSpecial(value) ? Const(d, value.toDouble(), self.scalar_type()) : ScalarParam(d, value, self.scalar_type(), /*checked=*/true);
   Assign(self, BroadcastTo(d, v, self.sizes().vec()));
   return self;
 }

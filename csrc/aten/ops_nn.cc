@@ -1,5 +1,7 @@
 // Neural-network lowerings: layer and batch normalization, convolution,
 // losses, each with its backward (pooling: ops_pool.cc).
+#include <ATen/OpMathType.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -49,12 +51,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
-  const at::ScalarType t = input.scalar_type();
+  // Half types normalize in float and round once, as on the CPU (a float16
+  // sum of squares past 65504 is no overflow then).
+  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);
   const auto shape = input.sizes().vec();
   const auto dims = Range(axis, input.dim());
   double n = 1;
   for (int64_t k : normalized_shape) n *= static_cast<double>(k);
-  ir::Value x = Val(input);
+  ir::Value x = ValAs(input, t);
   ir::Value sum = Sum(d, x, dims, true);
   ir::Value mean = b.Binary(Op::Div, sum, Fill(d, n, t, b.shape(sum).dims));
   ir::Value xc = Sub(d, x, BroadcastTo(d, mean, shape));
@@ -65,7 +69,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
   ir::Value y = Mul(d, xc, BroadcastTo(d, rstd, shape));
   if (weight && weight->defined()) y = Mul(d, y, BroadcastTo(d, Operand(*weight, d, t), shape));
   if (bias && bias->defined()) y = Add(d, y, BroadcastTo(d, Operand(*bias, d, t), shape));
-  return {Wrap(y, d), Wrap(mean, d), Wrap(rstd, d)};
+  const ir::DType o = ToIr(out);
+  return {Wrap(b.Convert(y, o), d), Wrap(b.Convert(mean, o), d), Wrap(b.Convert(rstd, o), d)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
@@ -75,7 +80,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
-  const at::ScalarType t = input.scalar_type();
+  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);  // half types in float
   const auto shape = input.sizes().vec();
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
   const auto norm_dims = Range(axis, input.dim());
@@ -84,7 +89,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
   for (int64_t k : normalized_shape) n *= static_cast<double>(k);
   ir::Value go = ValAs(grad_out, t);
   ir::Value r = BroadcastTo(d, ValAs(rstd, t), shape);
-  ir::Value xhat = Mul(d, Sub(d, Val(input), BroadcastTo(d, ValAs(mean, t), shape)), r);
+  ir::Value xhat = Mul(d, Sub(d, ValAs(input, t), BroadcastTo(d, ValAs(mean, t), shape)), r);
   at::Tensor gi, gw, gb;
   if (mask[0]) {
     ir::Value g = go;
@@ -93,10 +98,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
                                            Fill(d, n, t, b.shape(Sum(d, g, norm_dims, true)).dims)), shape);
     ir::Value gx = Sum(d, Mul(d, g, xhat), norm_dims, true);
     ir::Value mgx = BroadcastTo(d, b.Binary(Op::Div, gx, Fill(d, n, t, b.shape(gx).dims)), shape);
-    gi = Wrap(Mul(d, r, Sub(d, Sub(d, g, mg), Mul(d, xhat, mgx))), d);
+    gi = Wrap(b.Convert(Mul(d, r, Sub(d, Sub(d, g, mg), Mul(d, xhat, mgx))), ToIr(out)), d);
   }
-  if (mask[1] && weight && weight->defined()) gw = Wrap(b.Reshape(Sum(d, Mul(d, go, xhat), batch_dims, false), weight->sizes().vec()), d);
-  if (mask[2] && bias && bias->defined()) gb = Wrap(b.Reshape(Sum(d, go, batch_dims, false), bias->sizes().vec()), d);
+  if (mask[1] && weight && weight->defined()) gw = Wrap(b.Convert(b.Reshape(Sum(d, Mul(d, go, xhat), batch_dims, false), weight->sizes().vec()), ToIr(weight->scalar_type())), d);
+  if (mask[2] && bias && bias->defined()) gb = Wrap(b.Convert(b.Reshape(Sum(d, go, batch_dims, false), bias->sizes().vec()), ToIr(bias->scalar_type())), d);
   return {gi, gw, gb};
 }
 
@@ -127,15 +132,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
-  const at::ScalarType t = input.scalar_type();
+  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);  // half types in float
   const auto shape = input.sizes().vec();
   const int64_t c = shape[1];
   // Nothing to normalize: the CPU returns empty results before it looks at
   // the other arguments.
-  if (!training && input.numel() == 0) return {Wrap(Fill(d, 0, t, shape), d), EmptyOut(d, t), EmptyOut(d, t)};
+  if (!training && input.numel() == 0) return {Wrap(Fill(d, 0, out, shape), d), EmptyOut(d, out), EmptyOut(d, out)};
   double n = 1;
   const std::vector<int64_t> red = ChannelReduction(shape, &n);
-  ir::Value x = Val(input);
+  ir::Value x = ValAs(input, t);
   ir::Value mean, invstd, var;
   const bool have_running = running_mean && running_mean->defined() && running_var && running_var->defined();
   if (training) {
@@ -165,8 +170,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   ir::Value beta = b.Unary(Op::Neg, Mul(d, mean, alpha));
   if (bias && bias->defined()) beta = Sub(d, ValAs(*bias, t), Mul(d, mean, alpha));
   ir::Value y = Add(d, Mul(d, x, PerChannel(d, alpha, shape)), PerChannel(d, beta, shape));
-  if (!training) return {Wrap(y, d), EmptyOut(d, t), EmptyOut(d, t)};
-  return {Wrap(y, d), Wrap(mean, d), Wrap(invstd, d)};
+  const ir::DType o = ToIr(out);
+  if (!training) return {Wrap(b.Convert(y, o), d), EmptyOut(d, out), EmptyOut(d, out)};
+  return {Wrap(b.Convert(y, o), d), Wrap(b.Convert(mean, o), d), Wrap(b.Convert(invstd, o), d)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& w,
@@ -205,7 +211,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
-  const at::ScalarType t = input.scalar_type();
+  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);  // half types in float
   const auto shape = input.sizes().vec();
   const int64_t c = shape[1];
   double n = 1;
@@ -219,7 +225,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
     mean = ValAs(*running_mean, t);
     invstd = b.Unary(Op::Rsqrt, Add(d, ValAs(*running_var, t), Fill(d, eps, t, {c})));
   }
-  ir::Value xhat = Mul(d, Sub(d, Val(input), PerChannel(d, mean, shape)), PerChannel(d, invstd, shape));
+  ir::Value xhat = Mul(d, Sub(d, ValAs(input, t), PerChannel(d, mean, shape)), PerChannel(d, invstd, shape));
   ir::Value gb = Sum(d, go, red, false);
   ir::Value gw = Sum(d, Mul(d, go, xhat), red, false);
   ir::Value w = weight && weight->defined() ? ValAs(*weight, t) : Fill(d, 1, t, {c});
@@ -229,12 +235,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
     if (train) {
       ir::Value inner = Sub(d, Sub(d, Mul(d, go, Fill(d, n, t, shape)), PerChannel(d, gb, shape)),
                             Mul(d, xhat, PerChannel(d, gw, shape)));
-      gi = Wrap(Mul(d, PerChannel(d, b.Binary(Op::Div, scale, Fill(d, n, t, {c})), shape), inner), d);
+      gi = Wrap(b.Convert(Mul(d, PerChannel(d, b.Binary(Op::Div, scale, Fill(d, n, t, {c})), shape), inner), ToIr(out)), d);
     } else {
-      gi = Wrap(Mul(d, go, PerChannel(d, scale, shape)), d);
+      gi = Wrap(b.Convert(Mul(d, go, PerChannel(d, scale, shape)), ToIr(out)), d);
     }
   }
-  return {gi, mask[1] ? Wrap(gw, d) : at::Tensor(), mask[2] ? Wrap(gb, d) : at::Tensor()};
+  const ir::DType o = ToIr(out);
+  return {gi, mask[1] ? Wrap(b.Convert(gw, o), d) : at::Tensor(), mask[2] ? Wrap(b.Convert(gb, o), d) : at::Tensor()};
 }
 
 // ------------------------------------------------------------- convolution
@@ -429,7 +436,7 @@ void NllParts(int d, const at::Tensor& self, const at::Tensor& target, const std
   }
   (void)c;
   *wmask = w;
-  *loss = b.Unary(Op::Neg, Mul(d, picked, w));
+  *loss = b.Select(valid, b.Unary(Op::Neg, Mul(d, picked, w)), Fill(d, 0, t, *tshape));  // ignored: +0 as on the CPU
 }
 
 std::tuple<at::Tensor, at::Tensor> NllForward(const at::Tensor& self, const at::Tensor& target,
@@ -468,7 +475,10 @@ at::Tensor NllBackward(const at::Tensor& grad, const at::Tensor& self, const at:
     if (i != cdim) tdims.push_back(i);
   }
   ir::Value tb = b.BroadcastInDim(b.Select(valid, tgt, Fill(d, 0, at::kLong, tshape)), xshape, tdims);
-  ir::Value hot = b.Compare(ir::CompareDir::EQ, b.Iota({ir::DType::I64, xshape}, cdim), tb);
+  // An ignored target has no hot class (its gradient is 0 even where a mean
+  // over no targets divides by a total weight of 0, as on the CPU).
+  ir::Value hot = b.Binary(Op::And, b.Compare(ir::CompareDir::EQ, b.Iota({ir::DType::I64, xshape}, cdim), tb),
+                           b.BroadcastInDim(valid, xshape, tdims));
   if (weight && weight->defined()) {
     ir::Value wc = b.BroadcastInDim(ValAs(*weight, t), xshape, {cdim});
     ir::Value wt = b.Reduce(b.Select(hot, wc, Fill(d, 0, t, xshape)), b.ScalarConstant(ToIr(t), 0), {cdim}, ReduceKind::Sum);
@@ -523,11 +533,10 @@ at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t re
   ir::Value sq = Mul(o.device, diff, diff);
   if (reduction == at::Reduction::None) return Wrap(sq, o.device);
   const auto all = Range(0, static_cast<int64_t>(o.shape.size()));
-  ir::Value sum = b.Reduce(sq, b.ScalarConstant(ToIr(t), 0), all, ReduceKind::Sum);
-  if (reduction == at::Reduction::Sum) return Wrap(sum, o.device);
+  if (reduction == at::Reduction::Sum) return Wrap(b.Reduce(sq, b.ScalarConstant(ToIr(t), 0), all, ReduceKind::Sum), o.device);
   double n = 1;
   for (int64_t k : o.shape) n *= static_cast<double>(k);
-  return Wrap(b.Binary(Op::Div, sum, Fill(o.device, n, t, {})), o.device);
+  return Wrap(MeanOf(o.device, sq, all, n), o.device);
 }
 
 at::Tensor mse_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {

@@ -3,6 +3,7 @@
 // log-softmax with their backward formulas, mm/bmm/addmm/baddbmm/dot/vdot/mv,
 // the 3-vector cross product.
 #include <ATen/AccumulateType.h>
+#include <ATen/OpMathType.h>
 
 #include <cmath>
 
@@ -98,10 +99,13 @@ at::Tensor mean_dim(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepd
   TraceScope s;
   const int d = DeviceIndex(a);
   const auto dims = ReduceDims(dim, a.dim());
-  ir::Value sum = ReduceValue(d, ValAs(a, t), a.sizes().vec(), dims, ReduceKind::Sum, t, keepdim);
+  // Half types sum and divide in float, then round once (the CPU's order):
+  // a float16 sum past 65504, or a count past it, is no overflow then.
+  const at::ScalarType ct = at::toOpMathType(t);
+  ir::Value sum = ReduceValue(d, ValAs(a, ct), a.sizes().vec(), dims, ReduceKind::Sum, ct, keepdim);
   ir::Builder& b = B(d);
   const auto rshape = b.shape(sum).dims;
-  return Wrap(b.Binary(Op::Div, sum, Fill(d, static_cast<double>(Count(a, dims)), t, rshape)), d);
+  return Wrap(b.Convert(b.Binary(Op::Div, sum, Fill(d, static_cast<double>(Count(a, dims)), ct, rshape)), ToIr(t)), d);
 }
 at::Tensor mean_all(const at::Tensor& a, std::optional<at::ScalarType> dtype) { return mean_dim(a, std::nullopt, false, dtype); }
 
@@ -220,6 +224,7 @@ std::tuple<at::Tensor, at::Tensor> max_dim(const at::Tensor& a, int64_t dim, boo
 std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor& a, int64_t dim, bool keepdim) { return MaxMinDim(a, dim, keepdim, false); }
 
 at::Tensor ArgMaxMin(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim, bool is_max) {
+  TORCH_CHECK(a.scalar_type() != at::kBool, is_max ? "argmax" : "argmin", "(): does not support bool input");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -256,25 +261,27 @@ at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::Op
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   const at::ScalarType in = dtype.value_or(FloatType(a.scalar_type()));
-  const at::ScalarType t = c10::toRealValueType(in);  // |z| of a complex is real
+  const at::ScalarType out = c10::toRealValueType(in);  // |z| of a complex is real
+  const at::ScalarType t = at::toOpMathType(out);       // half types in float, rounded once
   const auto dims = ReduceDims(dim, a.dim());
   const auto shape = a.sizes().vec();
-  ir::Value x = b.Unary(Op::Abs, ValAs(a, in));
+  ir::Value x = b.Convert(b.Unary(Op::Abs, ValAs(a, in)), ToIr(t));
   const double p = ord.toDouble();
+  auto result = [&](ir::Value v) { return Wrap(b.Convert(v, ToIr(out)), d); };
   if (std::isinf(p)) {
-    return Wrap(ReduceExtreme(d, x, shape, dims, p > 0 ? ReduceKind::Max : ReduceKind::Min, t, keepdim), d);
+    return result(ReduceExtreme(d, x, shape, dims, p > 0 ? ReduceKind::Max : ReduceKind::Min, t, keepdim));
   }
   if (p == 0) {
     ir::Value nz = b.Convert(b.Compare(ir::CompareDir::NE, x, Fill(d, 0, t, shape)), ToIr(t));
-    return Wrap(ReduceValue(d, nz, shape, dims, ReduceKind::Sum, t, keepdim), d);
+    return result(ReduceValue(d, nz, shape, dims, ReduceKind::Sum, t, keepdim));
   }
-  if (p == 1) return Wrap(ReduceValue(d, x, shape, dims, ReduceKind::Sum, t, keepdim), d);
+  if (p == 1) return result(ReduceValue(d, x, shape, dims, ReduceKind::Sum, t, keepdim));
   if (p == 2) {
     ir::Value sq = ReduceValue(d, b.Binary(Op::Mul, x, x), shape, dims, ReduceKind::Sum, t, keepdim);
-    return Wrap(b.Unary(Op::Sqrt, sq), d);
+    return result(b.Unary(Op::Sqrt, sq));
   }
   ir::Value pw = ReduceValue(d, b.Binary(Op::Pow, x, Fill(d, p, t, shape)), shape, dims, ReduceKind::Sum, t, keepdim);
-  return Wrap(b.Binary(Op::Pow, pw, Fill(d, 1.0 / p, t, b.shape(pw).dims)), d);
+  return result(b.Binary(Op::Pow, pw, Fill(d, 1.0 / p, t, b.shape(pw).dims)));
 }
 
 // The legacy at::norm overloads (pairwise_distance, torch.norm with a
@@ -299,10 +306,12 @@ at::Tensor norm_dim_dtype(const at::Tensor& a, const std::optional<at::Scalar>& 
 
 at::Tensor VarStd(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
                   bool keepdim, bool take_sqrt) {
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()) || at::isComplexType(a.scalar_type()),
+              "std and var only support floating point and complex dtypes");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType t = FloatType(a.scalar_type());
+  const at::ScalarType out = FloatType(a.scalar_type()), t = at::toOpMathType(out);  // half types in float
   const auto dims = ReduceDims(dim, a.dim());
   const auto shape = a.sizes().vec();
   ir::Value x = ValAs(a, t);
@@ -313,7 +322,7 @@ at::Tensor VarStd(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::o
   ir::Value ss = ReduceValue(d, b.Binary(Op::Mul, diff, diff), shape, dims, ReduceKind::Sum, t, keepdim);
   const double corr = correction ? correction->toDouble() : 1.0;
   ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), t, b.shape(ss).dims));
-  return Wrap(take_sqrt ? b.Unary(Op::Sqrt, var) : var, d);
+  return Wrap(b.Convert(take_sqrt ? b.Unary(Op::Sqrt, var) : var, ToIr(out)), d);
 }
 at::Tensor var_correction(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& c, bool keepdim) {
   return VarStd(a, dim, c, keepdim, false);

@@ -20,6 +20,9 @@ using ir::Op;
 at::Tensor cat(const at::ITensorListRef& list, int64_t dim) {
   std::vector<at::Tensor> ts(list.begin(), list.end());
   TORCH_CHECK(!ts.empty(), "torch.cat(): expected a non-empty list of Tensors");
+  for (size_t i = 0; i < ts.size(); ++i) {
+    TORCH_CHECK(ts[i].dim() > 0, "zero-dimensional tensor (at position ", i, ") cannot be concatenated");
+  }
   TraceScope s;
   at::ScalarType t = ts[0].scalar_type();
   for (const auto& x : ts) t = at::promoteTypes(t, x.scalar_type());

@@ -528,8 +528,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPJ_LAID(m, "upsample_bilinear2d_backward", kInput, bilinear2d_bw);
   K("upsample_trilinear3d_backward", trilinear3d_bw);
   TPJ_LAID(m, "upsample_bicubic2d_backward", kInput, bicubic2d_bw);
-  K("_upsample_bilinear2d_aa", bilinear2d_aa);
-  K("_upsample_bicubic2d_aa", bicubic2d_aa);
-  K("_upsample_bilinear2d_aa_backward", bilinear2d_aa_bw);
-  K("_upsample_bicubic2d_aa_backward", bicubic2d_aa_bw);
+  TPJ_LAID(m, "_upsample_bilinear2d_aa", kInput, bilinear2d_aa);
+  TPJ_LAID(m, "_upsample_bicubic2d_aa", kInput, bicubic2d_aa);
+  TPJ_LAID(m, "_upsample_bilinear2d_aa_backward", kInput, bilinear2d_aa_bw);
+  TPJ_LAID(m, "_upsample_bicubic2d_aa_backward", kInput, bicubic2d_aa_bw);
 }

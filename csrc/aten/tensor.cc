@@ -6,6 +6,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/AutogradState.h>
+#include <c10/util/TypeCast.h>
 
 #include <cmath>
 #include <cstring>
@@ -172,9 +173,36 @@ ir::Value ValMemory(const at::Tensor& t) {
   return runtime::ReadStrided(b, flat, ViewOf(t));
 }
 
+namespace {
+
+// A float converted to an integer type as PyTorch's CPU cast does on x86-64
+// (c10::convert: through int64 for int64 and the unsigned types, through
+// int32 for the others): NaN and values outside that intermediate type give
+// its lowest value, and narrower types keep the low bits (-1.0 as uint8 is
+// 255, 300.5 is 44). XLA's convert saturates instead (NaN gives 0).
+ir::Value FloatToInt(ir::Builder& b, ir::Value x, ir::DType to) {
+  using ir::DType;
+  const DType via = to == DType::I64 || to == DType::U8 || to == DType::U32 || to == DType::U64 ? DType::I64 : DType::I32;
+  const double limit = via == DType::I64 ? 9223372036854775808.0 : 2147483648.0;
+  const std::vector<int64_t> dims = b.shape(x).dims;
+  const DType from = b.shape(x).dtype;
+  ir::Value bad = b.Binary(ir::Op::Or, b.Compare(ir::CompareDir::NE, x, x),
+                           b.Binary(ir::Op::Or, b.Compare(ir::CompareDir::GE, x, b.Full(from, dims, limit)),
+                                    b.Compare(ir::CompareDir::LT, x, b.Full(from, dims, -limit))));
+  ir::Value r = b.Select(bad, b.Full(via, dims, -limit), b.Convert(x, via));
+  return b.Convert(r, to);
+}
+
+}  // namespace
+
 ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype) {
   ir::Value v = Val(t);
-  return B(DeviceIndex(t)).Convert(v, ToIr(dtype));
+  ir::Builder& b = B(DeviceIndex(t));
+  const ir::DType to = ToIr(dtype);
+  if (at::isFloatingType(t.scalar_type()) && at::isIntegralType(dtype, /*includeBool=*/false)) {
+    return FloatToInt(b, v, to);
+  }
+  return b.Convert(v, to);
 }
 
 ir::Value Operand(const at::Tensor& t, int device, at::ScalarType dtype) {
@@ -297,19 +325,35 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   }
 }
 
-ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype) {
-  // The common dtypes convert on the stack (Scalar::to checks overflow as
-  // fill_ does); a CPU tensor per number cost an allocation and a dispatch.
+namespace {
+
+// s as T, by c10::convert (TensorIterator's cast) or, checked, Scalar::to.
+template <typename T>
+T ScalarAs(const at::Scalar& s, bool checked) {
+  if (checked) return s.to<T>();
+  if (s.isFloatingPoint()) return c10::convert<T>(s.toDouble());
+  if (s.isBoolean()) return static_cast<T>(s.toBool());
+  if (s.type() == at::kUInt64) return c10::convert<T>(s.toUInt64());
+  if (s.isIntegral(false)) return c10::convert<T>(s.toLong());
+  return s.to<T>();  // complex: Scalar's own rule
+}
+
+}  // namespace
+
+ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool checked) {
+  // The common dtypes convert on the stack; a CPU tensor per number cost an
+  // allocation and a dispatch.
   auto& rt = runtime::Runtime::Get();
   switch (dtype) {
-    case at::kFloat: { const float v = s.to<float>(); return rt.ScalarValue(device, ir::DType::F32, &v); }
-    case at::kDouble: { const double v = s.to<double>(); return rt.ScalarValue(device, ir::DType::F64, &v); }
-    case at::kLong: { const int64_t v = s.to<int64_t>(); return rt.ScalarValue(device, ir::DType::I64, &v); }
-    case at::kInt: { const int32_t v = s.to<int32_t>(); return rt.ScalarValue(device, ir::DType::I32, &v); }
+    case at::kFloat: { const float v = ScalarAs<float>(s, checked); return rt.ScalarValue(device, ir::DType::F32, &v); }
+    case at::kDouble: { const double v = ScalarAs<double>(s, checked); return rt.ScalarValue(device, ir::DType::F64, &v); }
+    case at::kLong: { const int64_t v = ScalarAs<int64_t>(s, checked); return rt.ScalarValue(device, ir::DType::I64, &v); }
+    case at::kInt: { const int32_t v = ScalarAs<int32_t>(s, checked); return rt.ScalarValue(device, ir::DType::I32, &v); }
     case at::kBool: { const uint8_t v = s.to<bool>() ? 1 : 0; return rt.ScalarValue(device, ir::DType::Bool, &v); }
     default: break;
   }
-  at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(dtype));
+  // scalar_tensor fills (checked); .to casts as TensorIterator does
+  at::Tensor host = checked ? at::scalar_tensor(s, at::TensorOptions().dtype(dtype)) : at::scalar_tensor(s, at::TensorOptions().dtype(s.type())).to(dtype);
   return runtime::Runtime::Get().ScalarValue(device, ToIr(dtype), host.const_data_ptr());
 }
 

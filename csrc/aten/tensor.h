@@ -33,6 +33,7 @@ auto RaisingTensorErrors(F&& f) -> decltype(f()) {
   } catch (const runtime::TensorError& e) {
     TORCH_CHECK_INDEX(e.kind() != runtime::ErrorKind::kIndex, e.what());
     TORCH_CHECK_WITH(OutOfMemoryError, e.kind() != runtime::ErrorKind::kOutOfMemory, e.what());
+    TORCH_CHECK_LINALG(e.kind() != runtime::ErrorKind::kLinAlg, e.what());
     TORCH_CHECK(false, e.what());
   }
 }
@@ -52,8 +53,8 @@ ir::Builder& B(int device);
 ir::Value Val(const at::Tensor& t);
 // The complex conjugate of `x` (x itself when real).
 ir::Value Conjugate(ir::Builder& b, ir::Value x);
-// The elements in memory, ignoring lazy conjugate/negative bits (clone and
-// copies that carry the bits over use this).
+// The elements in memory, ignoring lazy conjugate/negative bits (Val
+// applies them to it).
 ir::Value ValMemory(const at::Tensor& t);
 // The same, converted to `dtype`.
 ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype);
@@ -76,8 +77,11 @@ at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::option
 void Assign(const at::Tensor& dst, ir::Value v);
 
 // A 0-d value holding `s` as `dtype`, fed from the host (no recompile when
-// the number changes). Values are cached on device.
-ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype);
+// the number changes). Values are cached on device. The number is cast as
+// the CPU's binary ops cast a Python number (unchecked: 300 as uint8 wraps
+// to 44, 1e40 as float32 is inf); `checked` refuses a number the dtype
+// cannot hold, as fill_ does.
+ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool checked = false);
 // A 0-d constant (for numbers that shape the program, e.g. 0, 1, eps). `v`
 // must fit `dtype`: a double outside an integer type's range is undefined.
 ir::Value Const(int device, double v, at::ScalarType dtype);

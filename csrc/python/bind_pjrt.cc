@@ -117,6 +117,19 @@ PyObject* OutOfMemoryType(PyObject* pjrt_error) {
   return type != nullptr ? type : pjrt_error;
 }
 
+// torch.linalg.LinAlgError while torch is imported, else RuntimeError.
+PyObject* LinAlgErrorType() {
+  PyObject* linalg = PyImport_GetModule(py::str("torch.linalg").ptr());
+  PyObject* type = linalg != nullptr ? PyObject_GetAttrString(linalg, "LinAlgError") : nullptr;
+  Py_XDECREF(linalg);
+  if (type == nullptr) {
+    PyErr_Clear();
+    return PyExc_RuntimeError;
+  }
+  Py_DECREF(type);  // the module keeps it alive
+  return type;
+}
+
 }  // namespace
 
 void BindErrors(py::module_& m) {
@@ -143,6 +156,7 @@ void BindErrors(py::module_& m) {
     } catch (const runtime::TensorError& e) {
       PyObject* type = e.kind() == runtime::ErrorKind::kIndex         ? PyExc_IndexError
                        : e.kind() == runtime::ErrorKind::kOutOfMemory ? OutOfMemoryType(pjrt_error)
+                       : e.kind() == runtime::ErrorKind::kLinAlg      ? LinAlgErrorType()
                                                                       : PyExc_RuntimeError;
       PyErr_SetString(type, e.what());
     }

@@ -88,7 +88,7 @@ void Runtime::ReportDeferred() {
   {
     std::lock_guard<std::recursive_mutex> l(mu_);
     if (!where.empty()) {
-      for (int32_t id : unlocated_checks_) checks_[static_cast<size_t>(id) - 1].second += " (traced at " + where + ")";
+      for (int32_t id : unlocated_checks_) checks_[static_cast<size_t>(id) - 1].second += " (first traced at " + where + ")";
     }
     unlocated_checks_.clear();
   }

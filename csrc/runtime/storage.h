@@ -24,6 +24,7 @@ using DeviceBuffer = std::shared_ptr<pjrt::Buffer>;
 enum class ErrorKind {
   kIndex,    // an index out of range (Python IndexError)
   kValue,    // a value the op refuses, e.g. an integer division by zero (RuntimeError)
+  kLinAlg,   // a singular or not positive-definite matrix (torch.linalg.LinAlgError)
   kFailure,  // the program failed to compile or run (RuntimeError)
   kOutOfMemory,  // ... for want of device memory (torch.OutOfMemoryError)
 };

@@ -1,0 +1,229 @@
+"""Dtype and error edges where the CPU's answer is easy to miss: float16
+reductions past 65504 (accumulated in float as on the CPU), float-to-integer
+casts (wrapping as PyTorch's CPU cast does), Python numbers outside a
+tensor's dtype, unsigned integers, complex-to-real casts, the conjugate bit
+through clone, NaN through logcumsumexp, the gradient of a loss whose every
+target is ignored, and PyTorch's own errors (type and message) where the CPU
+refuses an input."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_pjrt
+from conftest import run_python
+
+DEV = torch_pjrt.device()
+nan, inf = float("nan"), float("inf")
+
+
+@pytest.fixture(autouse=True)
+def no_fallbacks():
+    torch_pjrt.metrics.reset()
+    yield
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def on_both(fn, *inputs):
+    """fn on the CPU inputs and on their pjrt copies; (cpu result, pjrt result on the CPU)."""
+    want = fn(*inputs)
+    got = fn(*(x.to(DEV) if isinstance(x, torch.Tensor) else x for x in inputs))
+    return want, got.cpu()
+
+
+def same(fn, *inputs, exact=True, **tol):
+    want, got = on_both(fn, *inputs)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if exact:
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num()), (got, want)
+    else:
+        torch.testing.assert_close(got, want, equal_nan=True, **tol)
+
+
+def g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------- float16 reductions
+
+HALF_SPREAD = ((torch.arange(768.0) % 40) - 20).half()  # sum of squares 102400 > 65504
+HALF_IMAGE = (torch.rand(2, 3, 256, 256, generator=g(0)) * 10).half()  # 65536 elements per channel
+
+
+@pytest.mark.parametrize("name,fn,x", [
+    ("mean of 65536 ones", lambda x: x.mean(), torch.ones(65536, dtype=torch.half)),
+    ("mean over an image", lambda x: x.mean((2, 3)), HALF_IMAGE),
+    ("adaptive_avg_pool2d to 1", lambda x: F.adaptive_avg_pool2d(x, 1), HALF_IMAGE),
+    ("var", lambda x: x.var(), HALF_SPREAD),
+    ("std", lambda x: x.std(), HALF_SPREAD),
+    ("vector_norm", lambda x: torch.linalg.vector_norm(x), HALF_SPREAD),
+    ("norm 3", lambda x: x.norm(3), HALF_SPREAD),
+    ("pow(2).mean", lambda x: x.pow(2).mean(), HALF_SPREAD),
+    ("mse_loss", lambda x: F.mse_loss(x, torch.zeros_like(x)), HALF_SPREAD),
+    ("normalize", lambda x: F.normalize(x[None], dim=1), HALF_SPREAD),
+    ("cosine_similarity", lambda x: F.cosine_similarity(x[None], x.flip(0)[None]), HALF_SPREAD),
+    ("layer_norm", lambda x: F.layer_norm(x[None], (768,)), HALF_SPREAD),
+    ("instance_norm", lambda x: F.instance_norm(x[None, None]), HALF_SPREAD),
+    ("batch_norm training", lambda x: F.batch_norm(x.reshape(4, 3, 64), None, None, training=True), HALF_SPREAD),
+    ("bfloat16 mean", lambda x: x.bfloat16().mean((2, 3)), HALF_IMAGE),
+])
+def test_half_reductions_accumulate_in_float(name, fn, x):
+    """Each would overflow (inf, NaN or 0) if summed in float16."""
+    want, got = on_both(fn, x)
+    assert want.isfinite().all()
+    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "batch_norm"])
+def test_half_norm_backward(kind):
+    x = HALF_SPREAD.reshape(4, 3, 64) * 2
+    grads = []
+    for device in ("cpu", DEV):
+        t = x.detach().to(device).requires_grad_()
+        if kind == "layer_norm":
+            w = torch.linspace(0.5, 2, 64, dtype=torch.half, device=device).requires_grad_()
+            y = F.layer_norm(t, (64,), w)
+        else:
+            w = torch.linspace(0.5, 2, 3, dtype=torch.half, device=device).requires_grad_()
+            y = F.batch_norm(t, None, None, w, training=True)
+        (y.float() * torch.linspace(-1, 1, 64, device=device)).sum().backward()
+        grads.append((t.grad.cpu(), w.grad.cpu()))
+    for want, got in zip(*grads):
+        assert want.isfinite().all()
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+# ---------------------------------------------------------------- casts
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_float_to_integer_casts_wrap_as_on_the_cpu(dtype):
+    x = torch.tensor([-1.0, -2.5, 300.2, 70000.7, -129.9, 3.9e9, -3.9e9, nan, inf, -inf, 0.0, 127.0])
+    same(lambda t: t.to(dtype), x)
+    same(lambda t: t.double().to(dtype), x)
+
+
+def test_python_numbers_outside_the_dtype_cast_as_on_the_cpu():
+    u8 = torch.tensor([0, 5, 255], dtype=torch.uint8)
+    same(lambda t: t < 300, u8)
+    same(lambda t: t == 256, u8)
+    same(lambda t: t + 300, u8)
+    same(lambda t: torch.where(t == 300, 1, 0), u8)
+    same(lambda t: t.to(torch.int8) == 200, u8)
+    same(lambda t: t + 1e40, torch.tensor([1.0, 2.0]))
+    same(lambda t: t * 1e39, torch.tensor([1.0, -2.0]))
+    for device in ("cpu", DEV):  # fill_ refuses them on the CPU, so here too
+        with pytest.raises(RuntimeError, match="cannot be converted to type uint8_t without overflow"):
+            torch.zeros(2, dtype=torch.uint8, device=device).fill_(300)
+
+
+def test_unsigned_abs_sign_neg():
+    u = torch.tensor([0, 1, 200, 255], dtype=torch.uint8)
+    for fn in (torch.abs, torch.sign, torch.sgn, torch.neg, lambda t: -t, lambda t: t.abs_()):
+        same(fn, u.clone())
+
+
+def test_complex_to_real_keeps_the_real_part_with_the_warning():
+    z = torch.tensor([1 + 2j, -3.5 - 1j])
+    for fn in (lambda t: t.float(), lambda t: t.to(torch.float64), lambda t: torch.zeros(2, device=t.device).copy_(t)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            same(fn, z)
+    # PyTorch warns once per process, as the CPU's cast does
+    out = run_python("""
+import warnings, torch, torch_pjrt
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.tensor([1 + 2j], device="pjrt").float().cpu()
+print([str(w.message) for w in caught])
+""")
+    assert out.returncode == 0 and "discards the imaginary part" in out.stdout, out.stderr
+
+
+def test_clone_and_resolve_conj_apply_the_conjugate_bit():
+    z = torch.tensor([1 + 2j, 3 - 4j], device=DEV)
+    for t in (z.conj().resolve_conj(), z.conj().clone(), z._neg_view().resolve_neg(), z._neg_view().clone()):
+        assert not t.is_conj() and not t.is_neg()
+    torch.testing.assert_close(torch.view_as_real(z.conj().resolve_conj()).cpu(), torch.view_as_real(z.cpu().conj().resolve_conj()))
+    torch.testing.assert_close(z.conj().clone().cpu(), z.cpu().conj())
+    torch.testing.assert_close(z._neg_view().clone().cpu(), -z.cpu())
+
+
+# ------------------------------------------------------------ NaN, losses
+
+
+def test_logcumsumexp_carries_nan():
+    same(lambda t: torch.logcumsumexp(t, 0), torch.tensor([nan, 1.0, 5.0]))
+    same(lambda t: torch.logcumsumexp(t, 0), torch.tensor([1.0, nan, -inf, 5.0]))
+    same(lambda t: torch.logcumsumexp(t, 1), torch.tensor([[0.0, nan, 2.0], [inf, 1.0, -inf]]))
+
+
+@pytest.mark.parametrize("kind", ["cross_entropy", "smoothing", "weighted", "nll_2d_sum"])
+def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
+    """A batch whose every label is ignore_index (padding only): the mean is
+    NaN as on the CPU, but the gradient is 0, so training goes on."""
+    x = torch.randn(3, 5, 2, 2, generator=g(1))
+    def loss(t):
+        if kind == "cross_entropy":
+            return F.cross_entropy(t[..., 0, 0], torch.full((3,), -100, device=t.device))
+        if kind == "smoothing":
+            return F.cross_entropy(t[..., 0, 0], torch.full((3,), -100, device=t.device), label_smoothing=0.1)
+        if kind == "weighted":
+            return F.nll_loss(t[..., 0, 0].log_softmax(1), torch.full((3,), 4, device=t.device), ignore_index=4,
+                              weight=torch.arange(1.0, 6.0, device=t.device))
+        return F.nll_loss(t, torch.full((3, 2, 2), 255, device=t.device), ignore_index=255, reduction="sum")
+    results = []
+    for device in ("cpu", DEV):
+        t = x.detach().to(device).requires_grad_()
+        out = loss(t)
+        out.backward()
+        results.append((out.detach().cpu(), t.grad.cpu()))
+    (want_loss, want_grad), (got_loss, got_grad) = results
+    assert torch.equal(want_grad, torch.zeros_like(want_grad)) and torch.equal(got_grad, want_grad)
+    assert torch.equal(got_loss.isnan(), want_loss.isnan())
+    if not want_loss.isnan():
+        assert got_loss.item() == want_loss.item() and got_loss.sign() == want_loss.sign()
+
+
+# ------------------------------------------------------------ CPU's errors
+
+
+@pytest.mark.parametrize("name,fn,x", [
+    ("var of int", lambda t: t.var(), torch.tensor([1, 2])),
+    ("std of int", lambda t: t.std(), torch.tensor([1, 2])),
+    ("int ** -1", lambda t: t ** -1, torch.tensor([1, 2])),
+    ("argmax of bool", lambda t: t.argmax(), torch.tensor([False, True])),
+    ("argmin of bool", lambda t: t.argmin(0), torch.tensor([False, True])),
+    ("bool - int", lambda t: t - t.int(), torch.tensor([False, True])),
+    ("bool - bool", lambda t: t - t, torch.tensor([False, True])),
+    ("bool - 1", lambda t: t - 1, torch.tensor([False, True])),
+    ("1 - bool", lambda t: 1 - t, torch.tensor([False, True])),
+    ("-bool", lambda t: -t, torch.tensor([False, True])),
+    ("cat of 0-d", lambda t: torch.cat([t, t]), torch.tensor(1.0)),
+    ("int add with float alpha", lambda t: torch.add(t, t, alpha=0.5), torch.tensor([1, 2])),
+])
+def test_refused_as_on_the_cpu(name, fn, x):
+    with pytest.raises(Exception) as cpu:
+        fn(x)
+    with pytest.raises(type(cpu.value)) as dev:
+        fn(x.to(DEV)).cpu()
+    assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_singular_and_non_pd_raise_linalg_error():
+    for fn, a in ((torch.linalg.inv, torch.zeros(3, 3)), (torch.linalg.cholesky, -torch.eye(3)),
+                  (lambda m: torch.linalg.solve(m, torch.ones(3, device=m.device)), torch.ones(3, 3))):
+        with pytest.raises(torch.linalg.LinAlgError):
+            fn(a)
+        with pytest.raises(torch.linalg.LinAlgError):
+            fn(a.to(DEV)).cpu()
+
+
+def test_antialiased_resize_keeps_channels_last():
+    x = torch.randn(1, 3, 12, 12, generator=g(2)).to(memory_format=torch.channels_last)
+    for mode in ("bilinear", "bicubic"):
+        want, got = on_both(lambda t: F.interpolate(t, size=(5, 7), mode=mode, antialias=True), x)
+        assert got.stride() == want.stride() == (105, 1, 21, 3)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
