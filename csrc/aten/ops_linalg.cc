@@ -594,6 +594,52 @@ Value HouseholderProduct(ir::Builder& b, Value h, Value taus) {
   return b.CustomCall("ProductOfElementaryHouseholderReflectors", {h, taus}, {b.shape(h)})[0];
 }
 
+// Least squares by the SVD: X = V diag(1/s) U^T B over the singular values
+// above rcond * s_max (PyTorch's rank rule), the minimum-norm solution the
+// CPU's default 'gelsy' and 'gelsd' give (for rank-deficient A too). The
+// outputs each driver fills are the CPU's: rank for gelsy/gelsd/gelss,
+// singular values for gelsd/gelss, residuals when m > n for gels, and for
+// gelsd/gelss when every matrix has full rank (a number read from the
+// device, as the result's shape depends on it).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_lstsq(const at::Tensor& A, const at::Tensor& B,
+                                                                        std::optional<double> rcond,
+                                                                        std::optional<c10::string_view> driver_opt) {
+  TORCH_CHECK(A.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
+  const bool vector = B.dim() == A.dim() - 1;
+  TORCH_CHECK(vector || B.dim() == A.dim(), "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+              "(input.dim() - other.dim()) <= 1");
+  const std::string driver = driver_opt ? std::string(*driver_opt) : "gelsy";
+  TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss",
+              "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  TORCH_CHECK(A.scalar_type() == B.scalar_type(), "torch.linalg.lstsq: Expected input and other to have the same dtype, "
+              "but got input's dtype ", A.scalar_type(), " and other's dtype ", B.scalar_type());
+  CheckRealFloat(A, "linalg.lstsq");
+  const at::Tensor b = vector ? B.unsqueeze(-1) : B;
+  const int64_t m = A.size(-2), n = A.size(-1);
+  TORCH_CHECK(b.size(-2) == m, "torch.linalg.lstsq: input.size(-2) should match other.size(-2)");
+  const std::vector<int64_t> batch = at::infer_size(A.sizes().slice(0, A.dim() - 2), b.sizes().slice(0, b.dim() - 2));
+  const at::Tensor a = A.expand(With(batch, {m, n})), rhs = b.expand(With(batch, {m, b.size(-1)}));
+  auto [u, sv, vh] = at::linalg_svd(a, /*full_matrices=*/false);
+  const double eps = A.scalar_type() == at::kDouble ? DBL_EPSILON : FLT_EPSILON;
+  const double tol = rcond.value_or(eps * static_cast<double>(std::max(m, n)));
+  const at::Tensor top = sv.numel() > 0 ? sv.amax(-1, /*keepdim=*/true) : sv.sum(-1, true);
+  const at::Tensor keep = sv > top * tol;
+  const at::Tensor inv = at::where(keep, sv.reciprocal(), at::zeros_like(sv));
+  at::Tensor x = at::matmul(vh.mH(), inv.unsqueeze(-1) * at::matmul(u.mH(), rhs));
+  const at::TensorOptions longs = A.options().dtype(at::kLong);
+  const at::Tensor none = at::empty({0}, A.options());
+  const at::Tensor rank = driver == "gels" ? at::empty({0}, longs) : keep.sum(-1);
+  bool residuals = m > n && driver != "gelsy";
+  if (residuals && driver != "gels") residuals = rank.eq(n).all().item<bool>();
+  at::Tensor res = residuals ? (at::matmul(a, x) - rhs).pow(2).sum(-2) : none;
+  const at::Tensor s_out = driver == "gelsd" || driver == "gelss" ? sv : none;
+  if (vector) {
+    x = x.squeeze(-1);
+    if (residuals) res = res.squeeze(-1);
+  }
+  return {x, res, rank, s_out};
+}
+
 // exp(A) by scaling and squaring: A / 2^s has a 1-norm within theta, where
 // the Taylor polynomial of degree 18 is exact to the dtype's precision
 // (PyTorch's own bound for its degree-18 approximant), evaluated with 7
@@ -805,6 +851,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("linalg_qr", linalg_qr);
   K("linalg_householder_product", linalg_householder_product);
   K("linalg_matrix_exp", linalg_matrix_exp);
+  K("linalg_lstsq", linalg_lstsq);
   K("_linalg_eigh", _linalg_eigh);
   K("_linalg_svd", _linalg_svd);
 }

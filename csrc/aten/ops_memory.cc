@@ -40,6 +40,17 @@ at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarTyp
   return t;
 }
 
+// Forward-mode AD and some backward formulas (sgn's) ask for a zero tensor
+// that ops may skip; on pjrt it is a plain tensor of zeros (a broadcast
+// constant in the trace), which every op handles.
+at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                               std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!layout || *layout == at::kStrided, "pjrt tensors are strided; layout ", *layout, " is not supported");
+  const int d = TargetDevice(device);
+  TraceScope scope;
+  return Wrap(B(d).Full(ToIr(dtype.value_or(at::get_default_dtype_as_scalartype())), size.vec(), 0), d);
+}
+
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<at::Layout> layout, std::optional<at::Device> device,
                          std::optional<bool> pin_memory) {
@@ -277,6 +288,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(tpj::aten::empty_memory_format));
   m.impl("empty_strided", TORCH_FN(tpj::aten::empty_strided));
+  m.impl("_efficientzerotensor", TORCH_FN(tpj::aten::efficientzerotensor));
   m.impl("as_strided", TORCH_FN(tpj::aten::as_strided));
   m.impl("view", TORCH_FN(tpj::aten::view));
   m.impl("_reshape_alias", TORCH_FN(tpj::aten::reshape_alias));

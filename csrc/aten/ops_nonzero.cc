@@ -7,7 +7,7 @@
 // unravels it. nonzero_static reads nothing: its size is given, and the
 // rows beyond the count are filled. unique and unique_consecutive (of
 // elements or of slices along a dim) read the number of distinct values,
-// bincount its length.
+// bincount its length, repeat_interleave with tensor repeats its length.
 //
 // Each count gives the ops that follow new shapes, so a step that indexes
 // with a mask compiles once per distinct count (as any lazy device does).
@@ -221,6 +221,28 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   return out.scatter_add_(0, self.to(at::kLong), add);
 }
 
+// The indices repeat_interleave(repeats) lists: i repeated repeats[i] times.
+// The length is read from the device (with the smallest repeat, for the
+// CPU's check) unless output_size gives it; each output position finds its
+// input by a search in the running sum of the repeats.
+at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+              "repeats has to be Long or Int tensor");
+  if (repeats.size(0) == 0) return at::empty({0}, repeats.options());
+  const at::Tensor cum = repeats.cumsum(0, at::kLong);
+  int64_t total = 0;
+  if (output_size) {
+    total = output_size->expect_int();
+  } else {
+    const at::Tensor read = at::stack({cum[-1], repeats.min().to(at::kLong)}).cpu();
+    total = read[0].item<int64_t>();
+    TORCH_CHECK(read[1].item<int64_t>() >= 0, "repeats can not be negative");
+  }
+  const at::Tensor positions = at::arange(total, repeats.options().dtype(at::kLong));
+  return at::searchsorted(cum, positions, /*out_int32=*/false, /*right=*/true).to(repeats.scalar_type());
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -236,5 +258,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("unique_dim", unique_dim);
   K("unique_dim_consecutive", unique_dim_consecutive);
   K("bincount", bincount);
+  K("repeat_interleave.Tensor", repeat_interleave);
   m.impl("masked_scatter_", TORCH_FN(tpj::aten::masked_scatter_));
 }

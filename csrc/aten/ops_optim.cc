@@ -1,4 +1,4 @@
-// The fused optimizer steps (torch.optim.Adam/AdamW/SGD(fused=True)), composed
+// The fused optimizer steps (torch.optim.Adam/AdamW/SGD/Adagrad(fused=True)), composed
 // from lowered ops with the math of PyTorch's fused kernels, so that they
 // trace into the step's program like the foreach path instead of running on
 // the CPU. The bias corrections take the step count as a tensor (the CPU
@@ -160,11 +160,35 @@ void FusedSgd(at::TensorList params, at::TensorList grads, at::TensorList bufs, 
   }
 }
 
+// _fused_adagrad_ with the math of PyTorch's fused kernel: the gradient
+// unscaled, negated for maximize, with weight decay; state_sum += g^2 and
+// p -= clr * g / (sqrt(state_sum) + eps), clr = lr / (1 + (step - 1) *
+// lr_decay), the step (already counted by the caller) read on the device.
+template <typename LR>
+void FusedAdagrad(at::TensorList params, at::TensorList grads, at::TensorList state_sums, at::TensorList state_steps,
+                  LR lr, double lr_decay, double weight_decay, double eps, bool maximize, const OptTensor& grad_scale,
+                  const OptTensor& found_inf) {
+  const size_t n = params.size();
+  CheckLists(n, {grads.size(), state_sums.size(), state_steps.size()}, "_fused_adagrad_");
+  for (size_t i = 0; i < n; ++i) {
+    const at::Tensor& p = params[i];
+    const at::ScalarType t = at::toOpMathType(p.scalar_type());
+    at::Tensor g = StepGrad(grads[i], maximize, grad_scale, found_inf).to(t);
+    const at::Tensor param = p.to(t);
+    if (weight_decay != 0) g = g + param * weight_decay;
+    const at::Tensor clr = lr / ((state_steps[i].to(t) - 1) * lr_decay + 1);
+    const at::Tensor sum = state_sums[i].to(t) + g * g;
+    Update(state_sums[i], sum, found_inf);
+    Update(p, param - clr * g / (sum.sqrt() + eps), found_inf);
+  }
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
 // (a template-id's comma would split a macro argument, so no K() here)
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using tpj::aten::FusedAdagrad;
   using tpj::aten::FusedAdam;
   using tpj::aten::FusedSgd;
   m.impl("_fused_adam_", TORCH_FN((FusedAdam<false, double>)));
@@ -173,4 +197,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_adamw_.tensor_lr", TORCH_FN((FusedAdam<true, const at::Tensor&>)));
   m.impl("_fused_sgd_", TORCH_FN((FusedSgd<double>)));
   m.impl("_fused_sgd_.tensor_lr", TORCH_FN((FusedSgd<const at::Tensor&>)));
+  m.impl("_fused_adagrad_", TORCH_FN((FusedAdagrad<double>)));
+  m.impl("_fused_adagrad_.tensor_lr", TORCH_FN((FusedAdagrad<const at::Tensor&>)));
 }

@@ -304,3 +304,27 @@ def test_householder_product_and_orthogonal_parametrization_train():
         torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got[1].mT @ got[1] if shape[0] >= shape[1] else got[1] @ got[1].mT,
                                    torch.eye(min(shape)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,driver", [((2, 6, 4), None), ((6, 4), "gelsd"), ((6, 4), "gels"), ((3, 5), None),
+                                          ((5, 5), "gelss")])
+def test_lstsq_matches_the_cpu(shape, driver):
+    """Solutions (and their gradients), ranks, singular values and residuals
+    as the CPU's driver returns them; a rank-deficient matrix gives the
+    minimum-norm solution and its rank."""
+    a = torch.randn(*shape, generator=gen(10))
+    b = torch.randn(*shape[:-1], 3, generator=gen(11))
+    want = torch.linalg.lstsq(a, b, driver=driver)
+    got = torch.linalg.lstsq(a.to(DEV), b.to(DEV), driver=driver)
+    for w, g in zip(want, got):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-4)
+    compare(lambda x, y: torch.linalg.lstsq(x, y, driver=driver).solution, a, b)
+    deficient = a.clone()
+    deficient[..., 1] = deficient[..., 0]
+    want = torch.linalg.lstsq(deficient, b, driver="gelsd")
+    got = torch.linalg.lstsq(deficient.to(DEV), b.to(DEV), driver="gelsd")
+    assert torch.equal(got.rank.cpu(), want.rank)
+    torch.testing.assert_close(got.solution.cpu(), want.solution, rtol=1e-4, atol=1e-4)
+    vec = torch.linalg.lstsq(a.to(DEV), b[..., 0].to(DEV), driver=driver).solution
+    torch.testing.assert_close(vec.cpu(), torch.linalg.lstsq(a, b[..., 0], driver=driver).solution, rtol=1e-4, atol=1e-4)

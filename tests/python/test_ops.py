@@ -386,6 +386,32 @@ def test_rrelu_draws_slopes_on_the_device():
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
+def test_repeat_interleave_with_tensor_repeats_and_forward_mode_ad():
+    """repeat_interleave with repeats given as a tensor (the length read from
+    the device, or given by output_size: nothing read), zero repeats
+    included; and torch.func.jvp, whose tangents start as zero tensors."""
+    torch_pjrt.metrics.reset()
+    x = torch.arange(10.0).reshape(5, 2)
+    reps = torch.tensor([1, 2, 0, 3, 1])
+    for dtype in (torch.long, torch.int):
+        r = reps.to(dtype)
+        assert torch.equal(torch.repeat_interleave(r.to(DEV)).cpu(), torch.repeat_interleave(r))
+        assert torch.equal(x.to(DEV).repeat_interleave(r.to(DEV), dim=0).cpu(), x.repeat_interleave(r, dim=0))
+    got = x.to(DEV).repeat_interleave(reps.to(DEV), dim=0, output_size=7)
+    assert torch.equal(got.cpu(), x.repeat_interleave(reps, dim=0))
+    assert torch.repeat_interleave(torch.zeros(0, dtype=torch.long, device=DEV)).shape == (0,)
+    with pytest.raises(RuntimeError, match="repeats can not be negative"):
+        torch.repeat_interleave(torch.tensor([1, -1], device=DEV))
+    primal, tangent = torch.randn(4), torch.randn(4)
+    want = torch.func.jvp(lambda t: torch.sin(t) * t.sgn(), (primal,), (tangent,))
+    got = torch.func.jvp(lambda t: torch.sin(t) * t.sgn(), (primal.to(DEV),), (tangent.to(DEV),))
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w)
+    h = torch.func.hessian(lambda t: (t.pow(3) * t.sgn()).sum())(primal.to(DEV))
+    torch.testing.assert_close(h.cpu(), torch.func.hessian(lambda t: (t.pow(3) * t.sgn()).sum())(primal))
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
 def test_unique_bincount_histc_run_on_the_device():
     torch_pjrt.metrics.reset()
     x = torch.tensor([[3, 1, 2, 3], [1, 5, 2, 2]])

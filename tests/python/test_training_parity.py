@@ -66,7 +66,8 @@ def _fused_run(dev, cls, fused, kw, scaled=False, steps=4):
     (torch.optim.Adam, dict(lr=torch.tensor(0.01))),
     (torch.optim.SGD, dict(lr=0.01, momentum=0.9, nesterov=True, weight_decay=0.01)),
     (torch.optim.SGD, dict(lr=0.01, momentum=0.9, dampening=0.1, maximize=True)),
-], ids=["adam-amsgrad", "adamw-maximize", "adam-tensor-lr", "sgd-nesterov", "sgd-dampening"])
+    (torch.optim.Adagrad, dict(lr=0.05, lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.1)),
+], ids=["adam-amsgrad", "adamw-maximize", "adam-tensor-lr", "sgd-nesterov", "sgd-dampening", "adagrad"])
 def test_fused_optimizers_step_on_the_device(cls, kw):
     """fused=True runs the optimizer's fused kernel (_fused_adam_, ...): on
     pjrt it traces into the step, against the CPU's unfused step."""
