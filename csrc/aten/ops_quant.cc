@@ -8,6 +8,9 @@
 // (the CPU reads fake_quant_enabled; here it selects).
 #include <ATen/OpMathType.h>
 
+#include <cmath>
+#include <limits>
+
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -83,6 +86,100 @@ std::tuple<at::Tensor, at::Tensor> per_channel(const at::Tensor& self, const at:
                    self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
 }
 
+// The scale and zero point of [min, max], elementwise, as PyTorch's
+// ChooseQuantizationParams computes them for its fused observer (in float64,
+// as there, the stored scale rounded to float32): the range widened to hold
+// 0, symmetric ranges centred for preserve_sparsity, a scale of 0.1 where it
+// would vanish, tiny scales raised to 6.1e-5 with the range stretched, and
+// the zero point from whichever end loses less precision, nudged into
+// [qmin, qmax].
+std::tuple<at::Tensor, at::Tensor> ChooseQParams(at::Tensor min, at::Tensor max, int64_t qmin, int64_t qmax,
+                                                 bool preserve_sparsity) {
+  const double qrange = static_cast<double>(qmax - qmin);
+  if (preserve_sparsity) {
+    const double sym_qmin = static_cast<double>(-((qmax - qmin) / 2 + 1)), sym_qmax = static_cast<double>((qmax - qmin) / 2);
+    const at::Tensor both = min.lt(0).logical_and(max.gt(0));
+    const at::Tensor max_scale = at::maximum((min / sym_qmin).abs(), (max / sym_qmax).abs()).to(at::kDouble);
+    min = at::where(both, (max_scale * sym_qmin).to(at::kFloat), min);
+    max = at::where(both, (max_scale * sym_qmax).to(at::kFloat), max);
+  }
+  min = min.clamp_max(0);
+  max = max.clamp_min(0);
+  at::Tensor scale = (max.to(at::kDouble) - min.to(at::kDouble)) / qrange;
+  const at::Tensor scale_f = scale.to(at::kFloat);
+  scale = at::where(scale_f.eq(0).logical_or(scale_f.reciprocal().isinf()), at::full_like(scale, 0.1), scale);
+  constexpr float kSmall = 6.1e-5f;
+  const at::Tensor small = scale.lt(static_cast<double>(kSmall));
+  const at::Tensor amplifier = static_cast<double>(kSmall) / scale.to(at::kFloat);  // float32, as org_scale there
+  // (min == 0 first: then max becomes the range; else max == 0: min does)
+  const at::Tensor small_min = at::where(min.eq(0), min, at::where(max.eq(0), at::full_like(min, -kSmall * static_cast<float>(qrange)),
+                                                                   min * amplifier));
+  const at::Tensor small_max = at::where(min.eq(0), at::full_like(max, kSmall * static_cast<float>(qrange)),
+                                         at::where(max.eq(0), max, max * amplifier));
+  min = at::where(small, small_min, min);
+  max = at::where(small, small_max, max);
+  scale = at::where(small, at::full_like(scale, static_cast<double>(kSmall)), scale);
+  const at::Tensor lo = min.to(at::kDouble) / scale, hi = max.to(at::kDouble) / scale;
+  const double fqmin = static_cast<double>(qmin), fqmax = static_cast<double>(qmax);
+  const at::Tensor from_min_better = (std::abs(fqmin) - lo.abs()).lt(std::abs(fqmax) - hi.abs());
+  at::Tensor zp = at::where(from_min_better, fqmin - lo, fqmax - hi);
+  if (preserve_sparsity) {
+    zp = at::where(min.lt(0).logical_and(max.gt(0)), at::full_like(zp, (fqmin + fqmax) / 2), zp);
+  }
+  zp = at::where(zp.lt(fqmin), at::full_like(zp, fqmin), at::where(zp.gt(fqmax), at::full_like(zp, fqmax), zp.round()));
+  return {scale.to(at::kFloat), zp.to(at::kInt)};
+}
+
+// torch.fused_moving_avg_obs_fake_quant (FusedMovingAvgObsFakeQuantize, the
+// default QAT qconfig's module): the moving-average min/max observer, the
+// qparams of the running range and fake quantization in one op, as the
+// CPU's fused kernel; the observer_on and fake_quant_on flags select on the
+// device instead of being read to the host.
+std::tuple<at::Tensor, at::Tensor> fused_moving_avg_obs_fq(
+    const at::Tensor& self, const at::Tensor& observer_on, const at::Tensor& fake_quant_on, at::Tensor& running_min,
+    at::Tensor& running_max, at::Tensor& scale, at::Tensor& zero_point, double averaging_const, int64_t quant_min,
+    int64_t quant_max, int64_t ch_axis, bool per_row_fake_quant, bool symmetric_quant) {
+  TORCH_CHECK(ch_axis < self.dim(), "Error in fused_moving_avg_obs_fq_helper: ch_axis must be < self.dim()");
+  CheckRange(quant_min, quant_max);
+  at::Tensor x_min, x_max;
+  if (per_row_fake_quant) {
+    TORCH_CHECK(ch_axis == 0, "Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is only supported on axis == 0");
+    const int64_t size = self.size(ch_axis);
+    if (running_min.numel() == 0) {
+      running_min.resize_({size}).fill_(std::numeric_limits<float>::infinity());
+      running_max.resize_({size}).fill_(-std::numeric_limits<float>::infinity());
+      scale.resize_({size});
+      zero_point.resize_({size});
+    }
+    std::tie(x_min, x_max) = at::aminmax(self.dim() == 2 ? self : self.flatten(1), 1);
+  } else {
+    std::tie(x_min, x_max) = at::aminmax(self);
+  }
+  const float c = static_cast<float>(averaging_const);
+  auto average = [&](const at::Tensor& running, const at::Tensor& now) {
+    const at::Tensor moved = at::where(running.isinf(), now, running + (now - running) * c);
+    return at::where(observer_on.reshape({}).ne(0), moved, running);
+  };
+  const at::Tensor new_min = average(running_min, x_min.to(running_min.scalar_type()));
+  const at::Tensor new_max = average(running_max, x_max.to(running_max.scalar_type()));
+  running_min.copy_(new_min);
+  running_max.copy_(new_max);
+  auto [sc, zp] = ChooseQParams(new_min.to(at::kFloat), new_max.to(at::kFloat), quant_min, quant_max, symmetric_quant);
+  const at::Tensor on = fake_quant_on.reshape({}).ne(0);
+  scale.copy_(at::where(on, sc.reshape(scale.sizes()), scale));
+  zero_point.copy_(at::where(on, zp.reshape(zero_point.sizes()).to(zero_point.scalar_type()), zero_point));
+  at::Tensor out, mask;
+  if (per_row_fake_quant) {
+    std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
+    along[0] = self.size(0);
+    std::tie(out, mask) = FakeQuant(self, sc.reshape(along), zp.reshape(along), quant_min, quant_max,
+                                    self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  } else {
+    std::tie(out, mask) = FakeQuant(self, sc.reshape({}), zp.reshape({}), quant_min, quant_max, at::kFloat);
+  }
+  return {at::where(on, out, self), at::where(on, mask, at::ones_like(mask))};
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -92,4 +189,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("fake_quantize_per_tensor_affine_cachemask", per_tensor);
   K("_fake_quantize_per_tensor_affine_cachemask_tensor_qparams", per_tensor_tensor_qparams);
   K("fake_quantize_per_channel_affine_cachemask", per_channel);
+  K("_fused_moving_avg_obs_fq_helper", fused_moving_avg_obs_fq);
 }

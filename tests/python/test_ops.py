@@ -418,7 +418,8 @@ def test_fake_quantize_as_on_the_cpu_and_qat_trains():
     """fake_quantize per tensor (number and tensor qparams, switched off by
     fake_quant_enabled) and per channel (int and float zero points), every
     input dtype, bit for bit, and its gradient (the in-range mask); then a
-    QAT model with FakeQuantize modules trains as on the CPU."""
+    QAT model trains as on the CPU, with FakeQuantize modules and with the
+    default qconfig's fused observers."""
     import torch.ao.quantization as Q
     torch_pjrt.metrics.reset()
     x = torch.randn(4, 3, 5, generator=torch.Generator().manual_seed(0)) * 3
@@ -443,9 +444,15 @@ def test_fake_quantize_as_on_the_cpu_and_qat_trains():
         fn(xc).sum().backward()
         fn(xd).sum().backward()
         assert torch.equal(xd.grad.cpu(), xc.grad)
-    qconfig = Q.QConfig(activation=Q.FakeQuantize.with_args(observer=Q.MovingAverageMinMaxObserver),
-                        weight=Q.FakeQuantize.with_args(observer=Q.MovingAveragePerChannelMinMaxObserver,
-                                                        dtype=torch.qint8, qscheme=torch.per_channel_symmetric))
+    plain = Q.QConfig(activation=Q.FakeQuantize.with_args(observer=Q.MovingAverageMinMaxObserver),
+                      weight=Q.FakeQuantize.with_args(observer=Q.MovingAveragePerChannelMinMaxObserver,
+                                                      dtype=torch.qint8, qscheme=torch.per_channel_symmetric))
+    for qconfig in (plain, Q.get_default_qat_qconfig("x86")):  # the default: fused observers
+        _qat_trains_as_on_the_cpu(Q, qconfig)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def _qat_trains_as_on_the_cpu(Q, qconfig):
     losses = []
     for device in ("cpu", DEV):
         torch.manual_seed(0)
@@ -465,7 +472,35 @@ def test_fake_quantize_as_on_the_cpu_and_qat_trains():
             run.append(loss.item())
         losses.append(run)
     torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-5, atol=1e-6)
-    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+@pytest.mark.parametrize("per_row,symmetric,scale", [(False, False, 1.0), (False, True, 50.0), (True, False, 1e-7),
+                                                      (True, True, 1.0)])
+def test_fused_observer_fake_quantize_matches_the_cpu(per_row, symmetric, scale):
+    """The fused moving-average observer (running min/max, scale, zero
+    point, output, mask) bit for bit over 3 calls, with the observer or fake
+    quantization switched off, per-row buffers starting empty, and a range so
+    small that its scale is raised to 6.1e-5."""
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(2)) * scale + 2 * scale
+    for observe, quantize in ((1, 1), (0, 1), (1, 0)):
+        runs = []
+        for device in ("cpu", DEV):
+            n = 4 if not per_row else 0
+            rmin = torch.full((n,) if per_row else (), float("inf"), device=device)
+            rmax = torch.full((n,) if per_row else (), float("-inf"), device=device)
+            sc = torch.ones(n if per_row else 1, device=device)
+            zp = torch.zeros(n if per_row else 1, dtype=torch.int32, device=device)
+            run = []
+            for i in range(3):
+                out, mask = torch._fused_moving_avg_obs_fq_helper(
+                    (x * (1 + i)).to(device), torch.tensor([observe], device=device), torch.tensor([quantize], device=device),
+                    rmin, rmax, sc, zp, 0.01, -128 if symmetric else 0, 127 if symmetric else 255, 0, per_row, symmetric)
+                run += [out.cpu(), mask.cpu(), rmin.cpu().clone(), rmax.cpu().clone()]
+                if quantize or not per_row:  # (per-row buffers created empty stay uninitialized until quantizing)
+                    run += [sc.cpu().clone(), zp.cpu().clone()]
+            runs.append(run)
+        for want, got in zip(*runs):
+            assert torch.equal(got, want), (got, want)
 
 
 def test_unique_bincount_histc_run_on_the_device():
