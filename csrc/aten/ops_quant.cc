@@ -112,8 +112,8 @@ std::tuple<at::Tensor, at::Tensor> ChooseQParams(at::Tensor min, at::Tensor max,
   const at::Tensor small = scale.lt(static_cast<double>(kSmall));
   const at::Tensor amplifier = static_cast<double>(kSmall) / scale.to(at::kFloat);  // float32, as org_scale there
   // (min == 0 first: then max becomes the range; else max == 0: min does)
-  const at::Tensor small_min = at::where(min.eq(0), min, at::where(max.eq(0), at::full_like(min, -kSmall * static_cast<float>(qrange)),
-                                                                   min * amplifier));
+  const at::Tensor small_min =
+      at::where(min.eq(0), min, at::where(max.eq(0), at::full_like(min, -kSmall * static_cast<float>(qrange)), min * amplifier));
   const at::Tensor small_max = at::where(min.eq(0), at::full_like(max, kSmall * static_cast<float>(qrange)),
                                          at::where(max.eq(0), max, max * amplifier));
   min = at::where(small, small_min, min);

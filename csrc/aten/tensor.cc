@@ -3,6 +3,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/AutogradState.h>
@@ -20,8 +21,33 @@ namespace {
 
 void DeleteStorage(void* p) { delete static_cast<runtime::Storage*>(p); }
 
-class Allocator final : public c10::Allocator {
+// A c10::DeviceAllocator, so that torch.accelerator's memory calls work
+// when pjrt is the current accelerator (it is in every process where
+// torch_pjrt is installed, through torch's backend autoload): statistics
+// are our live-buffer counts, and there is no cache to empty (buffers are
+// freed with their tensors). None of them starts the runtime.
+class Allocator final : public c10::DeviceAllocator {
  public:
+  bool initialized() override { return runtime::Runtime::Initialized(); }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    if (!runtime::Runtime::Initialized()) return stats;
+    const pjrt::BufferBytes b = runtime::Runtime::Get().LiveBytes(device);
+    const auto all = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+    for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+      (*bytes)[all].current = b.in_use;
+      (*bytes)[all].peak = b.peak;
+    }
+    stats.allocation[all].current = stats.active[all].current = stats.segment[all].current = b.buffers;
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetPeakStats(c10::DeviceIndex device) override {
+    if (runtime::Runtime::Initialized()) runtime::Runtime::Get().ResetPeakBytes(device);
+  }
+
   c10::DataPtr allocate(size_t nbytes) override { return Make(CurrentDevice(), nbytes); }
 
   static c10::DataPtr Make(int device, size_t nbytes) {

@@ -243,14 +243,13 @@ void BindPjrt(py::module_& m) {
   m.def(
       "_buffer_bytes",
       [](int index) {
-        const int id = runtime::Runtime::Get().global_id(index);
-        const pjrt::BufferBytes b = pjrt::LiveBufferBytes(id);
+        const pjrt::BufferBytes b = runtime::Runtime::Get().LiveBytes(index);
         return std::make_tuple(b.in_use, b.peak, b.buffers);
       },
       py::arg("index"), "(bytes in use, peak bytes, buffer count) of our live buffers on pjrt device `index`.");
   m.def(
       "_reset_peak_buffer_bytes",
-      [](int index) { pjrt::ResetPeakBufferBytes(runtime::Runtime::Get().global_id(index)); }, py::arg("index"));
+      [](int index) { runtime::Runtime::Get().ResetPeakBytes(index); }, py::arg("index"));
   m.def("register_plugin", &pjrt::RegisterPlugin, py::arg("name"), py::arg("path"));
   m.def("package_hint", &pjrt::PackageHint, py::arg("device"));
 

@@ -140,6 +140,10 @@ void Runtime::InitializeDiskCache(const std::string& dir, bool readonly) {
   FlushWarnings();
 }
 
+pjrt::BufferBytes Runtime::LiveBytes(int device) const { return pjrt::LiveBufferBytes(global_id(device)); }
+
+void Runtime::ResetPeakBytes(int device) { pjrt::ResetPeakBufferBytes(global_id(device)); }
+
 int Runtime::global_id(int device) const {
   const auto& ids = client_->addressable_device_ids();
   if (device < 0 || device >= static_cast<int>(ids.size())) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "pjrt/buffer_bytes.h"
 #include "pjrt/client.h"
 #include "pjrt/executable.h"
 #include "runtime/cache.h"
@@ -109,6 +110,10 @@ class Runtime {
   ir::Value ShardingConstraint(int device, ir::Value x, const Sharding& sharding);
   // Bytes of the storage's buffer on each mesh position (one entry when unsharded).
   std::vector<int64_t> ShardBytes(Storage& s);
+  // Bytes of the live buffers on local device `device`, and the most since
+  // ResetPeakBytes (our own count, for plugins that report no statistics).
+  pjrt::BufferBytes LiveBytes(int device) const;
+  void ResetPeakBytes(int device);
 
   // --- random state ---
   void ManualSeed(int device, uint64_t seed);

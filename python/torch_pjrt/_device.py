@@ -98,6 +98,10 @@ def register() -> None:
     _registered = True
 
 
+def _refused_in_this_process(message: str):
+    raise RuntimeError(message)
+
+
 def _refuse_sharing_between_processes() -> None:
     """torch.multiprocessing sends a CPU tensor through shared memory and a
     CUDA tensor through CUDA IPC, so that both processes see one tensor.
@@ -112,9 +116,17 @@ def _refuse_sharing_between_processes() -> None:
     def reducer(base):
         def reduce(t):
             if t.device.type == "pjrt":
-                raise RuntimeError(
-                    "a pjrt tensor cannot be shared with another process (PJRT buffers have no inter-process "
-                    "handle); send t.cpu() and move it to pjrt in the receiving process")
+                message = ("a pjrt tensor cannot be shared with another process (PJRT buffers have no inter-process "
+                           "handle); send t.cpu() and move it to pjrt in the receiving process")
+                if torch.utils.data.get_worker_info() is not None:
+                    # A DataLoader worker pickles its batches in a queue's
+                    # feeder thread, where an error is only printed and the
+                    # main process waits forever: the error travels with the
+                    # batch and is raised where it is received.
+                    return _refused_in_this_process, (message + " (return CPU tensors from the Dataset and move "
+                                                      "the batch to pjrt in the training loop; pin_memory=True "
+                                                      "speeds the copy)",)
+                raise RuntimeError(message)
             return base(t)
         return reduce
 

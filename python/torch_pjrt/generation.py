@@ -177,6 +177,11 @@ def generate(
         raise ValueError(f"generate: input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
     if max_new_tokens < 1:
         raise ValueError(f"generate: max_new_tokens must be at least 1, got {max_new_tokens}")
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False):
+        raise NotImplementedError(
+            f"generate: {type(model).__name__} is an encoder-decoder model; torch_pjrt.generation.generate decodes "
+            "causal (decoder-only) LMs. Use model.generate() for it (it runs on pjrt, compiling per new length).")
     device = _model_device(model)
     if device.type != "pjrt":
         raise ValueError(f"generate: the model is on {device}; move it to a pjrt device first (model.to('pjrt'))")

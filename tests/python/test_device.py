@@ -369,3 +369,28 @@ def test_attention_inference_fast_paths_run_on_the_device(need_weights):
         with torch.no_grad():
             torch.testing.assert_close(d(x.to(DEV), mask=causal.to(DEV)).cpu(), enc(x, mask=causal), rtol=1e-5, atol=1e-5)
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_torch_accelerator_memory_calls_work_and_start_nothing():
+    """torch_pjrt is loaded by torch's backend autoload, so pjrt is the
+    current accelerator wherever it is installed: torch.accelerator's memory
+    calls (Hugging Face accelerate empties the cache at the start of
+    training, even on the CPU) work, and do not start the runtime."""
+    r = run_python("""
+import torch
+torch.accelerator.empty_cache()
+before = torch.accelerator.memory_allocated()
+import torch_pjrt
+started = torch_pjrt._C._initialized()
+x = torch.ones(1000, device="pjrt") * 2
+x.cpu()
+now = torch.accelerator.memory_allocated()
+torch.accelerator.reset_peak_memory_stats()
+del x
+print(torch.accelerator.current_accelerator(), before, started, now >= 4000,
+      torch.accelerator.max_memory_allocated() >= now, torch.accelerator.memory_allocated() < now,
+      torch.accelerator.memory_stats()["allocated_bytes.all.current"] == torch.accelerator.memory_allocated())
+torch.accelerator.empty_cache()
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["pjrt", "0", "False", "True", "True", "True", "True"], r.stdout

@@ -249,6 +249,12 @@ def test_dataloader_fork_workers_and_spawn_children_work(tmp_path):
             import torch, torch_pjrt
             q.put((torch.arange(3.0).to(torch_pjrt.device()) + 1).cpu().tolist())
 
+        class OnDevice(torch.utils.data.Dataset):  # a mistake: workers must return CPU tensors
+            def __len__(self):
+                return 2
+            def __getitem__(self, i):
+                return torch.ones(2, device="pjrt") * i
+
         if __name__ == "__main__":
             dev = torch_pjrt.device()
             w = torch.ones(4).to(dev)
@@ -261,10 +267,15 @@ def test_dataloader_fork_workers_and_spawn_children_work(tmp_path):
             p.start()
             print("total", total, "spawn", q.get(timeout=120))
             p.join()
+            try:  # the worker's pickling error reaches the loop instead of hanging it
+                next(iter(DataLoader(OnDevice(), batch_size=2, num_workers=1, multiprocessing_context="spawn")))
+            except RuntimeError as e:
+                print("worker refused:", e)
     """))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     assert "total 28.0 spawn [1.0, 2.0, 3.0]" in r.stdout, r.stdout + r.stderr
+    assert "worker refused: a pjrt tensor cannot be shared" in r.stdout and "return CPU tensors" in r.stdout, r.stdout
 
 
 def test_sending_a_pjrt_tensor_to_another_process_is_a_clear_error():

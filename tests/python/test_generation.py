@@ -209,7 +209,7 @@ def test_logits_processing_matches_hf_warpers():
         torch.testing.assert_close(got[~torch.isinf(got)], want[~torch.isinf(want)])
 
 
-def test_refuses_a_cpu_model_and_a_sliding_window_cache():
+def test_refuses_a_cpu_model_a_sliding_window_cache_and_an_encoder_decoder():
     cpu, _ = models("llama")
     ids, _ = prompt(1, 4)
     with pytest.raises(ValueError, match="pjrt"):
@@ -219,6 +219,10 @@ def test_refuses_a_cpu_model_and_a_sliding_window_cache():
     model = transformers.MistralForCausalLM(cfg).eval().to(torch_pjrt.device())
     with pytest.raises(NotImplementedError, match="StaticSlidingWindowLayer"):
         generation.generate(model, ids, max_new_tokens=2)
+    t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=VOCAB, d_model=16, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0)).to(torch_pjrt.device())
+    with pytest.raises(NotImplementedError, match="encoder-decoder model.*model.generate"):
+        generation.generate(t5, ids, max_new_tokens=2)
 
 
 def test_warns_when_the_generation_config_asks_for_processors_it_does_not_apply():
