@@ -49,19 +49,25 @@ _PRIVATEUSE1 = "PrivateUse1"
 
 
 def _has_lowering(target) -> bool:
-    """Whether an ATen overload runs natively on pjrt (our kernel, or a
-    composite that decomposes into ops we lower)."""
+    """Whether an ATen overload runs natively on pjrt: our kernel, or a
+    backend-generic implementation in terms of other ops. A
+    CompositeExplicitAutogradNonFunctional kernel is one (slice_scatter and
+    the other view scatters, the *_copy views) unless the op is a structured
+    op whose generic functional kernel calls its backends' out= kernel
+    (igamma, the special functions): those have a CPU kernel for .out."""
     if isinstance(target, torch._ops.OpOverloadPacket):
         target = target.default
     if not isinstance(target, torch._ops.OpOverload):
         return True  # Python callables, getitem: no device work of their own
     name = target._schema.name + ("." + target._overloadname if target._overloadname != "default" else "")
-    # Our kernel, or a backend-generic implementation in terms of other ops.
-    # (CompositeExplicitAutogradNonFunctional kernels call an out= variant
-    # that needs a backend kernel of its own: not a lowering.)
     for key in (_PRIVATEUSE1, "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
             return True
+    if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutogradNonFunctional"):
+        packet = target._overloadpacket
+        outs = [o for o in packet.overloads() if "out" in o]  # "out", "output", "grad_input", ...
+        return not any(torch._C._dispatch_has_kernel_for_dispatch_key(f"{target._schema.name}.{o}", "CPU")
+                       for o in outs)
     return False
 
 
@@ -126,8 +132,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     state: List = [None]  # (program, non-tensor inputs, non-tensor outputs, output type) once recorded
     record = not fallback
 
+    def fallbacks_so_far() -> int:  # a recording is kept only if none ran while the graph was traced
+        return dict(_C._metrics_counters()).get("cpu_fallbacks", 0)
+
     def traced(args):
         rec = _C._replay_begin(args) if record and replay else None
+        before = fallbacks_so_far() if rec is not None else 0
         outs = gm(*args)
         if rec is None:
             _device.sync()  # one program per compiled graph, launched asynchronously
@@ -135,6 +145,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         seq = isinstance(outs, (list, tuple))
         flat = list(outs) if seq else [outs]
         program, why = _C._replay_end(rec, args, flat)
+        if program is not None and fallbacks_so_far() != before:
+            program, why = None, "an op of the graph ran on the CPU (a fallback)"
         if program is None:
             _C._metrics_add("replay_refused", 1)
             _refusals[why] = _refusals.get(why, 0) + 1
@@ -225,8 +237,24 @@ def _map_tensors(x, fn):
     return x
 
 
-def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence):
-    """The Dynamo backend registered as ``"pjrt"``."""
+# The torch.compile options already warned about (once each).
+_ignored_options_warned: set = set()
+
+
+def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
+    """The Dynamo backend registered as ``"pjrt"``. ``torch.compile``'s
+    ``mode`` and ``options`` (Inductor's settings) are accepted and ignored,
+    with a warning: every graph is one XLA program, replayed after its first
+    call, which is what ``mode="reduce-overhead"`` asks of Inductor."""
+    if options and options != {"mode": "default"}:
+        import warnings
+
+        key = repr(sorted(options.items(), key=lambda kv: str(kv[0])))
+        if key not in _ignored_options_warned:
+            _ignored_options_warned.add(key)
+            warnings.warn(f"torch.compile(backend='pjrt') ignores {', '.join(f'{k}={v!r}' for k, v in options.items())}: "
+                          "those are Inductor's settings; the pjrt backend compiles each graph to one XLA program and "
+                          "replays it", stacklevel=2)
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 

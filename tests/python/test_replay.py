@@ -319,3 +319,35 @@ def test_compiled_adamw_replays_with_capturable_step_counters():
     assert pjrt_dynamo.call_stats()["refusals"] == {}
     assert torch_pjrt.metrics.counters().get("replays", 0) >= 3
     assert torch.allclose(got, run(False), rtol=1e-5, atol=1e-6)
+
+
+def test_backward_of_a_slice_replays():
+    """The backward of a slice (and of select, diagonal) is slice_scatter,
+    whose only kernel is PyTorch's backend-generic one: it runs natively, so
+    the graph replays (rotary embeddings slice in every Llama layer)."""
+    p = torch.randn(6, 4, device=DEV, requires_grad=True)
+    f = torch.compile(lambda p: (p[:3] * 2).sum() + p.diagonal().sum() + p[1].pow(2).sum(), backend="pjrt")
+    want = torch.zeros(6, 4)
+    want[:3] += 2
+    want += torch.eye(6, 4)
+    torch_pjrt.metrics.reset()
+    pjrt_dynamo.call_stats(reset=True)
+    for _ in range(4):
+        f(p).backward()
+        got = p.grad.cpu()
+        p.grad = None
+        row = torch.zeros(6, 4)
+        row[1] = 2 * p.detach().cpu()[1]
+        torch.testing.assert_close(got, want + row)
+    c = torch_pjrt.metrics.counters()
+    assert c.get("dynamo_fallback_nodes", 0) == 0 and torch_pjrt.metrics.fallbacks() == {}
+    assert c["replays"] == 6, c  # forward and backward of the 3 later calls
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+
+
+def test_inductor_modes_are_accepted_with_a_warning():
+    for mode in ("reduce-overhead", "max-autotune"):
+        torch._dynamo.reset()
+        with pytest.warns(UserWarning, match=f"ignores mode='{mode}'"):
+            out = torch.compile(lambda x: x * 2 + 1, backend="pjrt", mode=mode)(torch.ones(3, device=DEV))
+        assert torch.equal(out.cpu(), torch.full((3,), 3.0))
