@@ -196,7 +196,16 @@ ir::Value ValMemory(const at::Tensor& t) {
   if (t.is_contiguous() && t.storage_offset() == 0 && t.numel() > 0 && t.numel() == b.shape(flat).dims.at(0)) {
     return b.Reshape(flat, t.sizes().vec());
   }
-  return runtime::ReadStrided(b, flat, ViewOf(t));
+  const runtime::StridedView view = ViewOf(t);
+  if (!s.pending() && s.has_buffer() && !s.sharding() && !rt.SpmdInUse()) {
+    // A view into materialized memory (a data set on the device, sliced
+    // into mini-batches): its offset is a parameter, so the next batch's
+    // program is this one.
+    const int64_t offset = view.offset;
+    const ir::Value o = rt.ScalarValue(s.device(), ir::DType::I64, &offset);
+    return runtime::ReadStrided(b, flat, view, &o);
+  }
+  return runtime::ReadStrided(b, flat, view);
 }
 
 namespace {

@@ -18,6 +18,7 @@ struct SlicePlan {
   std::vector<int64_t> base_dims;   // the flat value (padded) reshaped to these
   std::vector<int64_t> starts;      // slice start per base dim
   std::vector<int64_t> limits;      // slice limit per base dim
+  std::vector<int64_t> radix;       // flat-index stride of each base dim
   int64_t padded = 0;               // flat length after padding
 };
 
@@ -61,6 +62,7 @@ SlicePlan Plan(const StridedView& v, int64_t n) {
   p.base_dims[0] = std::max<int64_t>(outer_needed, (n + radix[0] - 1) / radix[0]);
   p.padded = p.base_dims[0] * radix[0];
   p.starts = coord;
+  p.radix = radix;
   p.limits.resize(coord.size());
   for (size_t j = 0; j < coord.size(); ++j) p.limits[j] = coord[j] + extent[j];
   p.ok = true;
@@ -88,9 +90,11 @@ ir::Value PadTo(ir::Builder& b, ir::Value flat, int64_t n, int64_t padded) {
   return b.Pad(flat, b.ScalarConstant(t, 0), {0}, {padded - n}, {0});
 }
 
-// i64 addresses of every view element, shape v.sizes.
-ir::Value Addresses(ir::Builder& b, const StridedView& v) {
-  ir::Value acc = b.Full(ir::DType::I64, v.sizes, static_cast<double>(v.offset));
+// i64 addresses of every view element, shape v.sizes; the offset from
+// `offset` (an i64 scalar) when given.
+ir::Value Addresses(ir::Builder& b, const StridedView& v, const ir::Value* offset) {
+  ir::Value acc = offset != nullptr ? b.BroadcastInDim(*offset, v.sizes, {})
+                                    : b.Full(ir::DType::I64, v.sizes, static_cast<double>(v.offset));
   for (size_t k = 0; k < v.sizes.size(); ++k) {
     if (v.sizes[k] <= 1 || v.strides[k] == 0) continue;
     ir::Value i = b.Iota({ir::DType::I64, v.sizes}, static_cast<int64_t>(k));
@@ -143,7 +147,7 @@ bool UsesSlicePlan(const StridedView& v, int64_t storage_numel) {
   return Plan(v, storage_numel).ok;
 }
 
-ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v) {
+ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v, const ir::Value* offset) {
   const ir::Shape& fs = b.shape(flat);
   const int64_t n = fs.dims.at(0);
   if (Numel(v.sizes) == 0) return b.Full(fs.dtype, v.sizes, 0);
@@ -154,10 +158,26 @@ ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v) {
     g.collapsed_slice_dims = {0};
     g.start_index_map = {0};
     g.index_vector_dim = static_cast<int64_t>(v.sizes.size());
-    return b.Gather(flat, Addresses(b, v), g, {1});
+    return b.Gather(flat, Addresses(b, v, offset), g, {1});
   }
   ir::Value x = b.Reshape(PadTo(b, flat, n, p.padded), p.base_dims);
-  x = b.Slice(x, p.starts, p.limits, std::vector<int64_t>(p.starts.size(), 1));
+  if (offset != nullptr) {
+    // The plan's starts are the offset's digits in the base dims' mixed
+    // radix: the same divisions, in the program. (The plan holds for this
+    // offset: its starts are in range, so dynamic_slice does not clamp.)
+    std::vector<ir::Value> starts;
+    ir::Value rest = *offset;
+    for (int64_t r : p.radix) {
+      ir::Value radix = b.ScalarConstant(ir::DType::I64, static_cast<double>(r));
+      starts.push_back(b.Binary(ir::Op::Div, rest, radix));
+      rest = b.Binary(ir::Op::Rem, rest, radix);
+    }
+    std::vector<int64_t> extents(p.starts.size());
+    for (size_t j = 0; j < extents.size(); ++j) extents[j] = p.limits[j] - p.starts[j];
+    x = b.DynamicSlice(x, starts, extents);
+  } else {
+    x = b.Slice(x, p.starts, p.limits, std::vector<int64_t>(p.starts.size(), 1));
+  }
   std::vector<int64_t> sorted_sizes;
   for (int64_t d : p.real) sorted_sizes.push_back(v.sizes[d]);
   x = b.Reshape(x, sorted_sizes);
@@ -182,7 +202,7 @@ ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir:
   if (CoversStorage(v, n)) return b.Reshape(update, {n});
   SlicePlan p = Plan(v, n);
   if (!p.ok) {
-    ir::Value idx = b.Reshape(Addresses(b, v), {Numel(v.sizes), 1});
+    ir::Value idx = b.Reshape(Addresses(b, v, nullptr), {Numel(v.sizes), 1});
     ir::ScatterDims s;
     s.inserted_window_dims = {0};
     s.scatter_dims_to_operand_dims = {0};

@@ -38,8 +38,12 @@ bool CoversStoragePermuted(const StridedView& v, int64_t storage_numel);
 // (CoversStoragePermuted) when the view's value is `update`.
 ir::Value FlatOfCover(ir::Builder& b, const StridedView& v, ir::Value update);
 
-// The view's value, with shape v.sizes, read from `flat` (rank 1).
-ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v);
+// The view's value, with shape v.sizes, read from `flat` (rank 1). With
+// `offset` (an i64 scalar holding v.offset, e.g. a host-fed parameter) the
+// offset is read from it rather than written into the program as constants,
+// so views at other offsets of the same layout (a data set's mini-batches
+// x[i:i+b]) share one program.
+ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v, const ir::Value* offset = nullptr);
 
 // `flat` with the elements addressed by `v` replaced by `update` (shape
 // v.sizes, same dtype). Throws ir::Error when two view elements share one

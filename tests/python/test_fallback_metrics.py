@@ -1,7 +1,10 @@
 """CPU fallback for ops without a lowering, metrics, recompilation reasons."""
 
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torch_pjrt
 from conftest import run_python
@@ -138,3 +141,37 @@ def test_debug_log_shows_recompile_with_python_line():
     assert r.returncode == 0, r.stderr
     assert "recompiling a known graph" in r.stderr
     assert "<string>:4" in r.stderr
+
+
+def test_mini_batches_sliced_from_a_device_data_set_share_one_program():
+    """x[i:i+b], x[i] and x[:, j] of a tensor held on the device read their
+    offset as a parameter: a training loop over a data set moved to pjrt
+    once compiles its step once, not once per batch, and every batch is
+    the right one."""
+    torch.manual_seed(0)
+    data, target = torch.randn(64, 8), torch.randn(64, 2)
+    x, y = data.to(DEV), target.to(DEV)
+    for read in (lambda t, i: t[i * 8:(i + 1) * 8].sum(0), lambda t, i: t[i], lambda t, i: t[:, i]):
+        compiles = []
+        for i in range(6):
+            torch_pjrt.metrics.reset()
+            torch.testing.assert_close(read(x, i).cpu(), read(data, i))
+            compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+        assert compiles[1:] == [0] * 5, compiles
+    model = torch.nn.Linear(8, 2)
+    runs = []
+    for device, xs, ys in (("cpu", data, target), (DEV, x, y)):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses, compiles = [], []
+        for i in range(0, 64, 16):
+            torch_pjrt.metrics.reset()
+            loss = F.mse_loss(m(xs[i:i + 16]), ys[i:i + 16])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+            compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+        runs.append((losses, compiles))
+    torch.testing.assert_close(torch.tensor(runs[1][0]), torch.tensor(runs[0][0]))
+    assert runs[1][1][2:] == [0, 0], runs[1][1]  # (the first two steps: without and with optimizer state)
