@@ -142,7 +142,9 @@ bool IsPjrt(const at::Tensor& t) { return t.defined() && t.device().type() == c1
 int DeviceIndex(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }
 
 runtime::Storage& StorageOf(const at::Tensor& t) {
-  TORCH_CHECK(IsPjrt(t), "expected a pjrt tensor, got one on ", t.device());
+  TORCH_CHECK(IsPjrt(t), "expected all tensors to be on the pjrt device, but an op got a tensor on ", t.device(),
+              " among pjrt tensors (as on CUDA, one op does not mix devices, e.g. a CPU tensor updated in place "
+              "with a pjrt operand); move one side: t.to('pjrt') or t.cpu()");
   const c10::DataPtr& p = t.storage().data_ptr();
   if (void* ctx = p.get_context()) return *static_cast<runtime::Storage*>(ctx);
   // at::from_blob of a pjrt storage's data pointer (PyTorch's legacy

@@ -227,3 +227,9 @@ def test_antialiased_resize_keeps_channels_last():
         want, got = on_both(lambda t: F.interpolate(t, size=(5, 7), mode=mode, antialias=True), x)
         assert got.stride() == want.stride() == (105, 1, 21, 3)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_cpu_tensor_updated_with_a_pjrt_operand_is_refused_clearly():
+    with pytest.raises(RuntimeError, match="expected all tensors to be on the pjrt device.*on cpu.*t.cpu"):
+        a = torch.tensor(0.0)
+        a += torch.tensor(2.0, device=DEV)
