@@ -23,9 +23,11 @@ void CheckRange(int64_t quant_min, int64_t quant_max) {
 // scale and zero_point broadcast to x (already shaped for it); the output's
 // product in `pt`: the CPU kernels form it in float32 per tensor and in
 // float64 per channel. Per channel, pjrt uses float64 only for float64
-// inputs (a float32 model's program stays free of float64, which TPUs
-// lack): the same bits, but for a floating zero point with float32 inputs,
-// where an output may differ from the CPU's by one float32 rounding.
+// inputs (a float32 model's activations are not widened to float64, which
+// would double their memory traffic, and is slow or missing on
+// accelerators): the same bits, but for a floating zero point with float32
+// inputs, where an output may differ from the CPU's by one float32
+// rounding. (The qparams below are float64 as on the CPU: a few numbers.)
 std::tuple<at::Tensor, at::Tensor> FakeQuant(const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point,
                                              int64_t quant_min, int64_t quant_max, at::ScalarType pt) {
   const at::ScalarType ct = at::toOpMathType(self.scalar_type());
