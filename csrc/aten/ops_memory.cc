@@ -252,9 +252,7 @@ bool IsSpecial(const at::Scalar& s) {
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   TraceScope scope;
   const int d = DeviceIndex(self);
-  // (a number the dtype cannot hold is refused, as fill_ refuses it on the CPU)
-  ir::Value v = IsSpecial(value) ? Const(d, value.toDouble(), self.scalar_type())
-                                 : ScalarParam(d, value, self.scalar_type(), /*checked=*/true);
+  ir::Value v = IsSpecial(value) ? Const(d, value.toDouble(), self.scalar_type()) : ScalarParam(d, value, self.scalar_type());
   Assign(self, BroadcastTo(d, v, self.sizes().vec()));
   return self;
 }

@@ -250,7 +250,7 @@ ir::Value Operand(const at::Tensor& t, int device, at::ScalarType dtype) {
   }
   TORCH_CHECK(t.dim() == 0, "expected all tensors to be on the pjrt device; got a ", t.dim(),
               "-d tensor on ", t.device(), " (only 0-d CPU tensors, i.e. numbers, mix with pjrt tensors)");
-  return ScalarParam(device, t.item(), dtype);
+  return ScalarParam(device, t.item(), dtype, /*wrapped=*/true);  // a Python number of a binary op
 }
 
 at::Tensor Empty(at::IntArrayRef sizes, at::ScalarType dtype, int device) {
@@ -364,10 +364,10 @@ void Assign(const at::Tensor& dst, ir::Value v) {
 
 namespace {
 
-// s as T, by c10::convert (TensorIterator's cast) or, checked, Scalar::to.
+// s as T: checked by Scalar::to, or (wrapped) by c10::convert, TensorIterator's cast.
 template <typename T>
-T ScalarAs(const at::Scalar& s, bool checked) {
-  if (checked) return s.to<T>();
+T ScalarAs(const at::Scalar& s, bool wrapped) {
+  if (!wrapped) return s.to<T>();
   if (s.isFloatingPoint()) return c10::convert<T>(s.toDouble());
   if (s.isBoolean()) return static_cast<T>(s.toBool());
   if (s.type() == at::kUInt64) return c10::convert<T>(s.toUInt64());
@@ -377,20 +377,21 @@ T ScalarAs(const at::Scalar& s, bool checked) {
 
 }  // namespace
 
-ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool checked) {
+ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool wrapped) {
   // The common dtypes convert on the stack; a CPU tensor per number cost an
   // allocation and a dispatch.
   auto& rt = runtime::Runtime::Get();
   switch (dtype) {
-    case at::kFloat: { const float v = ScalarAs<float>(s, checked); return rt.ScalarValue(device, ir::DType::F32, &v); }
-    case at::kDouble: { const double v = ScalarAs<double>(s, checked); return rt.ScalarValue(device, ir::DType::F64, &v); }
-    case at::kLong: { const int64_t v = ScalarAs<int64_t>(s, checked); return rt.ScalarValue(device, ir::DType::I64, &v); }
-    case at::kInt: { const int32_t v = ScalarAs<int32_t>(s, checked); return rt.ScalarValue(device, ir::DType::I32, &v); }
+    case at::kFloat: { const float v = ScalarAs<float>(s, wrapped); return rt.ScalarValue(device, ir::DType::F32, &v); }
+    case at::kDouble: { const double v = ScalarAs<double>(s, wrapped); return rt.ScalarValue(device, ir::DType::F64, &v); }
+    case at::kLong: { const int64_t v = ScalarAs<int64_t>(s, wrapped); return rt.ScalarValue(device, ir::DType::I64, &v); }
+    case at::kInt: { const int32_t v = ScalarAs<int32_t>(s, wrapped); return rt.ScalarValue(device, ir::DType::I32, &v); }
     case at::kBool: { const uint8_t v = s.to<bool>() ? 1 : 0; return rt.ScalarValue(device, ir::DType::Bool, &v); }
     default: break;
   }
   // scalar_tensor fills (checked); .to casts as TensorIterator does
-  at::Tensor host = checked ? at::scalar_tensor(s, at::TensorOptions().dtype(dtype)) : at::scalar_tensor(s, at::TensorOptions().dtype(s.type())).to(dtype);
+  at::Tensor host = wrapped ? at::scalar_tensor(s, at::TensorOptions().dtype(s.type())).to(dtype)
+                            : at::scalar_tensor(s, at::TensorOptions().dtype(dtype));
   return runtime::Runtime::Get().ScalarValue(device, ToIr(dtype), host.const_data_ptr());
 }
 

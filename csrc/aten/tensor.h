@@ -77,11 +77,11 @@ at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::option
 void Assign(const at::Tensor& dst, ir::Value v);
 
 // A 0-d value holding `s` as `dtype`, fed from the host (no recompile when
-// the number changes). Values are cached on device. The number is cast as
-// the CPU's binary ops cast a Python number (unchecked: 300 as uint8 wraps
-// to 44, 1e40 as float32 is inf); `checked` refuses a number the dtype
-// cannot hold, as fill_ does.
-ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool checked = false);
+// the number changes). Values are cached on device. A number the dtype
+// cannot hold is refused, as the CPU's kernels refuse fill values, alphas
+// and bounds; `wrapped` casts it as TensorIterator casts a Python number
+// operand of a binary op instead (300 as uint8 is 44, 1e40 as float32 inf).
+ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool wrapped = false);
 // A 0-d constant (for numbers that shape the program, e.g. 0, 1, eps). `v`
 // must fit `dtype`: a double outside an integer type's range is undefined.
 ir::Value Const(int device, double v, at::ScalarType dtype);

@@ -113,6 +113,8 @@ def test_python_numbers_outside_the_dtype_cast_as_on_the_cpu():
     same(lambda t: torch.where(t == 300, 1, 0), u8)
     same(lambda t: t.to(torch.int8) == 200, u8)
     same(lambda t: t + 1e40, torch.tensor([1.0, 2.0]))
+    same(lambda t: t * 300, u8)
+    same(lambda t: t / 1e-50, torch.tensor([1.0, -2.0]))
     same(lambda t: t * 1e39, torch.tensor([1.0, -2.0]))
     for device in ("cpu", DEV):  # fill_ refuses them on the CPU, so here too
         with pytest.raises(RuntimeError, match="cannot be converted to type uint8_t without overflow"):
@@ -203,6 +205,13 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("-bool", lambda t: -t, torch.tensor([False, True])),
     ("cat of 0-d", lambda t: torch.cat([t, t]), torch.tensor(1.0)),
     ("int add with float alpha", lambda t: torch.add(t, t, alpha=0.5), torch.tensor([1, 2])),
+    # numbers a kernel takes as parameters (not as a binary op's operand) are checked, as on the CPU
+    ("masked_fill out of range", lambda t: t.masked_fill(t == 0, 300), torch.tensor([0, 5], dtype=torch.uint8)),
+    ("index_fill out of range", lambda t: t.index_fill(0, torch.tensor([0], device=t.device), 300),
+     torch.tensor([0, 5], dtype=torch.uint8)),
+    ("clamp bound out of range", lambda t: t.clamp(max=300), torch.tensor([0, 5], dtype=torch.uint8)),
+    ("alpha out of range", lambda t: t.add(t, alpha=200), torch.tensor([1, 2], dtype=torch.int8)),
+    ("lerp weight out of range", lambda t: t.lerp(t + 1, 1e40), torch.tensor([0.0, 1.0])),
 ])
 def test_refused_as_on_the_cpu(name, fn, x):
     with pytest.raises(Exception) as cpu:
