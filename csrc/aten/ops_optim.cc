@@ -38,6 +38,14 @@ at::Tensor StepGrad(const at::Tensor& grad, bool maximize, const OptTensor& grad
   return maximize ? grad.neg() : grad;
 }
 
+// StepGrad in `param`'s (op-math) dtype, plus L2 weight decay: the
+// gradient SGD and Adagrad step with.
+at::Tensor DecayedGrad(const at::Tensor& grad, const at::Tensor& param, double weight_decay, bool maximize,
+                       const OptTensor& grad_scale, const OptTensor& found_inf) {
+  at::Tensor g = StepGrad(grad, maximize, grad_scale, found_inf).to(param.scalar_type());
+  return weight_decay != 0 ? g + param * weight_decay : g;
+}
+
 // A 0-d or one-element tensor (grad_scale, found_inf, a tensor lr) as a
 // value of dtype t broadcast to `shape`.
 ir::Value Broadcast1(int d, const at::Tensor& x, at::ScalarType t, const std::vector<int64_t>& shape, const char* op) {
@@ -148,9 +156,8 @@ void FusedSgd(at::TensorList params, at::TensorList grads, at::TensorList bufs, 
   for (size_t i = 0; i < n; ++i) {
     const at::Tensor& p = params[i];
     const at::ScalarType t = at::toOpMathType(p.scalar_type());
-    at::Tensor g = StepGrad(grads[i], maximize, grad_scale, found_inf).to(t);
     const at::Tensor param = p.to(t);
-    if (weight_decay != 0) g = g + param * weight_decay;
+    at::Tensor g = DecayedGrad(grads[i], param, weight_decay, maximize, grad_scale, found_inf);
     if (momentum != 0) {
       const at::Tensor buf = is_first_step ? g : bufs[i].to(t) * momentum + g * (1 - dampening);
       Update(bufs[i], buf, found_inf);
@@ -173,9 +180,8 @@ void FusedAdagrad(at::TensorList params, at::TensorList grads, at::TensorList st
   for (size_t i = 0; i < n; ++i) {
     const at::Tensor& p = params[i];
     const at::ScalarType t = at::toOpMathType(p.scalar_type());
-    at::Tensor g = StepGrad(grads[i], maximize, grad_scale, found_inf).to(t);
     const at::Tensor param = p.to(t);
-    if (weight_decay != 0) g = g + param * weight_decay;
+    const at::Tensor g = DecayedGrad(grads[i], param, weight_decay, maximize, grad_scale, found_inf);
     const at::Tensor clr = lr / ((state_steps[i].to(t) - 1) * lr_decay + 1);
     const at::Tensor sum = state_sums[i].to(t) + g * g;
     Update(state_sums[i], sum, found_inf);

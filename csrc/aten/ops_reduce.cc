@@ -99,13 +99,13 @@ at::Tensor mean_dim(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepd
   TraceScope s;
   const int d = DeviceIndex(a);
   const auto dims = ReduceDims(dim, a.dim());
-  // Half types sum and divide in float, then round once (the CPU's order):
-  // a float16 sum past 65504, or a count past it, is no overflow then.
-  const at::ScalarType ct = at::toOpMathType(t);
-  ir::Value sum = ReduceValue(d, ValAs(a, ct), a.sizes().vec(), dims, ReduceKind::Sum, ct, keepdim);
-  ir::Builder& b = B(d);
-  const auto rshape = b.shape(sum).dims;
-  return Wrap(b.Convert(b.Binary(Op::Div, sum, Fill(d, static_cast<double>(Count(a, dims)), ct, rshape)), ToIr(t)), d);
+  ir::Value mean = MeanOf(d, ValAs(a, t), dims, static_cast<double>(Count(a, dims)));  // half types in float
+  if (keepdim) {
+    std::vector<int64_t> kept = a.sizes().vec();
+    for (int64_t dim : dims) kept[dim] = 1;
+    mean = B(d).Reshape(mean, kept);
+  }
+  return Wrap(mean, d);
 }
 at::Tensor mean_all(const at::Tensor& a, std::optional<at::ScalarType> dtype) { return mean_dim(a, std::nullopt, false, dtype); }
 

@@ -98,16 +98,21 @@ py::dict DeviceDict(const pjrt::Device& d) {
 // torch.OutOfMemoryError (code RESOURCE_EXHAUSTED), so that device-agnostic
 // `except torch.OutOfMemoryError` catches it; plain PjrtError while torch is
 // not imported (the runtime without PyTorch).
+// `module`.`name` (a new reference) when `module` is imported, else null
+// with no Python error set: torch's exception types, without importing torch.
+PyObject* ImportedAttr(const char* module, const char* name) {
+  PyObject* mod = PyImport_GetModule(py::str(module).ptr());
+  PyObject* attr = mod != nullptr ? PyObject_GetAttrString(mod, name) : nullptr;
+  Py_XDECREF(mod);
+  if (attr == nullptr) PyErr_Clear();
+  return attr;
+}
+
 PyObject* OutOfMemoryType(PyObject* pjrt_error) {
   static PyObject* type = nullptr;
   if (type != nullptr) return type;
-  PyObject* torch = PyImport_GetModule(py::str("torch").ptr());
-  PyObject* base = torch != nullptr ? PyObject_GetAttrString(torch, "OutOfMemoryError") : nullptr;
-  Py_XDECREF(torch);
-  if (base == nullptr) {
-    PyErr_Clear();
-    return pjrt_error;
-  }
+  PyObject* base = ImportedAttr("torch", "OutOfMemoryError");
+  if (base == nullptr) return pjrt_error;
   PyObject* bases = PyTuple_Pack(2, pjrt_error, base);
   Py_DECREF(base);
   type = PyErr_NewExceptionWithDoc("torch_pjrt._C.PjrtOutOfMemoryError",
@@ -119,13 +124,8 @@ PyObject* OutOfMemoryType(PyObject* pjrt_error) {
 
 // torch.linalg.LinAlgError while torch is imported, else RuntimeError.
 PyObject* LinAlgErrorType() {
-  PyObject* linalg = PyImport_GetModule(py::str("torch.linalg").ptr());
-  PyObject* type = linalg != nullptr ? PyObject_GetAttrString(linalg, "LinAlgError") : nullptr;
-  Py_XDECREF(linalg);
-  if (type == nullptr) {
-    PyErr_Clear();
-    return PyExc_RuntimeError;
-  }
+  PyObject* type = ImportedAttr("torch.linalg", "LinAlgError");
+  if (type == nullptr) return PyExc_RuntimeError;
   Py_DECREF(type);  // the module keeps it alive
   return type;
 }
