@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "aten/device.h"
 #include "aten/layout.h"
@@ -183,6 +184,23 @@ ir::Value Val(const at::Tensor& t) {
   return t.is_neg() ? b.Unary(ir::Op::Neg, v) : v;
 }
 
+namespace {
+
+// A view into device memory that outlives the step (a data set sliced into
+// mini-batches, a replay buffer or a queue written at a moving position, a
+// KV cache), including memory this trace has already written, reads and
+// writes at an offset fed as a parameter, so the next position's program is
+// this one. Views of values born in this trace (a chunk of an activation)
+// keep constant offsets, which XLA folds into its fusions.
+std::optional<ir::Value> OffsetParam(const runtime::Storage& s, const runtime::StridedView& view) {
+  auto& rt = runtime::Runtime::Get();
+  if (!s.has_buffer() || s.sharding() || rt.SpmdInUse()) return std::nullopt;
+  const int64_t offset = view.offset;
+  return rt.ScalarValue(s.device(), ir::DType::I64, &offset);
+}
+
+}  // namespace
+
 ir::Value ValMemory(const at::Tensor& t) {
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(t);
@@ -199,15 +217,8 @@ ir::Value ValMemory(const at::Tensor& t) {
     return b.Reshape(flat, t.sizes().vec());
   }
   const runtime::StridedView view = ViewOf(t);
-  if (!s.pending() && s.has_buffer() && !s.sharding() && !rt.SpmdInUse()) {
-    // A view into materialized memory (a data set on the device, sliced
-    // into mini-batches): its offset is a parameter, so the next batch's
-    // program is this one.
-    const int64_t offset = view.offset;
-    const ir::Value o = rt.ScalarValue(s.device(), ir::DType::I64, &offset);
-    return runtime::ReadStrided(b, flat, view, &o);
-  }
-  return runtime::ReadStrided(b, flat, view);
+  const std::optional<ir::Value> o = OffsetParam(s, view);
+  return runtime::ReadStrided(b, flat, view, o ? &*o : nullptr);
 }
 
 namespace {
@@ -355,8 +366,9 @@ void Assign(const at::Tensor& dst, ir::Value v) {
     }
   }
   ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
+  const std::optional<ir::Value> o = OffsetParam(s, view);
   try {
-    rt.AssignFlat(s, runtime::WriteStrided(b, flat, view, v));
+    rt.AssignFlat(s, runtime::WriteStrided(b, flat, view, v, o ? &*o : nullptr));
   } catch (const ir::Error& e) {
     TORCH_CHECK(false, e.what());
   }

@@ -90,6 +90,26 @@ ir::Value PadTo(ir::Builder& b, ir::Value flat, int64_t n, int64_t padded) {
   return b.Pad(flat, b.ScalarConstant(t, 0), {0}, {padded - n}, {0});
 }
 
+// The plan's slice starts: constants, or with `offset` (an i64 scalar) the
+// offset's digits in the base dims' mixed radix, the same divisions done in
+// the program. The plan was made for the current offset, so its starts are
+// in range and dynamic_slice / dynamic_update_slice do not clamp; another
+// offset whose plan differs builds a different program.
+std::vector<ir::Value> Starts(ir::Builder& b, const SlicePlan& p, const ir::Value* offset) {
+  std::vector<ir::Value> starts;
+  if (offset == nullptr) {
+    for (int64_t s : p.starts) starts.push_back(b.ScalarConstant(ir::DType::I64, static_cast<double>(s)));
+    return starts;
+  }
+  ir::Value rest = *offset;
+  for (int64_t r : p.radix) {
+    ir::Value radix = b.ScalarConstant(ir::DType::I64, static_cast<double>(r));
+    starts.push_back(b.Binary(ir::Op::Div, rest, radix));
+    rest = b.Binary(ir::Op::Rem, rest, radix);
+  }
+  return starts;
+}
+
 // i64 addresses of every view element, shape v.sizes; the offset from
 // `offset` (an i64 scalar) when given.
 ir::Value Addresses(ir::Builder& b, const StridedView& v, const ir::Value* offset) {
@@ -162,19 +182,9 @@ ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v, cons
   }
   ir::Value x = b.Reshape(PadTo(b, flat, n, p.padded), p.base_dims);
   if (offset != nullptr) {
-    // The plan's starts are the offset's digits in the base dims' mixed
-    // radix: the same divisions, in the program. (The plan holds for this
-    // offset: its starts are in range, so dynamic_slice does not clamp.)
-    std::vector<ir::Value> starts;
-    ir::Value rest = *offset;
-    for (int64_t r : p.radix) {
-      ir::Value radix = b.ScalarConstant(ir::DType::I64, static_cast<double>(r));
-      starts.push_back(b.Binary(ir::Op::Div, rest, radix));
-      rest = b.Binary(ir::Op::Rem, rest, radix);
-    }
     std::vector<int64_t> extents(p.starts.size());
     for (size_t j = 0; j < extents.size(); ++j) extents[j] = p.limits[j] - p.starts[j];
-    x = b.DynamicSlice(x, starts, extents);
+    x = b.DynamicSlice(x, Starts(b, p, offset), extents);
   } else {
     x = b.Slice(x, p.starts, p.limits, std::vector<int64_t>(p.starts.size(), 1));
   }
@@ -188,7 +198,8 @@ ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v, cons
   return b.BroadcastInDim(x, v.sizes, real_sorted_by_dim);
 }
 
-ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir::Value update) {
+ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir::Value update,
+                       const ir::Value* offset) {
   const ir::Shape& fs = b.shape(flat);
   const int64_t n = fs.dims.at(0);
   for (size_t k = 0; k < v.sizes.size(); ++k) {
@@ -202,7 +213,7 @@ ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir:
   if (CoversStorage(v, n)) return b.Reshape(update, {n});
   SlicePlan p = Plan(v, n);
   if (!p.ok) {
-    ir::Value idx = b.Reshape(Addresses(b, v, nullptr), {Numel(v.sizes), 1});
+    ir::Value idx = b.Reshape(Addresses(b, v, offset), {Numel(v.sizes), 1});
     ir::ScatterDims s;
     s.inserted_window_dims = {0};
     s.scatter_dims_to_operand_dims = {0};
@@ -227,9 +238,7 @@ ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir:
   for (size_t j = 0; j < slice_dims.size(); ++j) slice_dims[j] = p.limits[j] - p.starts[j];
   u = b.Reshape(u, slice_dims);
   ir::Value base = b.Reshape(PadTo(b, flat, n, p.padded), p.base_dims);
-  std::vector<ir::Value> starts;
-  for (int64_t s : p.starts) starts.push_back(b.ScalarConstant(ir::DType::I64, static_cast<double>(s)));
-  ir::Value out = b.Reshape(b.DynamicUpdateSlice(base, u, starts), {p.padded});
+  ir::Value out = b.Reshape(b.DynamicUpdateSlice(base, u, Starts(b, p, offset)), {p.padded});
   if (p.padded != n) out = b.Slice(out, {0}, {n}, {1});
   return out;
 }

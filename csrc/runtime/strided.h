@@ -46,9 +46,12 @@ ir::Value FlatOfCover(ir::Builder& b, const StridedView& v, ir::Value update);
 ir::Value ReadStrided(ir::Builder& b, ir::Value flat, const StridedView& v, const ir::Value* offset = nullptr);
 
 // `flat` with the elements addressed by `v` replaced by `update` (shape
-// v.sizes, same dtype). Throws ir::Error when two view elements share one
-// storage element (an expanded view cannot be written).
-ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir::Value update);
+// v.sizes, same dtype); `offset` as for ReadStrided (a replay buffer or a
+// queue written at a moving position keeps one program). Throws ir::Error
+// when two view elements share one storage element (an expanded view cannot
+// be written).
+ir::Value WriteStrided(ir::Builder& b, ir::Value flat, const StridedView& v, ir::Value update,
+                       const ir::Value* offset = nullptr);
 
 // For tests: whether ReadStrided/WriteStrided use the slice plan (true) or
 // the gather/scatter fallback (false).

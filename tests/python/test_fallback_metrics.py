@@ -175,3 +175,34 @@ def test_mini_batches_sliced_from_a_device_data_set_share_one_program():
         runs.append((losses, compiles))
     torch.testing.assert_close(torch.tensor(runs[1][0]), torch.tensor(runs[0][0]))
     assert runs[1][1][2:] == [0, 0], runs[1][1]  # (the first two steps: without and with optimizer state)
+
+
+def test_writes_at_a_moving_position_share_one_program():
+    """A replay buffer (obs[i] = x), a MoCo queue (q[:, p:p+k] = keys) and a
+    KV cache (kv[:, :, t] = v), each written and then read-modified-written
+    at the same moving position in one step: the offset is a parameter of
+    the write as of the read, so the step compiles once, and the contents
+    equal the CPU's."""
+    torch.manual_seed(0)
+    cpu = [torch.zeros(16, 5), torch.zeros(4, 12), torch.zeros(2, 3, 8, 4)]
+    dev = [t.to(DEV) for t in cpu]
+    torch_pjrt.sync()
+    writes = (
+        lambda t, i: t.select(0, i),                    # obs[i]
+        lambda t, i: t[:, (3 * i) % 12:(3 * i) % 12 + 3],  # queue window, wrapping round
+        lambda t, i: t[:, :, i],                        # cache position
+    )
+    compiles = []
+    for i in range(8):
+        torch_pjrt.metrics.reset()
+        for c, d, view in zip(cpu, dev, writes):
+            new = torch.randn(view(c, i).shape)
+            view(c, i).copy_(new)
+            view(d, i).copy_(new.to(DEV))
+            view(c, i).mul_(2).add_(1)
+            view(d, i).mul_(2).add_(1)
+        torch_pjrt.sync()
+        compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+    for c, d in zip(cpu, dev):
+        assert torch.equal(d.cpu(), c)
+    assert compiles[2:] == [0] * 6, compiles
