@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include "aten/device.h"
+#include "aten/lowering.h"
 #include "aten/tensor.h"
 
 namespace tpj::aten {
@@ -168,6 +169,26 @@ ir::Value CastForCopy(const at::Tensor& src, at::ScalarType t) {
   return ValAs(src, t);
 }
 
+// Before `src` is written into part of `dst`: a value computed in this
+// trace is computed once into memory and src's storage rebound to it. XLA
+// fuses the elementwise work computing a written value into the write
+// (dynamic_update_slice) and into its other users alike, so a recurrence
+// that stores each step's state into a buffer (GAE's advantages, adv[t] =
+// last = delta + g * last, or a hand-written RNN's outputs) recomputed every
+// earlier step inside each write: compile time cubic in the steps (GAE over
+// 64 steps: 10 s, over 128: 199 s; now 1.3 s and 2.7 s).
+void StoreOnce(const at::Tensor& dst, const at::Tensor& src) {
+  runtime::Storage& s = StorageOf(src);
+  if (!s.pending() || src.is_conj() || src.is_neg() || !src.is_contiguous() || src.storage_offset() != 0 ||
+      src.numel() * static_cast<int64_t>(src.element_size()) != static_cast<int64_t>(s.nbytes()) ||
+      (s.dtype() && *s.dtype() != ToIr(src.scalar_type()))) {
+    return;  // not a whole value of this trace
+  }
+  const int64_t dst_numel = static_cast<int64_t>(dst.storage().nbytes() / dst.element_size());
+  if (runtime::CoversStoragePermuted(ViewOf(dst), dst_numel)) return;  // a whole-storage write: no update slice
+  Assign(src, InMemory(DeviceIndex(src), Val(src)));
+}
+
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.numel() == 0) return self;
   if (IsPjrt(self) && !IsPjrt(src)) {
@@ -185,6 +206,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   }
   TraceScope scope;
   if (self.is_same(src)) return self;
+  StoreOnce(self, src);
   Assign(self, BroadcastTo(DeviceIndex(self), CastForCopy(src, self.scalar_type()), self.sizes().vec()));
   return self;
 }

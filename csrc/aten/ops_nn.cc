@@ -150,8 +150,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
     var = b.Binary(Op::Div, Sum(d, Mul(d, xc, xc), red, false), Fill(d, n, t, {c}));
     if (have_running) {
       const at::ScalarType rt = running_mean->scalar_type();
-      ir::Value m = Fill(d, momentum, rt, {c});
-      ir::Value one_m = Fill(d, 1 - momentum, rt, {c});
+      // Parameters, not constants: BatchNorm(momentum=None) (a cumulative
+      // average, as swa_utils.update_bn sets) passes 1/num_batches_tracked.
+      ir::Value m = Number(d, momentum, rt, {c});
+      ir::Value one_m = Number(d, 1 - momentum, rt, {c});
       ir::Value unbiased = b.Binary(Op::Mul, b.Convert(var, ToIr(rt)), Fill(d, n / std::max(n - 1, 1.0), rt, {c}));
       Assign(*running_mean, Add(d, Mul(d, one_m, ValAs(*running_mean, rt)), Mul(d, m, b.Convert(mean, ToIr(rt)))));
       Assign(*running_var, Add(d, Mul(d, one_m, ValAs(*running_var, rt)), Mul(d, m, unbiased)));
