@@ -234,7 +234,6 @@ void Runtime::SyncDevice(int device) {
   // Donation: a parameter buffer held only by this trace and by the one
   // storage that gets a new value in this program is reused for that value.
   std::vector<ir::Alias> aliases;
-  std::vector<bool> output_aliased(outputs.size(), false);
   auto param_index = [&](const pjrt::Buffer* b) -> int64_t {
     auto it = t.buffer_params.find(b);
     if (it == t.buffer_params.end()) return -1;
@@ -255,17 +254,25 @@ void Runtime::SyncDevice(int device) {
     }
     return true;
   };
+  // Storages that take one output (b.copy_(a) gives a and b one value) sit
+  // in address order among themselves: of those that could donate, the one
+  // whose parameter comes first does, so that the choice, and the program,
+  // are the same at every step.
+  std::vector<int64_t> donor(outputs.size(), -1);
   for (size_t i = 0; i < storages.size() && !replicated; ++i) {
     Storage* s = storages[i];
-    if (!s->buffer_ || !only_holders(s) || output_aliased[output_of[i]]) continue;
+    if (!s->buffer_ || !only_holders(s)) continue;
     const int64_t p = param_index(s->buffer_.get());
     if (p < 0) continue;
     if (spmd && (!t.params[p].sharding || t.params[p].sharding->hlo != pins[i]->hlo)) continue;
     if (t.builder->shape(outputs[output_of[i]]) != t.builder->graph().nodes[t.builder->graph().params[p]].results[0]) {
       continue;
     }
-    aliases.push_back({p, static_cast<int64_t>(output_of[i])});
-    output_aliased[output_of[i]] = true;
+    int64_t& d = donor[output_of[i]];
+    if (d < 0 || p < d) d = p;
+  }
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (donor[o] >= 0) aliases.push_back({donor[o], static_cast<int64_t>(o)});
   }
   if (!replicated && !spmd && t.rng_pending && t.rng_buffer && t.rng_buffer.use_count() == 2) {
     const int64_t p = param_index(t.rng_buffer.get());

@@ -153,6 +153,33 @@ def test_buffers_are_donated_when_overwritten():
     torch.testing.assert_close(other.cpu(), p * 2)
 
 
+def test_hard_target_update_keeps_one_program_per_step_kind():
+    """DQN's target network: target.load_state_dict(online) every few steps
+    gives each pair one value. Which of the two donates its old buffer to it
+    is decided the same way every time (it depended on the storages'
+    addresses, so programs kept appearing: 21 compiles in 60 steps of an
+    8-layer DQN), and the values are the CPU's."""
+    online = [torch.zeros(16) for _ in range(8)]
+    target = [torch.zeros(16) for _ in range(8)]
+    dev_online = [t.to(DEV) for t in online]
+    dev_target = [t.to(DEV) for t in target]
+    compiles = []
+    for step in range(30):
+        for on, tg in ((online, target), (dev_online, dev_target)):
+            x = torch.full((16,), 0.01 * step).to(on[0].device)
+            y = sum((t * x).sum() for t in tg)
+            for t in on:
+                t.add_(x * y + 0.1)
+            if step % 3 == 0:
+                for b, a in zip(tg, on):
+                    b.copy_(a)
+        torch_pjrt.sync()
+        compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+    for a, b in zip(dev_online + dev_target, online + target):
+        torch.testing.assert_close(a.cpu(), b)
+    assert len(set(compiles[6:])) == 1, compiles
+
+
 def test_memory_allocated_counts_what_tensors_hold_across_donating_steps():
     p = torch.zeros(1 << 14, device=DEV)
 
