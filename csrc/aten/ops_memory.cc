@@ -52,6 +52,22 @@ at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarTyp
   return Wrap(B(d).Full(ToIr(dtype.value_or(at::get_default_dtype_as_scalartype())), size.vec(), 0), d);
 }
 
+// A number made a 0-d tensor (torch.scalar_tensor, and what `x[i] = v`
+// writes): a host-fed parameter whatever its value. As a constant, 0, 1 and
+// -1 made programs of their own, so writing rewards and done flags into a
+// replay buffer (`reward[i] = r`, `done[i] = d`) compiled one program per
+// combination of values.
+at::Tensor scalar_tensor(const at::Scalar& s, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!layout || *layout == at::kStrided, "pjrt tensors are strided; layout ", *layout, " is not supported");
+  const at::ScalarType t = dtype.value_or(at::get_default_dtype_as_scalartype());
+  const int d = TargetDevice(device);
+  TraceScope scope;
+  at::Tensor out = Empty({}, t, d);
+  Assign(out, ScalarParam(d, s, t));  // checked as fill_ checks it
+  return out;
+}
+
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<at::Layout> layout, std::optional<at::Device> device,
                          std::optional<bool> pin_memory) {
@@ -309,6 +325,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(tpj::aten::empty_memory_format));
+  m.impl("scalar_tensor", TORCH_FN(tpj::aten::scalar_tensor));
   m.impl("empty_strided", TORCH_FN(tpj::aten::empty_strided));
   m.impl("_efficientzerotensor", TORCH_FN(tpj::aten::efficientzerotensor));
   m.impl("as_strided", TORCH_FN(tpj::aten::as_strided));

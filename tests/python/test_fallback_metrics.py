@@ -247,3 +247,23 @@ def test_recurrence_written_into_a_buffer_compiles_in_linear_time():
     torch.testing.assert_close(gae(x, v).cpu(), gae(rew, val))
     assert torch_pjrt.metrics.counters()["compiles"] == 1
     assert torch_pjrt.metrics.timers()["compile"] < 20, torch_pjrt.metrics.timers()
+
+
+def test_numbers_written_into_a_buffer_keep_one_program():
+    """reward[i] = r, done[i] = d, action[i] = a with r in {-1, 0, 1}: the
+    numbers are parameters (as constants, 0, 1 and -1 made one program per
+    combination of values), and the buffers hold what the CPU's hold."""
+    import random
+    rng = random.Random(0)
+    bufs = {dev: (torch.zeros(32, device=dev), torch.zeros(32, dtype=torch.bool, device=dev),
+                  torch.zeros(32, dtype=torch.long, device=dev)) for dev in ("cpu", DEV)}
+    compiles = []
+    for i in range(24):
+        r, done, a = rng.choice([-1.0, 0.0, 1.0]), rng.random() < 0.3, rng.randrange(3)
+        for rew, dn, act in bufs.values():
+            rew[i], dn[i], act[i] = r, done, a
+        torch_pjrt.sync()
+        compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+    for c, d in zip(bufs["cpu"], bufs[DEV]):
+        assert torch.equal(d.cpu(), c)
+    assert len(set(compiles[2:])) == 1, compiles
