@@ -39,6 +39,7 @@ RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& 
     start.dtypes.push_back(s && s->dtype_ ? *s->dtype_ : ir::DType::U8);
   }
   start.epoch = t.epoch;
+  start.host_reads = t.host_reads;
   return start;
 }
 
@@ -55,6 +56,10 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
   };
   if (t.replicas > 1) return refuse("the device runs replicated programs");
   if (t.epoch != start.epoch) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
+  if (t.host_reads != start.host_reads) {
+    return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
+                  "size): the program holds what was read");
+  }
   if (t.pending.empty() && !t.rng_pending) return refuse("the graph computes nothing on the device");
   if (inputs.size() != start.buffers.size()) return refuse("the inputs changed");
   for (size_t i = 0; i < inputs.size(); ++i) {

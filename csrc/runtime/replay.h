@@ -69,10 +69,12 @@ struct ReplayProgram {
 
 // What BeginRecording saw of the inputs before the trace: their buffers and
 // check flags (an in-place write drops a storage's flag), and the trace epoch
-// (a sync during the trace, e.g. a CPU fallback, makes the call unrecordable).
+// and host reads (a sync during the trace, e.g. a CPU fallback, or a value
+// read to the host makes the call unrecordable).
 struct RecordingStart {
   int device = 0;
   int64_t epoch = 0;
+  int64_t host_reads = 0;
   std::vector<const pjrt::Buffer*> buffers;  // per input (null for non-storages)
   std::vector<const pjrt::Buffer*> flags;
   std::vector<size_t> nbytes;

@@ -228,6 +228,10 @@ class Runtime {
   struct Trace {
     std::unique_ptr<ir::Builder> builder;
     int64_t epoch = 0;
+    // Storage values read to the host from this device: a graph whose trace
+    // read one (.item() in a custom op) holds that value in its program, so
+    // it is not recorded for replay.
+    int64_t host_reads = 0;
     std::vector<Param> params;
     std::unordered_map<const pjrt::Buffer*, ir::Value> buffer_params;
     std::unordered_set<Storage*> pending;

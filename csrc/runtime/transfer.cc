@@ -159,6 +159,7 @@ void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
     TraceScope scope;  // reports recompile reasons once the lock is released
     RaiseIfLost(s);
     DeviceBuffer first = Materialize(s);
+    ++traces_.at(s.device_).host_reads;
     outcome = s.outcome_;
     sharding = s.sharding_;
     item = ir::ByteSize(*s.dtype_);

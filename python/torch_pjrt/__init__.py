@@ -87,3 +87,16 @@ def _register_dynamo() -> None:
 
 
 _register_dynamo()
+
+# Submodules that import heavy dependencies (torch._dynamo, lightning) load
+# on first use, so `torch_pjrt.dynamo.replay = False` works after a plain
+# `import torch_pjrt` without `import torch` paying for them.
+_LAZY_SUBMODULES = ("conformance", "doctor", "dynamo", "lightning")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"torch_pjrt.{name}")
+    raise AttributeError(f"module 'torch_pjrt' has no attribute {name!r}")

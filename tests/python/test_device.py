@@ -421,3 +421,14 @@ torch.accelerator.empty_cache()
 """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["pjrt", "0", "False", "True", "True", "True", "True"], r.stdout
+
+
+def test_submodules_are_attributes_after_a_plain_import():
+    """The docs write torch_pjrt.dynamo.replay = False after import
+    torch_pjrt: the submodule loads on first use (an AttributeError before
+    the first torch.compile)."""
+    r = run_python("import torch_pjrt\n"
+                   "print(torch_pjrt.dynamo.replay, callable(torch_pjrt.doctor.main))\n"
+                   "try:\n    torch_pjrt.no_such_thing\nexcept AttributeError as e:\n    print('AttributeError', e)\n")
+    assert r.returncode == 0, r.stderr
+    assert "True True" in r.stdout and "AttributeError" in r.stdout and "no_such_thing" in r.stdout

@@ -244,6 +244,32 @@ def test_input_view_at_another_offset_is_traced_again():
     assert torch.equal(got, torch.arange(4.0, 8.0) * 2 + 1)
 
 
+@torch.library.custom_op("tpj_test::scale_by_item", mutates_args=())
+def _scale_by_item(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return x * s.item()  # a host read inside the graph, as library code (grouped_mm fallbacks) does
+
+
+@_scale_by_item.register_fake
+def _(x, s):
+    return torch.empty_like(x)
+
+
+def test_graph_that_reads_a_value_to_the_host_is_not_replayed():
+    """A custom op reading an input with .item() bakes the value into the
+    traced program: replaying it gave every later call the first call's
+    result (transformers' MoE grouped_mm fallback: wrong expert gradients
+    from the second step). The recording is refused, each call is traced."""
+    f = torch.compile(lambda x, s: _scale_by_item(x, s) + 1, backend="pjrt")
+    x = torch.ones(4, device=DEV)
+    pjrt_dynamo.call_stats(reset=True)
+    for v in (2.0, 3.0, 5.0):
+        s = torch.tensor(v, device=DEV)
+        torch_pjrt.sync()  # materialized: .item() reads it without a sync
+        assert torch.equal(f(x, s).cpu(), torch.full((4,), v + 1))
+    refusals = pjrt_dynamo.call_stats()["refusals"]
+    assert any("read to the host" in why for why in refusals), refusals
+
+
 def test_input_written_lazily_before_the_call_is_read_updated():
     f = torch.compile(lambda a: a.sum(0), backend="pjrt")
     a = torch.ones(3, 2).to(DEV)
