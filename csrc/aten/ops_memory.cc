@@ -205,6 +205,49 @@ void StoreOnce(const at::Tensor& dst, const at::Tensor& src) {
   Assign(src, InMemory(DeviceIndex(src), Val(src)));
 }
 
+// The functional copy AOTAutograd writes for copy_: src's values in self's
+// shape and dtype. PyTorch's composite clones all of self's storage first
+// (clone_preserve_strides) and writes src into that clone at self's offset,
+// a constant; here the result is a new tensor of its own.
+at::Tensor copy(const at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (!IsPjrt(src) || DeviceIndex(src) != DeviceIndex(self)) {
+    at::Tensor r = self.clone();
+    r.copy_(src, non_blocking);
+    return r;
+  }
+  TraceScope scope;
+  const int d = DeviceIndex(self);
+  return WrapLike(BroadcastTo(d, CastForCopy(src, self.scalar_type()), self.sizes().vec()), d, self, std::nullopt);
+}
+
+// slice_scatter / select_scatter: what AOTAutograd makes of `x[a:b] = v`
+// and `x[i] = v` on a graph input. Written into the input's value directly,
+// at an offset that is a parameter (a compiled decode step writing its KV
+// cache at a position Dynamo made symbolic keeps one program); otherwise as
+// PyTorch's composite does it, into a clone.
+template <typename PartOf>
+at::Tensor ScatterInto(const at::Tensor& self, const at::Tensor& src, PartOf part_of, const char* op) {
+  const at::Tensor part = part_of(self);
+  TORCH_CHECK(part.sizes() == src.sizes(), op, ": expected src to have a size equal to the slice of self. src size = ",
+              src.sizes(), ", slice size = ", part.sizes());
+  TORCH_CHECK(IsPjrt(src) && DeviceIndex(src) == DeviceIndex(self), op, ": expected src on ", self.device(),
+              ", got ", src.device());
+  TraceScope scope;
+  if (auto v = Scattered(self, part, CastForCopy(src, self.scalar_type()))) return Wrap(*v, DeviceIndex(self));
+  at::Tensor out = self.clone();
+  part_of(out).copy_(src);
+  return out;
+}
+
+at::Tensor slice_scatter(const at::Tensor& self, const at::Tensor& src, int64_t dim, std::optional<int64_t> start,
+                         std::optional<int64_t> end, int64_t step) {
+  return ScatterInto(self, src, [&](const at::Tensor& t) { return t.slice(dim, start, end, step); }, "slice_scatter");
+}
+
+at::Tensor select_scatter(const at::Tensor& self, const at::Tensor& src, int64_t dim, int64_t index) {
+  return ScatterInto(self, src, [&](const at::Tensor& t) { return t.select(dim, index); }, "select_scatter");
+}
+
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.numel() == 0) return self;
   if (IsPjrt(self) && !IsPjrt(src)) {
@@ -326,6 +369,9 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(tpj::aten::empty_memory_format));
   m.impl("scalar_tensor", TORCH_FN(tpj::aten::scalar_tensor));
+  m.impl("slice_scatter", TORCH_FN(tpj::aten::slice_scatter));
+  m.impl("copy", TORCH_FN(tpj::aten::copy));
+  m.impl("select_scatter", TORCH_FN(tpj::aten::select_scatter));
   m.impl("empty_strided", TORCH_FN(tpj::aten::empty_strided));
   m.impl("_efficientzerotensor", TORCH_FN(tpj::aten::efficientzerotensor));
   m.impl("as_strided", TORCH_FN(tpj::aten::as_strided));

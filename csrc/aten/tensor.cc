@@ -374,6 +374,30 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   }
 }
 
+std::optional<ir::Value> Scattered(const at::Tensor& base, const at::Tensor& part, ir::Value v) {
+  auto& rt = runtime::Runtime::Get();
+  runtime::Storage& s = StorageOf(base);
+  const ir::DType dt = ToIr(base.scalar_type());
+  const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(base.scalar_type()));
+  if (base.is_conj() || base.is_neg() || part.is_conj() || part.is_neg() || (s.dtype() && *s.dtype() != dt)) {
+    return std::nullopt;
+  }
+  ir::Builder& b = rt.builder(s.device());
+  v = b.Convert(v, dt);
+  if (b.shape(v).dims != part.sizes().vec()) v = BroadcastTo(s.device(), v, part.sizes().vec());
+  ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
+  const runtime::StridedView view = ViewOf(part), whole = ViewOf(base);
+  const std::optional<ir::Value> o = OffsetParam(s, view);
+  try {
+    ir::Value written = runtime::WriteStrided(b, flat, view, v, o ? &*o : nullptr);
+    if (runtime::CoversStorage(whole, numel)) return b.Reshape(written, base.sizes().vec());
+    const std::optional<ir::Value> ob = OffsetParam(s, whole);  // base is itself a view: read it back
+    return runtime::ReadStrided(b, written, whole, ob ? &*ob : nullptr);
+  } catch (const ir::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
 namespace {
 
 // s as T: checked by Scalar::to, or (wrapped) by c10::convert, TensorIterator's cast.

@@ -75,6 +75,12 @@ at::Tensor EmptyLike(const at::Tensor& like, at::ScalarType dtype, int device, s
 at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format);
 // In-place write: `dst` (any strides) now holds `v` (converted to dst's dtype).
 void Assign(const at::Tensor& dst, ir::Value v);
+// The functional form of an in-place write into `part`, a view of `base`'s
+// storage (slice_scatter, select_scatter): base's value with part's elements
+// replaced by `v`, in base's shape, with the offsets parameters where
+// Assign makes them ones. Empty for conjugate or negative views and
+// storages of another dtype.
+std::optional<ir::Value> Scattered(const at::Tensor& base, const at::Tensor& part, ir::Value v);
 
 // A 0-d value holding `s` as `dtype`, fed from the host (no recompile when
 // the number changes). Values are cached on device. A number the dtype

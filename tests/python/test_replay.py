@@ -377,3 +377,33 @@ def test_inductor_modes_are_accepted_with_a_warning():
         with pytest.warns(UserWarning, match=f"ignores mode='{mode}'"):
             out = torch.compile(lambda x: x * 2 + 1, backend="pjrt", mode=mode)(torch.ones(3, device=DEV))
         assert torch.equal(out.cpu(), torch.full((3,), 3.0))
+
+
+def test_compiled_write_at_a_symbolic_position_keeps_one_program():
+    """A compiled decode step writing per-layer KV caches at a Python-int
+    position (Dynamo makes it symbolic): AOTAutograd's copy and
+    slice_scatter / select_scatter write into the input at an offset that is
+    a parameter, so new positions reuse the program (before: one compile per
+    position), and the caches equal the CPU's."""
+    torch.manual_seed(0)
+    H, T, D = 2, 12, 4
+
+    def step(caches, k, pos):
+        for l, c in enumerate(caches):
+            c[:, pos:pos + 1] = k * (l + 1)
+        return sum(c.sum() for c in caches)
+
+    f = torch.compile(step, backend="pjrt")
+    cpu = [torch.zeros(H, T, D) for _ in range(2)]
+    dev = [c.to(DEV) for c in cpu]
+    compiles = []
+    for pos in range(8):
+        k = torch.randn(H, 1, D)
+        want = step(cpu, k, pos)
+        torch_pjrt.metrics.reset()
+        got = f(dev, k.to(DEV), pos)
+        torch.testing.assert_close(got.cpu(), want)
+        compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+    for c, d in zip(cpu, dev):
+        torch.testing.assert_close(d.cpu(), c)
+    assert compiles[3:] == [0] * 5, compiles
