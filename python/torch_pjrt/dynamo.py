@@ -114,6 +114,10 @@ def _views_as_reshapes(gm: torch.fx.GraphModule) -> None:
 _LAUNCH, _JOIN_WHEN_PENDING, _JOIN = 0, 1, 2
 
 
+# Operator namespaces whose ops are functions of their arguments alone.
+_BUILTIN_OPS = frozenset({"aten", "prims", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd"})
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int = _JOIN_WHEN_PENDING) -> Callable:
     """The backend's function for one graph AOTAutograd hands over. `mode`:
     the forward of a training graph always joins the pending trace (its
@@ -129,8 +133,17 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     _C._metrics_add("dynamo_fallback_nodes", sum(1 for n in gm.graph.nodes
                                                  if n.op == "call_function" and str(n.target) in fallback))
 
+    mutated = _mutated_inputs(gm)
     state: List = [None]  # (program, non-tensor inputs, non-tensor outputs, output type) once recorded
-    record = not fallback
+    # A custom op's Python body may read what the graph does not show (a
+    # module-level tensor or number): its program would hold the first
+    # call's values, so such graphs are traced on every call.
+    custom = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
+                     and isinstance(n.target, torch._ops.OpOverload) and n.target.namespace not in _BUILTIN_OPS})
+    record = not fallback and not custom
+    if custom and replay:
+        why = "it calls custom ops, whose Python bodies may read state the graph does not show: " + ", ".join(custom)
+        _refusals[why] = _refusals.get(why, 0) + 1
 
     def fallbacks_so_far() -> int:  # a recording is kept only if none ran while the graph was traced
         return dict(_C._metrics_counters()).get("cpu_fallbacks", 0)
@@ -184,10 +197,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         on_cpu = any(_is_cpu_tensor(a) and a.dim() > 0 for a in args) and not any(
             isinstance(a, torch.Tensor) and a.device.type == "pjrt" for a in args)
         if on_cpu:
-            dev = _device.device()
-            moved = [a.to(dev) if _is_cpu_tensor(a) else a for a in args]
-            outs = run_on_device(moved)
-            return _map_tensors(outs, lambda t: t.cpu() if t.device.type == "pjrt" else t)
+            return _on_cpu(args, run_on_device, mutated)
         return traced(args)
 
     def boxed(args):
@@ -227,6 +237,53 @@ def call_stats(reset: bool = False) -> dict:
         _calls[0] = _calls[1] = 0
         _refusals.clear()
     return out
+
+
+def _mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:
+    """Positions of the graph inputs that an op of the graph writes (the
+    copy_ AOTAutograd keeps in the graph for an inference input mutation,
+    an in-place op)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        for i, a in enumerate(n.target._schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write and i < len(n.args):
+                if isinstance(n.args[i], torch.fx.Node):
+                    written.add(n.args[i])
+    return [i for i, p in enumerate(placeholders) if p in written]
+
+
+def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int]):
+    """A graph of a CPU model: its CPU inputs run on pjrt and its outputs come
+    back. What the graph wrote into an input (an in-place op, BatchNorm's
+    running statistics, a compiled optimizer's parameters) is written back
+    into the caller's tensor, and outputs that share memory on the device
+    share it on the CPU (y and y.t() stay views of one tensor)."""
+    dev = _device.device()
+    moved = [a.to(dev) if _is_cpu_tensor(a) else a for a in args]
+    outs = run_on_device(moved)
+    with torch.no_grad():
+        for i in mutated:
+            if moved[i] is not args[i]:
+                args[i].copy_(moved[i])
+    bases: dict = {}  # device storage -> (its CPU copy, dtype)
+
+    def to_cpu(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "pjrt":
+            return t
+        key = t.untyped_storage().data_ptr()
+        if key in bases and bases[key][1] == t.dtype:
+            flat = bases[key][0]
+        else:
+            n = t.untyped_storage().nbytes() // t.element_size()
+            flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,)).cpu()
+            bases.setdefault(key, (flat, t.dtype))
+        out = flat.as_strided(t.size(), t.stride(), t.storage_offset())
+        return out.requires_grad_() if t.requires_grad and t.is_leaf else out
+
+    return _map_tensors(outs, to_cpu)
 
 
 def _map_tensors(x, fn):

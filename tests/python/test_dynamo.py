@@ -66,6 +66,44 @@ def test_cpu_inputs_are_moved_and_results_come_back():
     torch.testing.assert_close(got, want)
 
 
+def test_cpu_model_state_written_by_the_graph_reaches_the_cpu_tensors():
+    """On the CPU-model path the graph runs on device copies: what it writes
+    into its inputs (in-place ops, BatchNorm's running statistics, a compiled
+    optimizer's parameters) is written back (before, every call after the
+    first lost it), and outputs that are views of one tensor stay views."""
+    def f(x, y):
+        x.add_(1)
+        y.copy_(x * 2)
+        return x.sum()
+
+    cf = torch.compile(f, backend="pjrt")
+    for i in range(4):
+        x, y = torch.full((3,), float(i)), torch.zeros(3)
+        assert cf(x, y).item() == 3 * (i + 1)
+        assert torch.equal(x, torch.full((3,), i + 1.0)) and torch.equal(y, 2 * x)
+
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    dev = copy.deepcopy(cpu)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (cpu, dev)]
+    step = torch.compile(opts[1].step, backend="pjrt")
+    cm = torch.compile(dev, backend="pjrt")
+    for _ in range(4):
+        x = torch.randn(6, 3)
+        for m, opt, st in ((cpu, opts[0], opts[0].step), (cm, opts[1], step)):
+            opt.zero_grad()
+            m(x).square().mean().backward()
+            st()
+    for a, b in zip(list(cpu.parameters()) + list(cpu.buffers()), list(dev.parameters()) + list(dev.buffers())):
+        torch.testing.assert_close(b, a)
+
+    g = torch.compile(lambda x: (lambda y: (y, y[0], y.t()))(x * 2), backend="pjrt")
+    for _ in range(3):
+        y, row, t = g(torch.arange(4.0).reshape(2, 2))
+        y.add_(1)
+        assert row.tolist() == [1.0, 3.0] and t[1, 0].item() == 3.0
+
+
 def test_unlowered_node_runs_on_cpu_inside_a_compiled_graph():
     def f(a):
         return torch.special.bessel_j0(a * 2) + 1  # no pjrt lowering for bessel_j0

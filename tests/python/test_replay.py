@@ -254,11 +254,28 @@ def _(x, s):
     return torch.empty_like(x)
 
 
-def test_graph_that_reads_a_value_to_the_host_is_not_replayed():
+_state = {"bias": torch.zeros(())}
+
+
+@torch.library.custom_op("tpj_test::add_state", mutates_args=())
+def _add_state(x: torch.Tensor) -> torch.Tensor:
+    return x + _state["bias"]  # state the graph does not show
+
+
+@_add_state.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@pytest.mark.parametrize("custom_ops_trusted", [False, True])
+def test_graph_that_reads_a_value_to_the_host_is_not_replayed(monkeypatch, custom_ops_trusted):
     """A custom op reading an input with .item() bakes the value into the
     traced program: replaying it gave every later call the first call's
     result (transformers' MoE grouped_mm fallback: wrong expert gradients
-    from the second step). The recording is refused, each call is traced."""
+    from the second step). Graphs with custom ops are traced on every call;
+    with that rule lifted, the host read itself refuses the recording."""
+    if custom_ops_trusted:
+        monkeypatch.setattr(pjrt_dynamo, "_BUILTIN_OPS", pjrt_dynamo._BUILTIN_OPS | {"tpj_test"})
     f = torch.compile(lambda x, s: _scale_by_item(x, s) + 1, backend="pjrt")
     x = torch.ones(4, device=DEV)
     pjrt_dynamo.call_stats(reset=True)
@@ -267,7 +284,16 @@ def test_graph_that_reads_a_value_to_the_host_is_not_replayed():
         torch_pjrt.sync()  # materialized: .item() reads it without a sync
         assert torch.equal(f(x, s).cpu(), torch.full((4,), v + 1))
     refusals = pjrt_dynamo.call_stats()["refusals"]
-    assert any("read to the host" in why for why in refusals), refusals
+    want = "read to the host" if custom_ops_trusted else "custom ops"
+    assert any(want in why for why in refusals), refusals
+
+
+def test_custom_op_reading_state_outside_the_graph_sees_its_changes():
+    f = torch.compile(lambda x: _add_state(x) * 2, backend="pjrt")
+    x = torch.ones(3, device=DEV)
+    for v in (0.0, 1.0, 4.0):
+        _state["bias"] = torch.tensor(v, device=DEV)
+        assert torch.equal(f(x).cpu(), torch.full((3,), 2 * (1 + v)))
 
 
 def test_input_written_lazily_before_the_call_is_read_updated():
