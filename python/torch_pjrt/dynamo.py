@@ -167,7 +167,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         else:
             values = [(i, a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
             others = [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)]
-            state[0] = (program, values, others, type(outs) if seq else None)
+            state[0] = (program, values, others, type(outs) if seq else None, _same_objects(args, flat))
         return outs
 
     def replayed(args):
@@ -175,7 +175,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         recorded = state[0]
         if recorded is None or not replay:
             return None
-        program, values, others, kind = recorded
+        program, values, others, kind, same = recorded
         for i, v in values:  # Python values (e.g. sizes) shape the program
             if type(args[i]) is not type(v) or args[i] != v:
                 return None
@@ -184,6 +184,9 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
             return None
         for i, v in others:
             out[i] = v
+        for j, from_input, k, view in same:
+            src = args[k] if from_input else out[k]
+            out[j] = src if view is None else src.as_strided(*view)
         return out[0] if kind is None else (out if kind is list else kind(out))
 
     def run_on_device(args):
@@ -237,6 +240,35 @@ def call_stats(reset: bool = False) -> dict:
         _calls[0] = _calls[1] = 0
         _refusals.clear()
     return out
+
+
+def _same_objects(args: Sequence, outs: Sequence) -> List[tuple]:
+    """(j, from_input, k, view) for each output j that the traced call
+    returned as the very tensor of input k or of an earlier output k (view
+    None), or as a view of one ((sizes, strides, offset)). A replay returns
+    those objects, and such views of them: AOTAutograd saves outputs for the
+    backward, and autograd's check that a saved tensor was not modified in
+    place before the backward follows the version counter that a tensor
+    shares with its views (separate tensors let x.mul_(2) or y.mul_(2)
+    between forward and backward pass silently)."""
+    def storage(t):
+        return (t.untyped_storage().data_ptr(), t.dtype) if t.device.type == "pjrt" else None
+
+    sources = [(True, i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    same = []
+    for j, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            continue
+        found = next(((inp, k) for inp, k, s in sources if s is o), None)
+        if found is not None:
+            same.append((j, found[0], found[1], None))
+        else:
+            found = next(((inp, k) for inp, k, s in sources if storage(s) is not None and storage(s) == storage(o)),
+                         None)
+            if found is not None:
+                same.append((j, found[0], found[1], (tuple(o.size()), tuple(o.stride()), o.storage_offset())))
+        sources.append((False, j, o))
+    return same
 
 
 def _mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:

@@ -433,3 +433,22 @@ def test_compiled_write_at_a_symbolic_position_keeps_one_program():
     for c, d in zip(cpu, dev):
         torch.testing.assert_close(d.cpu(), c)
     assert compiles[3:] == [0] * 5, compiles
+
+
+@pytest.mark.parametrize("modified", ["input", "output"])
+def test_replay_keeps_autograds_check_of_tensors_modified_before_backward(modified):
+    """x or y = tanh(x * w) changed in place between forward and backward:
+    eager autograd raises (a tensor saved for the backward was modified).
+    A replay returns the inputs and outputs the traced call returned as the
+    same tensors or views of them, so it raises too (it returned copies, and
+    computed a gradient from the changed values)."""
+    f = torch.compile(lambda x, w: (x * w).tanh(), backend="pjrt")
+    torch_pjrt.metrics.reset()
+    for i in range(4):
+        x = torch.full((3,), 0.5, device=DEV)
+        w = torch.full((3,), 0.3 + i, device=DEV, requires_grad=True)
+        y = f(x, w)
+        (x if modified == "input" else y).mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+    assert torch_pjrt.metrics.counters().get("replays", 0) > 0
