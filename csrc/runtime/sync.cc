@@ -97,8 +97,15 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
       pjrt::Event::AwaitInterruptible(std::move(events[i]), check);
     } catch (...) {
       // Interrupted or failed: the programs not awaited yet stay launched;
-      // their outcomes are verified when their tensors are read.
+      // their outcomes are verified when their tensors are read. The buffers
+      // they may still use go back to the trace, dropped after its next
+      // launch or wait: destroyed here, each would block in the plugin until
+      // its program let go of it (Ctrl-C during a step that donates a buffer
+      // was raised only when the program had finished).
       Metrics::Get().AddTime("execute_wait", Seconds(t0));
+      std::lock_guard<std::recursive_mutex> l(mu_);
+      auto& keep = traces_.at(devices.front()).retired;
+      for (auto& b : retired) keep.push_back(std::move(b));
       throw;
     }
   }

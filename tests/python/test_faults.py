@@ -174,8 +174,11 @@ _LONG = textwrap.dedent("""
     import sys, time, torch, torch_pjrt
     dev = torch_pjrt.device()
     x = torch.randn(1024, 1024).to(dev)
+    w = torch.zeros(1024, 1024).to(dev)
+    torch_pjrt.sync(wait=True)
     for _ in range(240):         # over a second even where the CPU plugin runs 1024^3 matmuls fast
         x = torch.tanh(x @ x)
+    {update}
     torch_pjrt.sync()            # compiled and launched: the wait below is pure execution
     print("launched", flush=True)
     t0 = time.monotonic()
@@ -188,9 +191,14 @@ _LONG = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("wait", ["torch_pjrt.sync(wait=True)", "x.cpu()", "print(x.sum().item())"])
-def test_ctrl_c_interrupts_a_wait_within_a_second(wait):
-    p = subprocess.Popen([sys.executable, "-c", _LONG.format(wait=wait)], stdout=subprocess.PIPE,
+@pytest.mark.parametrize("wait,update", [
+    ("torch_pjrt.sync(wait=True)", ""), ("x.cpu()", ""), ("print(x.sum().item())", ""),
+    # an in-place update (every optimizer step) donates w's buffer: the
+    # interrupted wait no longer blocks on dropping it until the program ends
+    ("torch_pjrt.sync(wait=True)", "w.add_(x)"),
+])
+def test_ctrl_c_interrupts_a_wait_within_a_second(wait, update):
+    p = subprocess.Popen([sys.executable, "-c", _LONG.format(wait=wait, update=update)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
