@@ -210,7 +210,7 @@ void StoreOnce(const at::Tensor& dst, const at::Tensor& src) {
 // (clone_preserve_strides) and writes src into that clone at self's offset,
 // a constant; here the result is a new tensor of its own.
 at::Tensor copy(const at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  if (!IsPjrt(src) || DeviceIndex(src) != DeviceIndex(self)) {
+  if (!IsPjrt(self) || !IsPjrt(src) || DeviceIndex(src) != DeviceIndex(self)) {  // across devices: copy_'s paths
     at::Tensor r = self.clone();
     r.copy_(src, non_blocking);
     return r;
@@ -230,11 +230,11 @@ at::Tensor ScatterInto(const at::Tensor& self, const at::Tensor& src, PartOf par
   const at::Tensor part = part_of(self);
   TORCH_CHECK(part.sizes() == src.sizes(), op, ": expected src to have a size equal to the slice of self. src size = ",
               src.sizes(), ", slice size = ", part.sizes());
-  TORCH_CHECK(IsPjrt(src) && DeviceIndex(src) == DeviceIndex(self), op, ": expected src on ", self.device(),
-              ", got ", src.device());
-  TraceScope scope;
-  if (auto v = Scattered(self, part, CastForCopy(src, self.scalar_type()))) return Wrap(*v, DeviceIndex(self));
-  at::Tensor out = self.clone();
+  if (IsPjrt(self) && IsPjrt(src) && DeviceIndex(src) == DeviceIndex(self)) {
+    TraceScope scope;
+    if (auto v = Scattered(self, part, CastForCopy(src, self.scalar_type()))) return Wrap(*v, DeviceIndex(self));
+  }
+  at::Tensor out = self.clone();  // (across devices, copy_ moves src)
   part_of(out).copy_(src);
   return out;
 }

@@ -1105,3 +1105,20 @@ def test_cpu_index_tensors_and_sparse_embedding_gradients():
             opt.zero_grad()
     torch.testing.assert_close(dev.weight.detach().cpu(), cpu.weight.detach())
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_scatter_forms_and_functional_copy_match_the_cpu_across_devices():
+    """slice_scatter, select_scatter and the functional copy have pjrt
+    kernels (for AOTAutograd's writes at a moving position); with a CPU
+    operand on either side they behave as PyTorch's composites do."""
+    base, row = torch.arange(12.0).reshape(4, 3), torch.full((1, 3), -1.0)
+    want = torch.slice_scatter(base, row, 0, 1, 2)
+    for b, r in ((base.to(DEV), row.to(DEV)), (base.to(DEV), row), (base, row.to(DEV))):
+        assert torch.equal(torch.slice_scatter(b, r, 0, 1, 2).cpu(), want)
+        assert torch.equal(torch.select_scatter(b, r[0], 0, 3).cpu(), torch.select_scatter(base, row[0], 0, 3))
+    assert torch.equal(torch.slice_scatter(base.to(DEV).t(), row.t().to(DEV), 1, 2, 3).cpu(),
+                       torch.slice_scatter(base.t(), row.t(), 1, 2, 3))
+    assert torch.equal(torch.ops.aten.copy(base.to(DEV)[1:3], row.to(DEV)).cpu(), row.expand(2, 3))
+    assert torch.equal(torch.ops.aten.copy(base[1:3], row.to(DEV)).cpu(), row.expand(2, 3))
+    with pytest.raises(RuntimeError, match="expected src to have a size equal"):
+        torch.slice_scatter(base.to(DEV), torch.ones(2, 3, device=DEV), 0, 1, 2)
