@@ -343,6 +343,24 @@ at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::option
   return t;
 }
 
+namespace {
+
+// Storage s's flat value (as dt) with the elements `view` selects replaced by
+// v (in view's shape); the view's offset is a parameter when s has a buffer.
+// The one write path of Assign and Scattered.
+ir::Value WrittenFlat(runtime::Storage& s, ir::DType dt, const runtime::StridedView& view, ir::Value v) {
+  auto& rt = runtime::Runtime::Get();
+  ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
+  const std::optional<ir::Value> o = OffsetParam(s, view);
+  try {
+    return runtime::WriteStrided(rt.builder(s.device()), flat, view, v, o ? &*o : nullptr);
+  } catch (const ir::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+}  // namespace
+
 void Assign(const at::Tensor& dst, ir::Value v) {
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(dst);
@@ -365,13 +383,7 @@ void Assign(const at::Tensor& dst, ir::Value v) {
       return;
     }
   }
-  ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
-  const std::optional<ir::Value> o = OffsetParam(s, view);
-  try {
-    rt.AssignFlat(s, runtime::WriteStrided(b, flat, view, v, o ? &*o : nullptr));
-  } catch (const ir::Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
+  rt.AssignFlat(s, WrittenFlat(s, dt, view, v));
 }
 
 std::optional<ir::Value> Scattered(const at::Tensor& base, const at::Tensor& part, ir::Value v) {
@@ -385,13 +397,11 @@ std::optional<ir::Value> Scattered(const at::Tensor& base, const at::Tensor& par
   ir::Builder& b = rt.builder(s.device());
   v = b.Convert(v, dt);
   if (b.shape(v).dims != part.sizes().vec()) v = BroadcastTo(s.device(), v, part.sizes().vec());
-  ir::Value flat = RaisingTensorErrors([&] { return rt.ReadFlat(s, dt); });
-  const runtime::StridedView view = ViewOf(part), whole = ViewOf(base);
-  const std::optional<ir::Value> o = OffsetParam(s, view);
+  ir::Value written = WrittenFlat(s, dt, ViewOf(part), v);
+  const runtime::StridedView whole = ViewOf(base);
+  if (runtime::CoversStorage(whole, numel)) return b.Reshape(written, base.sizes().vec());
+  const std::optional<ir::Value> ob = OffsetParam(s, whole);  // base is itself a view: read it back
   try {
-    ir::Value written = runtime::WriteStrided(b, flat, view, v, o ? &*o : nullptr);
-    if (runtime::CoversStorage(whole, numel)) return b.Reshape(written, base.sizes().vec());
-    const std::optional<ir::Value> ob = OffsetParam(s, whole);  // base is itself a view: read it back
     return runtime::ReadStrided(b, written, whole, ob ? &*ob : nullptr);
   } catch (const ir::Error& e) {
     TORCH_CHECK(false, e.what());
