@@ -8,6 +8,7 @@ process, and a warm start (another new process, disk-cache hit); peak device
 bytes (when the plugin reports them) and host RSS of that process; tracing
 overhead per op; the backend's own time per compiled-graph call; and the cost
 of the checks compiled into programs (pjrt lazy with them vs without).
+The backends of a model are timed in interleaved rounds (`time_rounds`).
 
 Prints a table (ratios are to eager CPU; < 1 is faster), writes
 bench/results.json and bench/results.png (matplotlib). Run with `make bench`
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import platform
 import resource
@@ -73,35 +75,81 @@ def make_step(model, opt, loss_fn, clip, x, y):
     return step
 
 
-def steady_seconds(step, steps, finish=lambda: None, blocks=3):
-    """Seconds per call of `step`: `steps` calls timed in `blocks` blocks
-    (each ended by `finish`), the fastest block's mean. Every backend is
-    timed this way, so a burst of load on a shared machine in one block
-    does not decide a ratio."""
-    best = float("inf")
-    for i in range(blocks):
-        n = steps // blocks + (1 if i < steps % blocks else 0)
-        if n == 0:
-            continue
+class Backend:
+    """One way of running a model's training step, timed in rounds with the
+    other backends of the same model (`time_rounds`). `step()` runs a step
+    (pjrt: up to its launch), `finish()` waits for the steps launched,
+    `enter()` sets what the process must hold for this backend (the checks
+    switch). A `counted` backend sums the pjrt counters, timers and
+    compiled-graph call stats of its timed steps."""
+
+    def __init__(self, step, finish=lambda: None, enter=lambda: None, counted=False, first=None):
+        self.step, self.finish, self.enter, self.counted, self.first = step, finish, enter, counted, first
+        self.best = float("inf")
+        self.steps = 0
+        self.counters, self.timers = {}, {}
+        self.calls = {"calls": 0, "seconds": 0.0}
+        self.refusals = {}
+        self.per_block = 3
+
+    @staticmethod
+    def snapshot():
+        return (torch_pjrt.metrics.counters(), torch_pjrt.metrics.timers(), torch_pjrt.dynamo.call_stats())
+
+    def add(self, before, after):
+        for acc, b, a in ((self.counters, before[0], after[0]), (self.timers, before[1], after[1]),
+                          (self.calls, before[2], after[2]), (self.refusals, before[2]["refusals"], after[2]["refusals"])):
+            for k, v in a.items():
+                if isinstance(v, (int, float)):
+                    acc[k] = acc.get(k, 0) + v - b.get(k, 0)
+
+
+EXEC_STEPS = 10  # steps of the execute-only run
+
+
+def time_rounds(backends, rounds, block_s):
+    """Each backend's seconds per steady step: `rounds` rounds, each timing
+    one block of every backend in turn, the fastest block of each kept (its
+    mean). A block is two untimed steps, then as many steps as last about
+    `block_s`. In turn rather than one backend after another: a burst of load
+    on a shared machine lands in one block of every backend instead of in
+    every block of one, and a millisecond step is not timed a handful at a
+    time."""
+    for b in backends:
+        b.enter()
         t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        finish()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
+        for _ in range(3):
+            b.step()
+        b.finish()
+        b.per_block = max(3, math.ceil(block_s / max((time.perf_counter() - t0) / 3, 1e-6)))
+    for _ in range(rounds):
+        for b in backends:
+            b.enter()
+            for _ in range(2):
+                b.step()
+            b.finish()
+            before = b.snapshot() if b.counted else None
+            t0 = time.perf_counter()
+            for _ in range(b.per_block):
+                b.step()
+            b.finish()
+            b.best = min(b.best, (time.perf_counter() - t0) / b.per_block)
+            if before is not None:
+                b.add(before, b.snapshot())
+            b.steps += b.per_block
+    torch_pjrt._C._set_checks(True)
 
 
-def time_eager(build, data, make_opt, loss_fn, clip, steps, warmup):
+def eager_backend(build, data, make_opt, loss_fn, clip, warmup):
     model = build()
     opt = make_opt(model.parameters())
     step = make_step(model, opt, loss_fn, clip, *data)
     for _ in range(warmup):
         step()
-    return steady_seconds(step, steps)
+    return Backend(step)
 
 
-def time_inductor(build, data, make_opt, loss_fn, clip, steps, warmup):
-    torch._dynamo.reset()
+def inductor_backend(build, data, make_opt, loss_fn, clip, warmup):
     model = build()
     opt = make_opt(model.parameters())
     cmodel = torch.compile(model)
@@ -111,42 +159,49 @@ def time_inductor(build, data, make_opt, loss_fn, clip, steps, warmup):
     first = time.perf_counter() - t0
     for _ in range(warmup):
         step()
-    return steady_seconds(step, steps), first
+    return Backend(step, first=first)
 
 
-def time_device_steps(step, steps, warmup, before_timing=lambda: None):
-    """(first step incl. trace and compile, steady-state seconds per step,
-    execute-only seconds per step, (counters, timers, call stats) of the
-    timed steps) of a pjrt step."""
+def device_backend(step, warmup, checks=True):
+    """A pjrt step as a Backend: each step ends with sync() (launch, no wait);
+    `first` is the first step's time (trace and compile)."""
+    def enter():
+        torch_pjrt._C._set_checks(checks)
+
+    enter()
     torch_pjrt.sync(wait=True)
     t0 = time.perf_counter()
-    loss = step()
+    step()
     torch_pjrt.sync(wait=True)
     first = time.perf_counter() - t0
-    for _ in range(warmup):
-        loss = step()  # keep it alive as in the timed loop: same program
-        torch_pjrt.sync()
-    torch_pjrt.sync(wait=True)
-    before_timing()
     last = []
 
     def synced_step():
-        last[:] = [step()]
+        last[:] = [step()]  # keep the loss alive, as a training loop does: same program every step
         torch_pjrt.sync()
 
-    per_step = steady_seconds(synced_step, steps, lambda: torch_pjrt.sync(wait=True))
-    last[0].cpu()
-    snapshot = (torch_pjrt.metrics.counters(), torch_pjrt.metrics.timers(), torch_pjrt.dynamo.call_stats())
-    # The programs of one more steady step, run alone (XLA's own time).
+    for _ in range(warmup):
+        synced_step()
+    torch_pjrt.sync(wait=True)
+    b = Backend(synced_step, lambda: torch_pjrt.sync(wait=True), enter, counted=True, first=first)
+    b.raw_step = step
+    return b
+
+
+def execute_only(b: Backend, steps: int) -> float:
+    """Seconds per step of b's programs of one more steady step, run alone on
+    arguments of the same shapes (XLA's own time)."""
+    b.enter()
     torch_pjrt.sync(wait=True)
     torch_pjrt._C._start_launch_log()
-    loss = step()
+    b.raw_step()
     torch_pjrt.sync(wait=True)
-    execute_only = torch_pjrt._C._execute_logged_programs(max(3, steps // 2))
-    return first, per_step, execute_only, snapshot
+    out = torch_pjrt._C._execute_logged_programs(steps)
+    torch_pjrt._C._set_checks(True)
+    return out
 
 
-def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup, checks=True):
+def lazy_backend(build, data, make_opt, loss_fn, clip, warmup, checks=True):
     """Lazy mode; `checks=False` traces without the index/divisor checks
     (TORCH_PJRT_CHECKS=0) to measure what they cost."""
     torch_pjrt._C._set_checks(checks)
@@ -154,32 +209,33 @@ def time_pjrt(build, data, make_opt, loss_fn, clip, steps, warmup, checks=True):
     model = build().to(dev)
     opt = make_opt(model.parameters())
     x, y = (t.to(dev) for t in data)
-    step = make_step(model, opt, loss_fn, clip, x, y)
-    first, per_step, execute_only, (c, t, _) = time_device_steps(step, steps, warmup, torch_pjrt.metrics.reset)
-    torch_pjrt._C._set_checks(True)
+    return device_backend(make_step(model, opt, loss_fn, clip, x, y), warmup, checks)
+
+
+def lazy_stats(b: Backend, steps: int) -> dict:
+    c, t = b.counters, b.timers
     ops = c.get("traced_ops", 0)
     return {
-        "step_s": per_step,
-        "first_step_s": first,
-        "execute_only_s": execute_only,
-        "programs_per_step": c.get("executions", 0) / steps,
+        "step_s": b.best,
+        "first_step_s": b.first,
+        "execute_only_s": execute_only(b, steps),
+        "programs_per_step": c.get("executions", 0) / b.steps,
         # The issue's definition: host time of a step (first op to the return
         # of sync) per traced op; and the part of it spent in torch-pjrt's
         # own C++ (lowering, IR, sync), the rest being Python, PyTorch's
         # dispatch and autograd.
-        "step_us_per_op": per_step / (ops / steps) * 1e6 if ops else 0.0,
+        "step_us_per_op": b.best / (ops / b.steps) * 1e6 if ops else 0.0,
         "trace_us_per_op": t.get("trace", 0.0) / ops * 1e6 if ops else 0.0,
-        "ops_per_step": ops / steps,
+        "ops_per_step": ops / b.steps,
         "compiles_in_steady_state": c.get("compiles", 0),
         "fallbacks": c.get("cpu_fallbacks", 0),
     }
 
 
-def time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, steps, warmup, compile_step=False):
+def dynamo_backend(build, data, make_opt, loss_fn, clip, warmup, compile_step=False):
     """torch.compile(model, backend="pjrt"): forward and backward replayed;
     the optimizer lazy on the device, or compiled too (`compile_step`:
     torch.compile(opt.step), as PyTorch documents for compiled optimizers)."""
-    torch._dynamo.reset()
     dev = torch_pjrt.device()
     model = build().to(dev)
     opt = make_opt(model.parameters())
@@ -203,21 +259,21 @@ def time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, steps, warmup, compil
             opt.zero_grad()
             return loss
 
-    def reset():
-        torch_pjrt.metrics.reset()
-        torch_pjrt.dynamo.call_stats(reset=True)
+    return device_backend(step, warmup)
 
-    first, per_step, execute_only, (c, _, calls) = time_device_steps(step, steps, warmup, reset)
+
+def dynamo_stats(b: Backend, steps: int) -> dict:
+    c, calls = b.counters, b.calls
     return {
-        "step_s": per_step,
-        "first_step_s": first,
-        "execute_only_s": execute_only,
-        "programs_per_step": c.get("executions", 0) / steps,
-        "replays_per_step": c.get("replays", 0) / steps,
+        "step_s": b.best,
+        "first_step_s": b.first,
+        "execute_only_s": execute_only(b, steps),
+        "programs_per_step": c.get("executions", 0) / b.steps,
+        "replays_per_step": c.get("replays", 0) / b.steps,
         "compiles_in_steady_state": c.get("compiles", 0),
         "backend_us_per_call": calls["seconds"] / calls["calls"] * 1e6 if calls["calls"] else None,
-        "calls_per_step": calls["calls"] / steps,
-        "refusals": calls["refusals"],
+        "calls_per_step": calls["calls"] / b.steps,
+        "refusals": {k: v for k, v in b.refusals.items() if v},
     }
 
 
@@ -291,8 +347,11 @@ def chart(rows, path: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="rounds of timing; each times one block of every backend in turn (default 5)")
+    p.add_argument("--block-s", type=float, default=0.15,
+                   help="seconds of steps per block, at least 3 steps (default 0.15)")
+    p.add_argument("--warmup", type=int, default=3, help="steps of each backend before timing (default 3)")
     p.add_argument("--quick", action="store_true", help="small sizes only")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (inductor)")
     p.add_argument("--no-first-step", action="store_true", help="skip the new-process first-step and warm-start runs")
@@ -319,17 +378,26 @@ def main(argv=None) -> int:
     print("-" * len(header))
     for name, build, data, make_opt, loss_fn, clip in cases(args.quick):
         torch.manual_seed(0)
-        eager = time_eager(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
-        ind, ind_first = (None, None)
+        torch._dynamo.reset()
+        backends = {"eager": eager_backend(build, data, make_opt, loss_fn, clip, args.warmup)}
         if not args.no_inductor:
             try:
-                ind, ind_first = time_inductor(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
+                backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup)
             except Exception as e:  # inductor needs a working C++ toolchain
                 print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
-        pj = time_pjrt(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
-        unchecked = time_pjrt(build, data, make_opt, loss_fn, clip, args.steps, args.warmup, checks=False)
-        dyn = time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, args.steps, args.warmup)
-        dyn_opt = time_pjrt_dynamo(build, data, make_opt, loss_fn, clip, args.steps, args.warmup, compile_step=True)
+        backends["lazy"] = lazy_backend(build, data, make_opt, loss_fn, clip, args.warmup)
+        backends["unchecked"] = lazy_backend(build, data, make_opt, loss_fn, clip, args.warmup, checks=False)
+        backends["compile"] = dynamo_backend(build, data, make_opt, loss_fn, clip, args.warmup)
+        backends["compile_opt"] = dynamo_backend(build, data, make_opt, loss_fn, clip, args.warmup, compile_step=True)
+        time_rounds(list(backends.values()), args.rounds, args.block_s)
+        eager = backends["eager"].best
+        ind = backends["inductor"].best if "inductor" in backends else None
+        ind_first = backends["inductor"].first if "inductor" in backends else None
+        pj = lazy_stats(backends["lazy"], EXEC_STEPS)
+        unchecked = {"step_s": backends["unchecked"].best}
+        dyn = dynamo_stats(backends["compile"], EXEC_STEPS)
+        dyn_opt = dynamo_stats(backends["compile_opt"], EXEC_STEPS)
+        del backends
         starts = {}
         if not args.no_first_step:
             for mode in ("lazy", "compile"):
