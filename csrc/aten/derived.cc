@@ -1,6 +1,7 @@
 #include "aten/derived.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -69,6 +70,19 @@ class DerivedKernel final : public c10::OperatorKernel {
     }
     if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) call[*plan_.dtype_from_out] = outs[0].scalar_type();
     torch::jit::drop(*stack, n);
+    // An input that partly overlaps an output (torch.exp(x[:-1], out=x[1:]))
+    // is refused with the CPU's error (TensorIterator's check): its answer
+    // depends on the order memory is written in. The same memory (in place)
+    // is fine.
+    for (const at::Tensor& o : outs) {
+      for (const c10::IValue& v : call) {
+        if (v.isTensor()) {
+          at::assert_no_partial_overlap(o, v.toTensor());
+        } else if (v.isTensorList()) {
+          for (const at::Tensor& t : v.toTensorList().vec()) at::assert_no_partial_overlap(o, t);
+        }
+      }
+    }
     {
       // One traced op: the functional's trace time and the write count once.
       TraceScope scope;

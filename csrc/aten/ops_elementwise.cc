@@ -2,6 +2,7 @@
 // activations and their backward formulas, with PyTorch's type promotion and
 // broadcasting. The hot in-place forms (optimizers, activations) are spelled
 // out below; every other in-place and out= form is derived (aten/derived.h).
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
 
 #include <cmath>
@@ -921,9 +922,19 @@ at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::
   return Wrap(b.Binary(Op::Add, x, b.Binary(Op::Mul, ww, b.Binary(Op::Sub, y, x))), d);
 }
 
+// An operand that partly overlaps the tensor written (x[1:] += x[:-1]) is
+// refused with the CPU's error: there the answer would depend on the order
+// in which memory is written, which a functional program does not have.
+inline void NoPartialOverlap(const at::Tensor& self, const at::Tensor& operand) {
+  at::assert_no_partial_overlap(self, operand);
+}
+template <class T>
+void NoPartialOverlap(const at::Tensor&, const T&) {}
+
 // In-place twins: compute functionally, then write into self.
 template <class F, class... A>
 at::Tensor& Inplace(at::Tensor& self, F f, const A&... args) {
+  (NoPartialOverlap(self, args), ...);
   at::Tensor r = f(self, args...);
   CheckInplace(self, r.scalar_type());
   TORCH_CHECK(r.sizes() == self.sizes(), "output with shape ", self.sizes(), " doesn't match the broadcast shape ",

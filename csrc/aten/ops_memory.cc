@@ -1,6 +1,7 @@
 // Memory, transfer and view-plumbing kernels: empty, views over storages,
 // copies between the host and pjrt, item(), clone, fill.
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
@@ -265,6 +266,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   }
   TraceScope scope;
   if (self.is_same(src)) return self;
+  at::assert_no_partial_overlap(self, src);  // the CPU's error: x[1:].copy_(x[:-1])
   StoreOnce(self, src);
   Assign(self, BroadcastTo(DeviceIndex(self), CastForCopy(src, self.scalar_type()), self.sizes().vec()));
   return self;

@@ -94,6 +94,37 @@ def test_write_to_expanded_view_is_an_error():
         e.cpu()
 
 
+PARTIAL_OVERLAP = {
+    "add_": lambda x: x[1:].add_(x[:-1]),
+    "addcmul_": lambda x: x[1:].addcmul_(x[:-1], x[1:]),
+    "copy_": lambda x: x[1:].copy_(x[:-1]),
+    "index": lambda x: x.__setitem__(slice(1, None), x[:-1]),
+    "add out=": lambda x: torch.add(x[:-1], 1, out=x[1:]),
+    "derived lerp_": lambda x: x[1:].lerp_(x[:-1], 0.5),
+    "derived exp out=": lambda x: torch.exp(x[:-1], out=x[1:]),
+    "transposed": lambda x: x.view(2, 2).add_(x.view(2, 2).t()),
+}
+
+
+@pytest.mark.parametrize("name", PARTIAL_OVERLAP)
+def test_partly_overlapping_operand_raises_as_on_the_cpu(name):
+    # The CPU refuses an operand that partly overlaps the tensor written (its
+    # answer would depend on the order memory is written in): so does pjrt,
+    # with the same error, and the tensor keeps its value.
+    f = PARTIAL_OVERLAP[name]
+    with pytest.raises(RuntimeError, match="unsupported operation") as cpu:
+        f(torch.arange(4.0))
+    x = torch.arange(4.0).to(DEV)
+    with pytest.raises(RuntimeError) as dev:
+        f(x)
+    assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    # The same memory (an in-place op on itself) is no overlap.
+    x.add_(x)
+    x[:].mul_(x)
+    assert x.cpu().tolist() == [0.0, 4.0, 16.0, 36.0]
+
+
 def test_data_writes_and_detach_share_storage():
     def f(x):
         x.data[0] = 3
