@@ -11,6 +11,8 @@
 //
 // Each count gives the ops that follow new shapes, so a step that indexes
 // with a mask compiles once per distinct count (as any lazy device does).
+#include <ATen/MemoryOverlap.h>
+
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -90,6 +92,11 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
               self.scalar_type(), " and ", source.scalar_type());
   TORCH_CHECK(at::infer_size(self.sizes(), mask.sizes()) == self.sizes(), "masked_scatter_: the mask of shape ", mask.sizes(),
               " does not broadcast to self's shape ", self.sizes());
+  // A source in self's memory: the CPU writes in order, each element read
+  // after the writes before it (x.masked_scatter_(m, x) with m = [1, 0, 1, 1]
+  // gives [0, 1, 1, 1] there), which a program cannot repeat; refused with
+  // the CPU's own overlap error instead of another answer.
+  at::assert_no_overlap(self, source);
   at::Tensor flat = mask.expand(self.sizes()).reshape({-1});
   const int64_t count = self.numel() == 0 ? 0 : Count(flat);
   if (count == 0) return self;

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include <ATen/AccumulateType.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/RangeUtils.h>
 
 #include "aten/layout.h"
@@ -333,6 +334,7 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
               "self.dtype = ", self.scalar_type(), " and source.dtype = ", source.scalar_type());
   TORCH_CHECK(index.numel() == source.numel(), "put_(): Expected source and index to have the same number of elements, "
               "but got source.numel() = ", source.numel(), ", index.numel() = ", index.numel());
+  at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
   if (index.numel() == 0) return self;
   TORCH_CHECK_INDEX(self.numel() > 0, "put_(): Tried to put elements into an empty tensor");
   TraceScope s;
@@ -408,12 +410,14 @@ at::Tensor channel_shuffle(const at::Tensor& self, c10::SymInt groups_) {
 }
 
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  at::assert_no_overlap(self, src);  // the CPU's check: a source in self's memory raises
   at::Tensor r = tpj::aten::scatter_add(self, dim, index, src);
   TraceScope s;
   Assign(self, Val(r));
   return self;
 }
 at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  at::assert_no_overlap(self, src);  // the CPU's check: a source in self's memory raises
   at::Tensor r = tpj::aten::scatter_src(self, dim, index, src);
   TraceScope s;
   Assign(self, Val(r));
@@ -479,6 +483,7 @@ at::Tensor index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& ind
 }
 
 at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
   at::Tensor r = tpj::aten::index_copy(self, dim, index, source);
   TraceScope s;
   Assign(self, Val(r));
@@ -520,6 +525,7 @@ at::Tensor index_fill_tensor(const at::Tensor& self, int64_t dim, const at::Tens
 
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                        const at::Scalar& alpha) {
+  at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
   at::Tensor r = tpj::aten::index_add(self, dim, index, source, alpha);
   TraceScope s;
   Assign(self, Val(r));
@@ -672,11 +678,13 @@ at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>
 
 at::Tensor& index_put_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
                        bool accumulate) {
+  at::assert_no_overlap(self, values);  // the CPU's check: a source in self's memory raises
   return IndexPut(self, indices, values, accumulate);
 }
 
 at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                             const at::Tensor& values, bool accumulate, bool unsafe) {
+  at::assert_no_overlap(self, values);  // the CPU's check: a source in self's memory raises
   return IndexPut(self, indices, values, accumulate);
 }
 
