@@ -20,6 +20,9 @@ namespace tpj::aten {
 // value is unchanged. Anything else is left as it is.
 void RelayoutTo(const at::Tensor& r, at::MemoryFormat f);
 void RelayoutLike(const at::Tensor& r, const at::Tensor& like);
+// `r` laid out densely in the order of `like`'s strides (like may have gaps
+// or broadcast dimensions: TensorIterator's and empty_like's rule).
+void RelayoutInOrderOf(const at::Tensor& r, const at::Tensor& like);
 
 enum class LayoutRule {
   kOperands,  // elementwise: the first operand of the result's shape decides
@@ -68,8 +71,8 @@ void Apply(LayoutRule rule, const at::Tensor& out, const A&... args) {
   auto check = [&](const at::Tensor* t) { alias = alias || (t && out.is_alias_of(*t)); };
   (check(TensorArg(args)), ...);
   if (alias) return;
-  if (rule == LayoutRule::kOperands && pick->is_non_overlapping_and_dense()) {
-    RelayoutLike(out, *pick);
+  if (rule == LayoutRule::kOperands) {
+    RelayoutInOrderOf(out, *pick);
   } else {
     RelayoutTo(out, pick->suggest_memory_format());
   }

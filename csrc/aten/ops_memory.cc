@@ -206,10 +206,30 @@ void StoreOnce(const at::Tensor& dst, const at::Tensor& src) {
   Assign(src, InMemory(DeviceIndex(src), Val(src)));
 }
 
-// The functional copy AOTAutograd writes for copy_: src's values in self's
-// shape and dtype. PyTorch's composite clones all of self's storage first
-// (clone_preserve_strides) and writes src into that clone at self's offset,
-// a constant; here the result is a new tensor of its own.
+// slice_scatter, select_scatter and copy are what AOTAutograd makes of
+// `x[a:b] = v`, `x[i] = v` and `x.copy_(v)`. PyTorch's kernels clone all of
+// self's storage (clone_preserve_strides), write into the clone and return
+// it with self's strides; AOTAutograd's fake tensors have those strides, and
+// the graphs it traces view these results accordingly: the results here have
+// them too (WrapStrided). The write goes into self's value directly, at an
+// offset that is a parameter (a compiled decode step writing its KV cache
+// at a position Dynamo made symbolic keeps one program).
+template <typename PartOf>
+at::Tensor ScatterInto(const at::Tensor& self, const at::Tensor& src, PartOf part_of, const char* op) {
+  const at::Tensor part = part_of(self);
+  TORCH_CHECK(part.sizes() == src.sizes(), op, ": expected src to have a size equal to the slice of self. src size = ",
+              src.sizes(), ", slice size = ", part.sizes());
+  if (IsPjrt(self) && IsPjrt(src) && DeviceIndex(src) == DeviceIndex(self)) {
+    TraceScope scope;
+    if (auto t = Scattered(self, part, CastForCopy(src, self.scalar_type()))) return *t;
+  }
+  at::Tensor out = self.clone();  // (across devices, copy_ moves src)
+  part_of(out).copy_(src);
+  return out;
+}
+
+// src's values in self's shape and dtype, with self's strides: self's old
+// values are not read (only a view of the whole storage could see them).
 at::Tensor copy(const at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (!IsPjrt(self) || !IsPjrt(src) || DeviceIndex(src) != DeviceIndex(self)) {  // across devices: copy_'s paths
     at::Tensor r = self.clone();
@@ -218,26 +238,8 @@ at::Tensor copy(const at::Tensor& self, const at::Tensor& src, bool non_blocking
   }
   TraceScope scope;
   const int d = DeviceIndex(self);
-  return WrapLike(BroadcastTo(d, CastForCopy(src, self.scalar_type()), self.sizes().vec()), d, self, std::nullopt);
-}
-
-// slice_scatter / select_scatter: what AOTAutograd makes of `x[a:b] = v`
-// and `x[i] = v` on a graph input. Written into the input's value directly,
-// at an offset that is a parameter (a compiled decode step writing its KV
-// cache at a position Dynamo made symbolic keeps one program); otherwise as
-// PyTorch's composite does it, into a clone.
-template <typename PartOf>
-at::Tensor ScatterInto(const at::Tensor& self, const at::Tensor& src, PartOf part_of, const char* op) {
-  const at::Tensor part = part_of(self);
-  TORCH_CHECK(part.sizes() == src.sizes(), op, ": expected src to have a size equal to the slice of self. src size = ",
-              src.sizes(), ", slice size = ", part.sizes());
-  if (IsPjrt(self) && IsPjrt(src) && DeviceIndex(src) == DeviceIndex(self)) {
-    TraceScope scope;
-    if (auto v = Scattered(self, part, CastForCopy(src, self.scalar_type()))) return Wrap(*v, DeviceIndex(self));
-  }
-  at::Tensor out = self.clone();  // (across devices, copy_ moves src)
-  part_of(out).copy_(src);
-  return out;
+  const ir::Value v = BroadcastTo(d, CastForCopy(src, self.scalar_type()), self.sizes().vec());
+  return self.is_contiguous() ? Wrap(v, d) : WrapStrided(v, d, self);
 }
 
 at::Tensor slice_scatter(const at::Tensor& self, const at::Tensor& src, int64_t dim, std::optional<int64_t> start,

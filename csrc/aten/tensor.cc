@@ -2,6 +2,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/StorageImpl.h>
@@ -297,8 +298,8 @@ at::Tensor EmptyLike(const at::Tensor& like, at::ScalarType dtype, int device, s
     impl->empty_tensor_restride(f);  // PyTorch's checks: channels_last needs rank 4, ...
   } else if (like.is_non_overlapping_and_dense()) {
     impl->set_sizes_and_strides(like.sizes(), like.strides());
-  } else {
-    impl->empty_tensor_restride(like.suggest_memory_format());
+  } else {  // a gap or an overlap: dense, in like's order of strides (empty_like's rule)
+    impl->set_sizes_and_strides(like.sizes(), at::infer_dense_strides(like.sizes(), like.strides()));
   }
   return t;
 }
@@ -321,6 +322,15 @@ void Relayout(const at::Tensor& r, at::IntArrayRef strides) {
 }
 
 }  // namespace
+
+void RelayoutInOrderOf(const at::Tensor& r, const at::Tensor& like) {
+  if (like.is_non_overlapping_and_dense()) {
+    RelayoutLike(r, like);
+  } else if (Relayoutable(r) && like.sizes() == r.sizes()) {
+    const std::vector<int64_t> strides = at::infer_dense_strides(like.sizes(), like.strides());
+    if (r.strides() != at::IntArrayRef(strides)) Relayout(r, strides);
+  }
+}
 
 void RelayoutTo(const at::Tensor& r, at::MemoryFormat f) {
   if (!Relayoutable(r) || r.is_contiguous(f)) return;
@@ -386,23 +396,48 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   rt.AssignFlat(s, WrittenFlat(s, dt, view, v));
 }
 
-std::optional<ir::Value> Scattered(const at::Tensor& base, const at::Tensor& part, ir::Value v) {
+namespace {
+
+// Whether `t` is all of its storage, laid out densely (offset 0).
+bool WholeStorage(const at::Tensor& t) {
+  return t.storage_offset() == 0 && t.is_non_overlapping_and_dense() &&
+         static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
+}
+
+}  // namespace
+
+at::Tensor WrapStrided(ir::Value v, int device, const at::Tensor& like) {
+  if (at::has_internal_overlap(like) == at::MemOverlap::Yes) return WrapLike(v, device, like, std::nullopt);
+  int64_t extent = like.numel() == 0 ? 0 : 1;
+  for (int64_t d = 0; d < like.dim(); ++d) extent += (like.size(d) - 1) * like.stride(d);
+  const at::ScalarType dtype = ToAten(B(device).shape(v).dtype);
+  at::Tensor t = Empty({extent}, dtype, device);
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides());
+  Assign(t, v);
+  return t;
+}
+
+std::optional<at::Tensor> Scattered(const at::Tensor& base, const at::Tensor& part, ir::Value v) {
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(base);
   const ir::DType dt = ToIr(base.scalar_type());
-  const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(base.scalar_type()));
-  if (base.is_conj() || base.is_neg() || part.is_conj() || part.is_neg() || (s.dtype() && *s.dtype() != dt)) {
+  if (base.is_conj() || base.is_neg() || part.is_conj() || part.is_neg() || (s.dtype() && *s.dtype() != dt) ||
+      at::has_internal_overlap(base) == at::MemOverlap::Yes) {
     return std::nullopt;
   }
   ir::Builder& b = rt.builder(s.device());
   v = b.Convert(v, dt);
   if (b.shape(v).dims != part.sizes().vec()) v = BroadcastTo(s.device(), v, part.sizes().vec());
-  ir::Value written = WrittenFlat(s, dt, ViewOf(part), v);
-  const runtime::StridedView whole = ViewOf(base);
-  if (runtime::CoversStorage(whole, numel)) return b.Reshape(written, base.sizes().vec());
-  const std::optional<ir::Value> ob = OffsetParam(s, whole);  // base is itself a view: read it back
+  const ir::Value written = WrittenFlat(s, dt, ViewOf(part), v);
+  if (WholeStorage(base)) {  // the storage's new value, seen as base (the common case)
+    at::Tensor t = Wrap(written, s.device());
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(base.sizes(), base.strides());
+    return t;
+  }
+  const runtime::StridedView whole = ViewOf(base);  // base is a part of its storage: read it back
+  const std::optional<ir::Value> ob = OffsetParam(s, whole);
   try {
-    return runtime::ReadStrided(b, written, whole, ob ? &*ob : nullptr);
+    return WrapStrided(runtime::ReadStrided(b, written, whole, ob ? &*ob : nullptr), s.device(), base);
   } catch (const ir::Error& e) {
     TORCH_CHECK(false, e.what());
   }

@@ -68,19 +68,27 @@ at::Tensor Wrap(ir::Value v, int device);
 at::Tensor Empty(at::IntArrayRef sizes, at::ScalarType dtype, int device);
 // An uninitialized pjrt tensor of `like`'s sizes, laid out as PyTorch lays
 // out clone() and to() results: in `format`, or for Preserve (the default)
-// with `like`'s strides when they are non-overlapping and dense, else in
-// `like`'s suggested memory format (channels_last stays channels_last).
+// with `like`'s strides when they are non-overlapping and dense, else dense
+// in the order of `like`'s strides (empty_like's rule).
 at::Tensor EmptyLike(const at::Tensor& like, at::ScalarType dtype, int device, std::optional<at::MemoryFormat> format);
 // A new pjrt tensor holding `v` (shape like.sizes()), laid out as EmptyLike.
 at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format);
+// A new pjrt tensor holding `v` (shape like.sizes()) with like's strides, at
+// offset 0 of a storage just large enough; for a `like` that overlaps
+// itself (expanded), laid out as EmptyLike. Only the storage offset (and
+// size) can differ from PyTorch's clone_preserve_strides, the layout of
+// copy, slice_scatter and select_scatter results on the CPU and in
+// AOTAutograd's fake tensors: a program never depends on the offset.
+at::Tensor WrapStrided(ir::Value v, int device, const at::Tensor& like);
 // In-place write: `dst` (any strides) now holds `v` (converted to dst's dtype).
 void Assign(const at::Tensor& dst, ir::Value v);
 // The functional form of an in-place write into `part`, a view of `base`'s
 // storage (slice_scatter, select_scatter): base's value with part's elements
-// replaced by `v`, in base's shape, with the offsets parameters where
-// Assign makes them ones. Empty for conjugate or negative views and
-// storages of another dtype.
-std::optional<ir::Value> Scattered(const at::Tensor& base, const at::Tensor& part, ir::Value v);
+// replaced by `v`, laid out with base's strides (WrapStrided; a base that is
+// its whole storage keeps it all), with the offsets parameters where Assign
+// makes them ones. Empty for conjugate or negative views, storages of
+// another dtype and bases that overlap themselves (expanded).
+std::optional<at::Tensor> Scattered(const at::Tensor& base, const at::Tensor& part, ir::Value v);
 
 // A 0-d value holding `s` as `dtype`, fed from the host (no recompile when
 // the number changes). Values are cached on device. A number the dtype

@@ -95,10 +95,10 @@ def _is_cpu_tensor(x) -> bool:
 
 def _views_as_reshapes(gm: torch.fx.GraphModule) -> None:
     """AOTAutograd emits ``view`` where its fake tensors' strides allow one;
-    those strides follow the CPU's layout rules (``_to_copy`` and elementwise
-    ops keep a permuted input's layout), while pjrt results are contiguous,
-    so such a view may not be possible on the device ("view size is not
-    compatible", seen under autocast). The graphs are functional: ``reshape``
+    those strides follow the CPU's layout rules, which pjrt results follow
+    for most ops but not all (flip, sort, the linalg and fft results are
+    row-major here: docs/semantics.md), so such a view may not be possible
+    on the device ("view size is not compatible"). The graphs are functional: ``reshape``
     gives the same values, as a view where it can and a copy where not."""
     changed = False
     for n in gm.graph.nodes:

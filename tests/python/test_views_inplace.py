@@ -425,3 +425,57 @@ def test_host_copies_respect_conjugate_and_negative_bits():
         torch.testing.assert_close(got.cpu(), want)
         base_want, base_got = want._base if want._base is not None else want, got._base if got._base is not None else got
         torch.testing.assert_close(base_got.cpu().resolve_conj().resolve_neg(), base_want.resolve_conj().resolve_neg())
+
+
+def _non_dense_transposed(dev):
+    """A (4, 3) tensor whose memory is transposed and has gaps: strides (1, 8)."""
+    return torch.arange(24.0, device=dev).view(6, 4).t()[:, ::2]
+
+
+STRIDED_RESULTS = {
+    "clone": lambda d: _non_dense_transposed(d).clone(),
+    "to_dtype": lambda d: _non_dense_transposed(d).to(torch.float64),
+    "elementwise": lambda d: _non_dense_transposed(d) * 2,
+    "copy_into_gaps": lambda d: torch.ops.aten.copy.default(torch.zeros(32, device=d)[::16], torch.ones(2, device=d)),
+    "copy_into_transposed": lambda d: torch.ops.aten.copy.default(torch.zeros(4, 6, device=d).t(), torch.ones(6, 4, device=d)),
+    "slice_scatter_of_a_part": lambda d: torch.ops.aten.slice_scatter.default(
+        torch.arange(800.0, device=d).view(8, 10, 2, 5)[:, :7], torch.full((8, 7, 2, 3), -1.0, device=d), 3, 2),
+    "select_scatter_of_a_part": lambda d: torch.ops.aten.select_scatter.default(
+        torch.arange(800.0, device=d).view(8, 10, 2, 5)[:, :7], torch.full((8, 7, 5), -2.0, device=d), 2, 0),
+    "slice_scatter_of_a_transpose": lambda d: torch.ops.aten.slice_scatter.default(
+        torch.arange(24.0, device=d).view(4, 6).t(), torch.zeros(2, 4, device=d), 0, 1, 3),
+    "slice_scatter_of_an_expanded": lambda d: torch.ops.aten.slice_scatter.default(
+        torch.zeros(3, 1, device=d).expand(3, 4), torch.ones(3, 2, device=d), 1, 0, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(STRIDED_RESULTS))
+def test_results_of_strided_inputs_have_the_cpu_strides(name):
+    """clone, dtype conversion and elementwise ops lay a gapped input's result
+    out densely in the input's order of strides (empty_like's rule), and
+    copy / slice_scatter / select_scatter keep self's strides as the CPU's
+    clone_preserve_strides does: AOTAutograd's fake tensors have these
+    strides, and the graphs it traces view the results accordingly."""
+    want = STRIDED_RESULTS[name]("cpu")
+    got = STRIDED_RESULTS[name](DEV)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_a_graph_viewing_a_scattered_transpose_runs_as_traced():
+    """AOTAutograd's own graph (aot_eager: no view-to-reshape rewriting) on
+    pjrt tensors: a write through x.t() becomes slice_scatter(x.t(), ...),
+    whose result the graph transposes back and views flat, legal for the
+    strides of its fake tensor (before, pjrt's row-major result raised "view
+    size is not compatible")."""
+    def f(x, v):
+        y = x.t()
+        y[1:3] = v
+        return y.t().view(-1) * 2
+
+    x, v = torch.randn(4, 6), torch.randn(2, 4)
+    want = f(x.clone(), v)
+    xd = x.to(DEV)
+    got = torch.compile(f, backend="aot_eager")(xd, v.to(DEV))
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(xd.cpu(), x.t().index_copy(0, torch.tensor([1, 2]), v).t())
