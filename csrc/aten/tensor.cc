@@ -408,8 +408,11 @@ bool WholeStorage(const at::Tensor& t) {
 
 at::Tensor WrapStrided(ir::Value v, int device, const at::Tensor& like) {
   if (at::has_internal_overlap(like) == at::MemOverlap::Yes) return WrapLike(v, device, like, std::nullopt);
-  int64_t extent = like.numel() == 0 ? 0 : 1;
-  for (int64_t d = 0; d < like.dim(); ++d) extent += (like.size(d) - 1) * like.stride(d);
+  int64_t extent = 0;  // the storage the strides reach: none when empty
+  if (like.numel() > 0) {
+    extent = 1;
+    for (int64_t d = 0; d < like.dim(); ++d) extent += (like.size(d) - 1) * like.stride(d);
+  }
   const at::ScalarType dtype = ToAten(B(device).shape(v).dtype);
   at::Tensor t = Empty({extent}, dtype, device);
   t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides());

@@ -444,6 +444,8 @@ STRIDED_RESULTS = {
         torch.arange(800.0, device=d).view(8, 10, 2, 5)[:, :7], torch.full((8, 7, 5), -2.0, device=d), 2, 0),
     "slice_scatter_of_a_transpose": lambda d: torch.ops.aten.slice_scatter.default(
         torch.arange(24.0, device=d).view(4, 6).t(), torch.zeros(2, 4, device=d), 0, 1, 3),
+    "slice_scatter_of_an_empty_part": lambda d: torch.ops.aten.slice_scatter.default(
+        torch.zeros(4, 6, device=d)[3:3], torch.zeros(0, 6, device=d), 0, 0, 0),
     "slice_scatter_of_an_expanded": lambda d: torch.ops.aten.slice_scatter.default(
         torch.zeros(3, 1, device=d).expand(3, 4), torch.ones(3, 2, device=d), 1, 0, 2),
 }
