@@ -396,16 +396,6 @@ void Assign(const at::Tensor& dst, ir::Value v) {
   rt.AssignFlat(s, WrittenFlat(s, dt, view, v));
 }
 
-namespace {
-
-// Whether `t` is all of its storage, laid out densely (offset 0).
-bool WholeStorage(const at::Tensor& t) {
-  return t.storage_offset() == 0 && t.is_non_overlapping_and_dense() &&
-         static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
-}
-
-}  // namespace
-
 at::Tensor WrapStrided(ir::Value v, int device, const at::Tensor& like) {
   if (at::has_internal_overlap(like) == at::MemOverlap::Yes) return WrapLike(v, device, like, std::nullopt);
   int64_t extent = 0;  // the storage the strides reach: none when empty
@@ -432,13 +422,14 @@ std::optional<at::Tensor> Scattered(const at::Tensor& base, const at::Tensor& pa
   v = b.Convert(v, dt);
   if (b.shape(v).dims != part.sizes().vec()) v = BroadcastTo(s.device(), v, part.sizes().vec());
   const ir::Value written = WrittenFlat(s, dt, ViewOf(part), v);
-  if (WholeStorage(base)) {  // the storage's new value, seen as base (the common case)
+  const runtime::StridedView whole = ViewOf(base);
+  const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(base.scalar_type()));
+  if (runtime::CoversStoragePermuted(whole, numel)) {  // the storage's new value, seen as base (the common case)
     at::Tensor t = Wrap(written, s.device());
     t.unsafeGetTensorImpl()->set_sizes_and_strides(base.sizes(), base.strides());
     return t;
   }
-  const runtime::StridedView whole = ViewOf(base);  // base is a part of its storage: read it back
-  const std::optional<ir::Value> ob = OffsetParam(s, whole);
+  const std::optional<ir::Value> ob = OffsetParam(s, whole);  // base is a part of its storage: read it back
   try {
     return WrapStrided(runtime::ReadStrided(b, written, whole, ob ? &*ob : nullptr), s.device(), base);
   } catch (const ir::Error& e) {
