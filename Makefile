@@ -33,6 +33,7 @@ EDITABLE_ARGS := $(if $(PKG_ROOT),-C "wheel.packages=$(BUILD)/python/torch_pjrt;
 help:
 	@echo "make demo       set up, build, run the demo on the default PJRT plugin (CPU)"
 	@echo "make test       set up, build, run the C++ (CTest) and Python (pytest) tests"
+	@echo "                (pytest in PYTEST_SHARDS=2 parallel processes; PYTEST_SHARDS=1: one)"
 	@echo "make test VENV=<venv> TORCH_VERSION=<version>  the same against another torch (README, compatibility):"
 	@echo "                a fresh venv gets torch==<version>; the build goes to build-<venv name>"
 	@echo "make test-asan  C++ tests and the device/views/ops/faults Python tests under ASan+UBSan"
@@ -109,8 +110,10 @@ build: deps system-deps $(BUILD)/build.ninja
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 
+# pytest in PYTEST_SHARDS parallel processes (tests/run_pytest.py; 1: one pytest).
+PYTEST_SHARDS ?= 2
 test-python: build
-	$(PYENV) $(VPY) -m pytest -q --durations=15 tests/python
+	$(PYENV) $(VPY) tests/run_pytest.py --shards $(PYTEST_SHARDS) --log-dir $(BUILD) -q --durations=15 tests/python
 
 test: test-cpp test-python
 
