@@ -207,7 +207,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         t0 = time.perf_counter_ns()
         a = list(args)
         args.clear()
-        out = run(a)
+        out = _unforeseen_views_made_plain(a, run(a))
         _calls[0] += 1
         _calls[1] += time.perf_counter_ns() - t0
         return out
@@ -240,6 +240,36 @@ def call_stats(reset: bool = False) -> dict:
         _calls[0] = _calls[1] = 0
         _refusals.clear()
     return out
+
+
+def _unforeseen_views_made_plain(args: Sequence, outs):
+    """`outs` with each output that is an autograd view of a tensor made
+    inside the graph (not of an input) turned into a plain tensor on the same
+    memory (``_unsafe_view``, as eager PyTorch's reshape-like ops return).
+    AOTAutograd plans outputs on fake tensors and handles the views it
+    foresees outside its autograd Function; a view it did not foresee (a
+    reshape that copies under the fake strides and views on the device,
+    Longformer's attention output) would leave the Function as a view made
+    inside it, which autograd then forbids to modify in place. Views of the
+    inputs stay (AOTAutograd regenerates those from the inputs), and so do
+    views of other outputs (the forward's saved tensors: they share the
+    version counter that lets autograd see an output modified in place
+    before the backward)."""
+    seq = isinstance(outs, (list, tuple))
+    flat = outs if seq else [outs]
+    if not any(isinstance(o, torch.Tensor) and o._is_view() for o in flat):
+        return outs
+    roots = {id(x._base if x._base is not None else x) for x in args if isinstance(x, torch.Tensor)}
+    roots.update(id(o) for o in flat if isinstance(o, torch.Tensor) and not o._is_view())
+    plain: dict = {}  # one replacement per object: an output listed twice (returned, saved) stays one tensor
+    fixed = []
+    for o in flat:
+        if isinstance(o, torch.Tensor) and o._is_view() and id(o._base) not in roots:
+            if id(o) not in plain:
+                plain[id(o)] = torch.ops.aten._unsafe_view(o, o.shape)
+            o = plain[id(o)]
+        fixed.append(o)
+    return fixed[0] if not seq else (fixed if isinstance(outs, list) else type(outs)(fixed))
 
 
 def _same_objects(args: Sequence, outs: Sequence) -> List[tuple]:

@@ -181,3 +181,39 @@ def test_view_of_a_layout_the_device_does_not_keep():
     x = torch.randn(2, 12, 4, 8)
     got = torch.compile(f, backend="pjrt")(x.to(DEV))
     torch.testing.assert_close(got.cpu(), f(x))
+
+
+def test_outputs_that_view_graph_intermediates_leave_as_plain_tensors():
+    x = torch.randn(4, 6, device=DEV)
+    inner = x * 2  # made inside the graph
+    same = inner.t()
+    other = x + 1  # made inside the graph and returned too
+    outs = pjrt_dynamo._unforeseen_views_made_plain([x], [inner.view(24), same, same, x.t(), other, other.t()])
+    assert not outs[0]._is_view() and outs[0].untyped_storage().data_ptr() == inner.untyped_storage().data_ptr()
+    assert outs[1] is outs[2] and not outs[1]._is_view()  # one tensor listed twice stays one tensor
+    assert outs[3]._is_view() and outs[3]._base is x  # views of inputs stay views
+    assert outs[4] is other and outs[5]._base is other  # and views of other outputs
+    torch.testing.assert_close(outs[1].cpu(), same.cpu())
+
+
+def test_longformer_writes_into_an_earlier_graphs_output():
+    # Longformer's global attention writes into attn_output, which an earlier
+    # graph (before a graph break) returned as a reshape of its own clone:
+    # under the fake strides AOTAutograd planned a fresh tensor, on the
+    # device it was a view made inside AOTAutograd's autograd Function, which
+    # autograd forbids to modify in place ("Output 0 of AsStrided is a view").
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LongformerConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=64, attention_window=[8], max_position_embeddings=80,
+                                        num_labels=2)
+    cpu = transformers.LongformerForSequenceClassification(cfg).eval()
+    dev = copy.deepcopy(cpu).to(DEV)
+    ids = torch.randint(3, 100, (1, 16))
+    want = cpu(input_ids=ids).logits
+    want.sum().backward()
+    got = torch.compile(dev, backend="pjrt")(input_ids=ids.to(DEV)).logits
+    got.sum().backward()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-3, atol=1e-5, msg=name)
