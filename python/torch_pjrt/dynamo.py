@@ -244,7 +244,7 @@ def call_stats(reset: bool = False) -> dict:
 
 def _unforeseen_views_made_plain(args: Sequence, outs):
     """`outs` with each output that is an autograd view of a tensor made
-    inside the graph (not of an input) turned into a plain tensor on the same
+    inside the graph (not of an input or another output) turned into a plain tensor on the same
     memory (``_unsafe_view``, as eager PyTorch's reshape-like ops return).
     AOTAutograd plans outputs on fake tensors and handles the views it
     foresees outside its autograd Function; a view it did not foresee (a
