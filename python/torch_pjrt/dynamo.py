@@ -199,15 +199,16 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
             return out
         on_cpu = any(_is_cpu_tensor(a) and a.dim() > 0 for a in args) and not any(
             isinstance(a, torch.Tensor) and a.device.type == "pjrt" for a in args)
-        if on_cpu:
-            return _on_cpu(args, run_on_device, mutated)
-        return traced(args)
+        # A replay returns program outputs and views of inputs or outputs
+        # only; what the graph itself returned may hold views AOTAutograd
+        # did not plan for.
+        return _unforeseen_views_made_plain(args, _on_cpu(args, run_on_device, mutated) if on_cpu else traced(args))
 
     def boxed(args):
         t0 = time.perf_counter_ns()
         a = list(args)
         args.clear()
-        out = _unforeseen_views_made_plain(a, run(a))
+        out = run(a)
         _calls[0] += 1
         _calls[1] += time.perf_counter_ns() - t0
         return out
