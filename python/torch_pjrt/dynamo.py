@@ -24,8 +24,10 @@ offset of every input, its storage size, which inputs share a storage,
 donated buffers held by nobody else, check flags as recorded); a call that
 does not match is traced again and recorded anew. Input mutations stay
 in the graph (``keep_inference_input_mutations``), so the program writes the
-updated inputs, donating their buffers. Graphs with CPU fallback nodes, CPU
-tensor inputs or a sync during the trace are traced on every call.
+updated inputs, donating their buffers. 0-d CPU tensor inputs (Python float
+arguments) are moved to the device first (``_movable_scalars``). Graphs with
+CPU fallback nodes, other CPU tensor inputs or a sync during the trace are
+traced on every call.
 
 Nodes without a lowering do not fail the compile: they run on the CPU through
 the same fallback as the lazy device, counted in ``torch_pjrt.metrics``
@@ -204,6 +206,10 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         # did not plan for.
         return _unforeseen_views_made_plain(args, _on_cpu(args, run_on_device, mutated) if on_cpu else traced(args))
 
+    scalars = _movable_scalars(gm, example_inputs, mutated)
+    if scalars is not None:
+        run = functools.partial(_with_scalars_on_device, scalars, run)
+
     def boxed(args):
         t0 = time.perf_counter_ns()
         a = list(args)
@@ -300,6 +306,89 @@ def _same_objects(args: Sequence, outs: Sequence) -> List[tuple]:
                 same.append((j, found[0], found[1], (tuple(o.size()), tuple(o.stride()), o.storage_offset())))
         sources.append((False, j, o))
     return same
+
+
+# Platforms whose XLA computes float64 (a Python float argument arrives as a
+# float64 CPU tensor; TPUs have no float64).
+_FLOAT64_PLATFORMS = frozenset({"CPU", "CUDA", "ROCM"})
+
+
+class _Scalars:
+    """A graph's 0-d CPU tensor inputs that run on the device (see _movable_scalars)."""
+
+    def __init__(self, positions: List[int], device: torch.device, cpu_outputs: List[int], cpu_part):
+        self.positions, self.device, self.cpu_outputs, self.cpu_part = positions, device, cpu_outputs, cpu_part
+
+
+def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence, mutated: Sequence[int]):
+    """How a graph of pjrt tensors with 0-d CPU tensor inputs runs them on the
+    device, or None. Dynamo passes a Python float argument (``f(x, scale)``)
+    as a 0-d float64 CPU tensor, and AOTAutograd passes the CPU numbers the
+    forward saved to the backward; on the CPU they make the graph trace on
+    every call (a CPU input cannot be a replayed program's argument). Moved
+    to the device (a copy of a few bytes per call), they are the program's
+    arguments, so the graph replays. What the graph computes on the CPU from
+    them alone and returns (the backward's saved numbers) is still computed
+    there, by the graph's own nodes for those outputs, so it stays a CPU
+    tensor of the CPU's values. Not moved (traced on every call, as before):
+    inputs the graph writes (Adam's step counters without
+    ``capturable=True``), CPU tensors with dimensions, float64 numbers where
+    the plugin has no float64 (TPUs), and CPU outputs that depend on pjrt
+    inputs (a ``.cpu()`` in the graph)."""
+    ex = list(example_inputs)
+    devices = [e.device for e in ex if isinstance(e, torch.Tensor) and e.device.type == "pjrt"]
+    cpu = [i for i, e in enumerate(ex) if isinstance(e, torch.Tensor) and e.device.type == "cpu"]
+    if not devices or not cpu or any(ex[i].dim() != 0 or i in mutated for i in cpu):
+        return None
+    if any(ex[i].dtype == torch.float64 for i in cpu):
+        from torch_pjrt import runtime
+
+        if runtime.device_type() not in _FLOAT64_PLATFORMS:
+            return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    if not isinstance(output.args[0], (list, tuple)):
+        return None
+    outs = list(output.args[0])
+    cpu_outputs = []
+    for j, v in enumerate(outs):
+        val = v.meta.get("val") if isinstance(v, torch.fx.Node) else None
+        if isinstance(v, torch.fx.Node) and val is None:
+            return None  # where it belongs is unknown
+        if isinstance(val, torch.Tensor) and val.device.type == "cpu":
+            cpu_outputs.append(j)
+    if not cpu_outputs:
+        return _Scalars(cpu, devices[0], [], None)
+    allowed = {placeholders[i] for i in cpu}
+    seen, todo = set(), [outs[j] for j in cpu_outputs]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder" and n not in allowed:
+            return None
+        todo.extend(n.all_input_nodes)
+    graph, env = torch.fx.Graph(), {}
+    graph.graph_copy(gm.graph, env)
+    graph.output(tuple(env[outs[j]] for j in cpu_outputs))
+    graph.eliminate_dead_code()
+    return _Scalars(cpu, devices[0], cpu_outputs, torch.fx.GraphModule(gm, graph))
+
+
+def _with_scalars_on_device(scalars: _Scalars, run: Callable, args: list):
+    """`run` on `args` with the 0-d CPU inputs of `scalars` moved to the
+    device, and the outputs that belong on the CPU computed there."""
+    moved = list(args)
+    for i in scalars.positions:
+        moved[i] = args[i].to(scalars.device)
+    out = run(moved)
+    if scalars.cpu_part is None:
+        return out
+    flat = list(out)
+    for j, v in zip(scalars.cpu_outputs, scalars.cpu_part(*args)):
+        flat[j] = v
+    return flat if isinstance(out, list) else type(out)(flat)
 
 
 def _mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:

@@ -373,6 +373,54 @@ def test_compiled_adamw_replays_with_capturable_step_counters():
     assert torch.allclose(got, run(False), rtol=1e-5, atol=1e-6)
 
 
+def test_python_float_arguments_replay_with_their_values():
+    """Dynamo passes a Python float argument as a 0-d float64 CPU tensor; it
+    is moved to the device, so forward and backward replay for every value,
+    and the number the forward saves for the backward stays a CPU number."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    dev = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(DEV)
+    dev.load_state_dict(ref.state_dict())
+
+    def step(m, x, scale, t):
+        return ((m(x) * scale).sin() / t).sum() * scale
+
+    cstep = torch.compile(step, backend="pjrt")
+    x = torch.randn(5, 8)
+    values = [(0.1, 2.0), (0.2, 3.0), (1.7, 0.5), (-0.3, 4.0), (0.9, 1.0), (2.5, 0.25)]
+    for k, (scale, t) in enumerate(values):
+        if k == 2:  # Dynamo made the numbers inputs at the second value
+            pjrt_dynamo.call_stats(reset=True)
+            torch_pjrt.metrics.reset()
+        want = step(ref, x, scale, t)
+        want.backward()
+        got = cstep(dev, x.to(DEV), scale, t)
+        got.backward()
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        for p, q in zip(dev.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)
+    c = torch_pjrt.metrics.counters()
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+    assert c.get("replays", 0) == 2 * (len(values) - 2), c  # forward and backward of every later value
+    assert c.get("compiles", 0) <= 1, c  # the backward's seed, lazily; nothing per value
+
+
+def test_scalar_inputs_that_the_graph_writes_stay_on_the_cpu():
+    """A 0-d CPU input the graph updates in place (Adam's step counter
+    without capturable=True) is written where it lives, every call."""
+    n = torch.zeros(())
+    w = torch.ones(3, device=DEV)
+
+    @torch.compile(backend="pjrt")
+    def f(w, n):
+        n.add_(1)
+        return w * n
+
+    for k in range(1, 5):
+        torch.testing.assert_close(f(w, n).cpu(), torch.full((3,), float(k)))
+    assert n.device.type == "cpu" and float(n) == 4.0
+
+
 def test_backward_of_a_slice_replays():
     """The backward of a slice (and of select, diagonal) is slice_scatter,
     whose only kernel is PyTorch's backend-generic one: it runs natively, so
