@@ -25,7 +25,7 @@ donated buffers held by nobody else, check flags as recorded); a call that
 does not match is traced again and recorded anew. Input mutations stay
 in the graph (``keep_inference_input_mutations``), so the program writes the
 updated inputs, donating their buffers. 0-d CPU tensor inputs (Python float
-arguments) are moved to the device first (``_movable_scalars``). Graphs with
+arguments, step counters) are moved to the device first (``_movable_scalars``). Graphs with
 CPU fallback nodes, other CPU tensor inputs or a sync during the trace are
 traced on every call.
 
@@ -206,7 +206,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         # did not plan for.
         return _unforeseen_views_made_plain(args, _on_cpu(args, run_on_device, mutated) if on_cpu else traced(args))
 
-    scalars = _movable_scalars(gm, example_inputs, mutated)
+    scalars = _movable_scalars(gm, example_inputs)
     if scalars is not None:
         run = functools.partial(_with_scalars_on_device, scalars, run)
 
@@ -320,25 +320,26 @@ class _Scalars:
         self.positions, self.device, self.cpu_outputs, self.cpu_part = positions, device, cpu_outputs, cpu_part
 
 
-def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence, mutated: Sequence[int]):
+def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence):
     """How a graph of pjrt tensors with 0-d CPU tensor inputs runs them on the
     device, or None. Dynamo passes a Python float argument (``f(x, scale)``)
-    as a 0-d float64 CPU tensor, and AOTAutograd passes the CPU numbers the
-    forward saved to the backward; on the CPU they make the graph trace on
-    every call (a CPU input cannot be a replayed program's argument). Moved
-    to the device (a copy of a few bytes per call), they are the program's
-    arguments, so the graph replays. What the graph computes on the CPU from
-    them alone and returns (the backward's saved numbers) is still computed
-    there, by the graph's own nodes for those outputs, so it stays a CPU
-    tensor of the CPU's values. Not moved (traced on every call, as before):
-    inputs the graph writes (Adam's step counters without
-    ``capturable=True``), CPU tensors with dimensions, float64 numbers where
-    the plugin has no float64 (TPUs), and CPU outputs that depend on pjrt
-    inputs (a ``.cpu()`` in the graph)."""
+    as a 0-d float64 CPU tensor, AOTAutograd passes the CPU numbers the
+    forward saved to the backward, and a compiled Adam's step counters are
+    0-d CPU tensors unless ``capturable=True``; on the CPU they make the
+    graph trace on every call (a CPU input cannot be a replayed program's
+    argument). Copies moved to the device (a few bytes per call) are the
+    program's arguments, so the graph replays. What the graph computes on the
+    CPU from those inputs alone and returns (the backward's saved numbers)
+    or writes into them (the step counters' increment) is still computed
+    there, by the graph's own nodes for those results, so it stays on the
+    CPU with the CPU's values. Not moved (traced on every call, as before):
+    CPU tensors with dimensions, float64 numbers where the plugin has no
+    float64 (TPUs), and CPU results that depend on pjrt inputs (a ``.cpu()``
+    in the graph)."""
     ex = list(example_inputs)
     devices = [e.device for e in ex if isinstance(e, torch.Tensor) and e.device.type == "pjrt"]
     cpu = [i for i, e in enumerate(ex) if isinstance(e, torch.Tensor) and e.device.type == "cpu"]
-    if not devices or not cpu or any(ex[i].dim() != 0 or i in mutated for i in cpu):
+    if not devices or not cpu or any(ex[i].dim() != 0 for i in cpu):
         return None
     if any(ex[i].dtype == torch.float64 for i in cpu):
         from torch_pjrt import runtime
@@ -357,10 +358,12 @@ def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence, mutated
             return None  # where it belongs is unknown
         if isinstance(val, torch.Tensor) and val.device.type == "cpu":
             cpu_outputs.append(j)
-    if not cpu_outputs:
+    writes = _input_writes(gm)
+    roots = [outs[j] for j in cpu_outputs] + [w for i in cpu for w in writes.get(i, [])]
+    if not roots:
         return _Scalars(cpu, devices[0], [], None)
     allowed = {placeholders[i] for i in cpu}
-    seen, todo = set(), [outs[j] for j in cpu_outputs]
+    seen, todo = set(), list(roots)
     while todo:
         n = todo.pop()
         if n in seen:
@@ -370,9 +373,10 @@ def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence, mutated
             return None
         todo.extend(n.all_input_nodes)
     graph, env = torch.fx.Graph(), {}
-    graph.graph_copy(gm.graph, env)
-    graph.output(tuple(env[outs[j]] for j in cpu_outputs))
-    graph.eliminate_dead_code()
+    for n in gm.graph.nodes:  # those results and what they depend on, nothing else (not the device's writes)
+        if n.op == "placeholder" or n in seen:
+            env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(tuple(env[r] for r in roots))  # the writes' results are not used
     return _Scalars(cpu, devices[0], cpu_outputs, torch.fx.GraphModule(gm, graph))
 
 
@@ -385,26 +389,34 @@ def _with_scalars_on_device(scalars: _Scalars, run: Callable, args: list):
     out = run(moved)
     if scalars.cpu_part is None:
         return out
+    on_cpu = scalars.cpu_part(*args)
+    if not scalars.cpu_outputs:
+        return out
     flat = list(out)
-    for j, v in zip(scalars.cpu_outputs, scalars.cpu_part(*args)):
+    for j, v in zip(scalars.cpu_outputs, on_cpu):
         flat[j] = v
     return flat if isinstance(out, list) else type(out)(flat)
 
 
-def _mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:
-    """Positions of the graph inputs that an op of the graph writes (the
-    copy_ AOTAutograd keeps in the graph for an inference input mutation,
-    an in-place op)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    written = set()
+def _input_writes(gm: torch.fx.GraphModule) -> dict:
+    """{position: [nodes]} of the graph inputs that an op of the graph writes
+    (the copy_ AOTAutograd keeps in the graph for an inference input
+    mutation, an in-place op), with the nodes that write them."""
+    position = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    writes: dict = {}
     for n in gm.graph.nodes:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
             continue
         for i, a in enumerate(n.target._schema.arguments):
             if a.alias_info is not None and a.alias_info.is_write and i < len(n.args):
-                if isinstance(n.args[i], torch.fx.Node):
-                    written.add(n.args[i])
-    return [i for i, p in enumerate(placeholders) if p in written]
+                if n.args[i] in position:
+                    writes.setdefault(position[n.args[i]], []).append(n)
+    return writes
+
+
+def _mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:
+    """Positions of the graph inputs that an op of the graph writes."""
+    return sorted(_input_writes(gm))
 
 
 def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int]):

@@ -348,14 +348,16 @@ def test_checks_compiled_into_the_program_hold_on_replay():
             out.cpu()
 
 
-def test_compiled_adamw_replays_with_capturable_step_counters():
+@pytest.mark.parametrize("capturable", [True, False])
+def test_compiled_adamw_replays(capturable):
     # AdamW's step counters are CPU tensors unless capturable=True (Dynamo
-    # sets it only for CUDA/XPU); CPU inputs make a graph trace every call.
+    # sets it only for CUDA/XPU): copies run on the device, the increment
+    # stays on the CPU.
     def run(compiled):
         torch._dynamo.reset()
         torch.manual_seed(0)
         m = nn.Linear(8, 4).to(DEV)
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=capturable)
         step = torch.compile(opt.step, backend="pjrt") if compiled else opt.step
         x = torch.randn(4, 8).to(DEV)
         for _ in range(5):
@@ -363,6 +365,8 @@ def test_compiled_adamw_replays_with_capturable_step_counters():
             step()
             opt.zero_grad()
             torch_pjrt.sync()
+        steps = [s["step"] for s in opt.state.values()]
+        assert all(s.device.type == ("pjrt" if capturable else "cpu") and float(s) == 5 for s in steps)
         return m.weight.detach().cpu()
 
     pjrt_dynamo.call_stats(reset=True)
@@ -371,6 +375,23 @@ def test_compiled_adamw_replays_with_capturable_step_counters():
     assert pjrt_dynamo.call_stats()["refusals"] == {}
     assert torch_pjrt.metrics.counters().get("replays", 0) >= 3
     assert torch.allclose(got, run(False), rtol=1e-5, atol=1e-6)
+
+
+def test_float_argument_with_batch_norm_updates_statistics_once():
+    """The graph's CPU part computes only what depends on the CPU numbers:
+    BatchNorm's running statistics, written on the device, are written once
+    per call."""
+    torch.manual_seed(0)
+    ref = nn.BatchNorm1d(4)
+    dev = nn.BatchNorm1d(4).to(DEV)
+    f = lambda m, x, s: m(x) * s
+    cf = torch.compile(f, backend="pjrt")
+    for k, s in enumerate([0.5, 1.5, 2.5, 3.5]):
+        x = torch.randn(6, 4)
+        torch.testing.assert_close(cf(dev, x.to(DEV), s).cpu(), f(ref, x, s), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dev.running_mean.cpu(), ref.running_mean)
+    torch.testing.assert_close(dev.running_var.cpu(), ref.running_var)
+    assert int(dev.num_batches_tracked) == 4
 
 
 def test_python_float_arguments_replay_with_their_values():
