@@ -434,6 +434,7 @@ def _non_dense_transposed(dev):
 
 STRIDED_RESULTS = {
     "clone": lambda d: _non_dense_transposed(d).clone(),
+    "clone_keeps_size_one_strides": lambda d: torch.arange(64.0, device=d).view(4, 16)[:1].t().clone(),
     "to_dtype": lambda d: _non_dense_transposed(d).to(torch.float64),
     "elementwise": lambda d: _non_dense_transposed(d) * 2,
     "copy_into_gaps": lambda d: torch.ops.aten.copy.default(torch.zeros(32, device=d)[::16], torch.ones(2, device=d)),
