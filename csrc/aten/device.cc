@@ -146,7 +146,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     return a;
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
-    auto* s = static_cast<runtime::Storage*>(storage.data_ptr().get_context());
+    const runtime::Storage* s = PjrtStorage(storage.data_ptr());
     TORCH_CHECK(s != nullptr, "not a pjrt storage");
     TORCH_CHECK(newsize <= s->nbytes(), "growing a pjrt storage through resize is not supported");
   }

@@ -147,13 +147,19 @@ runtime::Storage& StorageOf(const at::Tensor& t) {
   TORCH_CHECK(IsPjrt(t), "expected all tensors to be on the pjrt device, but an op got a tensor on ", t.device(),
               " among pjrt tensors (as on CUDA, one op does not mix devices, e.g. a CPU tensor updated in place "
               "with a pjrt operand); move one side: t.to('pjrt') or t.cpu()");
-  const c10::DataPtr& p = t.storage().data_ptr();
-  if (void* ctx = p.get_context()) return *static_cast<runtime::Storage*>(ctx);
-  // at::from_blob of a pjrt storage's data pointer (PyTorch's legacy
-  // serialization does this to copy a storage to the host)
-  runtime::Storage* s = runtime::Storage::FromAddress(p.get());
-  TORCH_CHECK(s != nullptr, "pjrt tensor without a pjrt storage (a pointer not from a live pjrt storage)");
+  runtime::Storage* s = PjrtStorage(t.storage().data_ptr());
+  TORCH_CHECK(s != nullptr, "a pjrt tensor whose memory torch-pjrt did not allocate (imported through DLPack, or made "
+              "by from_blob): pjrt memory is reached only through the tensors torch-pjrt makes; move data with "
+              ".to('pjrt') and .cpu()");
   return *s;
+}
+
+runtime::Storage* PjrtStorage(const c10::DataPtr& p) {
+  if (p.get_deleter() == &DeleteStorage) return static_cast<runtime::Storage*>(p.get_context());
+  // at::from_blob of a pjrt storage's data pointer, which keeps no context
+  // (PyTorch's legacy serialization does this to copy a storage to the host)
+  if (p.get_context() == nullptr) return runtime::Storage::FromAddress(p.get());
+  return nullptr;  // another deleter's memory, e.g. a DLPack capsule's
 }
 
 runtime::StridedView ViewOf(const at::Tensor& t) {

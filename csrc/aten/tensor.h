@@ -45,6 +45,9 @@ c10::Allocator* PjrtAllocator();
 bool IsPjrt(const at::Tensor& t);
 int DeviceIndex(const at::Tensor& t);  // local device index
 runtime::Storage& StorageOf(const at::Tensor& t);
+// The runtime storage behind a pjrt storage's data pointer; null when
+// torch-pjrt did not allocate it (a DLPack import, from_blob with a deleter).
+runtime::Storage* PjrtStorage(const c10::DataPtr& p);
 runtime::StridedView ViewOf(const at::Tensor& t);
 ir::Builder& B(int device);
 

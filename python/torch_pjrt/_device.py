@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import struct
 import sys
@@ -91,6 +92,7 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _default_autocast_dtype()
     _refuse_sharing_between_processes()
+    _refuse_dlpack_export()
     if _extension.is_loaded(_C):
         _configure_once()  # stores the search directories only; the runtime starts at first use
         _ensure_location_provider()
@@ -133,6 +135,32 @@ def _refuse_sharing_between_processes() -> None:
     ForkingPickler.register(torch.Tensor, reducer(reductions.reduce_tensor))
     ForkingPickler.register(torch.nn.Parameter, reducer(reductions.reduce_tensor))
     ForkingPickler.register(torch.UntypedStorage, reducer(reductions.reduce_storage))  # typed ones reduce to it
+
+
+def _refuse_dlpack_export() -> None:
+    """``torch.utils.dlpack.to_dlpack`` (also ``torch.to_dlpack``) exports
+    any tensor's data pointer without asking its backend; a pjrt tensor's is
+    a token for memory that lives in the PJRT plugin, which no DLPack
+    consumer can reach (``Tensor.__dlpack__`` already refuses pjrt). Both
+    names refuse pjrt tensors with what to do instead; an imported capsule of
+    one anyway is refused at its first use (``StorageOf``)."""
+    import torch.utils.dlpack as dlpack
+
+    original = dlpack.to_dlpack
+    if getattr(original, "_pjrt_guard", False):
+        return
+
+    @functools.wraps(original)
+    def to_dlpack(tensor):
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "pjrt":
+            raise RuntimeError("a pjrt tensor cannot be exported through DLPack: its memory lives in the PJRT plugin, "
+                               "out of reach of other libraries; export tensor.cpu() instead")
+        return original(tensor)
+
+    to_dlpack._pjrt_guard = True
+    dlpack.to_dlpack = to_dlpack
+    if getattr(torch, "to_dlpack", None) is original:
+        torch.to_dlpack = to_dlpack
 
 
 # Low precision dtypes of autocast on pjrt. bfloat16 is the default: it has

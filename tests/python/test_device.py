@@ -432,3 +432,20 @@ def test_submodules_are_attributes_after_a_plain_import():
                    "try:\n    torch_pjrt.no_such_thing\nexcept AttributeError as e:\n    print('AttributeError', e)\n")
     assert r.returncode == 0, r.stderr
     assert "True True" in r.stdout and "AttributeError" in r.stdout and "no_such_thing" in r.stdout
+
+
+def test_dlpack_export_is_refused_and_a_foreign_storage_is_an_error():
+    # A pjrt storage's data pointer is a token for memory in the plugin: an
+    # export through DLPack is refused, and a capsule made anyway (through
+    # torch._C) gives a tensor whose first use is an error, not a crash.
+    x = torch.arange(6.0).to(DEV)
+    for export in (torch.utils.dlpack.to_dlpack, torch.to_dlpack):
+        with pytest.raises(RuntimeError, match="cannot be exported through DLPack"):
+            export(x)
+    assert torch.equal(torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(torch.arange(3.0))),
+                       torch.arange(3.0))
+    imported = torch.utils.dlpack.from_dlpack(torch._C._to_dlpack(x))
+    for use in (lambda: imported.cpu(), lambda: imported + 1, lambda: repr(imported)):
+        with pytest.raises(RuntimeError, match="torch-pjrt did not allocate"):
+            use()
+    torch.testing.assert_close(x.cpu(), torch.arange(6.0))
