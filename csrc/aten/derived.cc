@@ -28,7 +28,50 @@ struct Plan {
   // when None, takes the output's dtype: the reductions whose out= form
   // computes in the out tensor's dtype (at::native's infer_dtype_from_optional).
   std::optional<size_t> dtype_from_out;
+  // out= overloads with a Meta kernel: that kernel checks the outputs'
+  // dtypes by the op's own rule first (see MetaCheck).
+  bool meta_check = false;
 };
+
+c10::IValue OnMeta(const c10::IValue& v) {
+  auto meta = [](const at::Tensor& t) {
+    return t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)) : t;
+  };
+  if (v.isTensor()) return meta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(meta(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList().vec()) {
+      out.push_back(t ? std::optional<at::Tensor>(meta(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+// The out= overload run on meta tensors shaped as the call's arguments, with
+// outputs of the results' sizes and the outputs' dtypes: its Meta kernel
+// raises the CPU's error where the op's own rule refuses an output's dtype
+// (topk's indices that are not int64), which the general rule (the result
+// castable to the output, checked first with the CPU's message) allows.
+// Rules that only the CPU kernels check (the unary ops' output of their
+// input's dtype, sort's int64 indices) are not (docs/semantics.md).
+void MetaCheck(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, const std::vector<size_t>& outs,
+               const std::vector<at::Tensor>& results) {
+  torch::jit::Stack meta;
+  meta.reserve(args.size());
+  for (const c10::IValue& v : args) meta.push_back(OnMeta(v));
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const at::Tensor& o = args[outs[k]].toTensor();
+    const at::Tensor& r = results[k].defined() ? results[k] : o;
+    meta[outs[k]] = at::empty(r.sizes(), o.options().device(at::kMeta));
+  }
+  op.callBoxed(meta);
+}
 
 // Ops whose out= and in-place forms compute in the output's dtype when no
 // dtype is given (sum(int, out=float) sums in float, cumsum_ keeps self's type).
@@ -69,6 +112,8 @@ class DerivedKernel final : public c10::OperatorKernel {
       for (const c10::IValue& v : call) inplace[k] = inplace[k] || (v.isTensor() && v.toTensor().is_same(outs[k]));
     }
     if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) call[*plan_.dtype_from_out] = outs[0].scalar_type();
+    std::vector<c10::IValue> original;
+    if (plan_.meta_check) original.assign(args.begin(), args.end());
     torch::jit::drop(*stack, n);
     // An input that partly overlaps an output (torch.exp(x[:-1], out=x[1:]))
     // is refused with the CPU's error (TensorIterator's check): its answer
@@ -102,6 +147,15 @@ class DerivedKernel final : public c10::OperatorKernel {
                     " can't be cast to the desired output type ", o.scalar_type());
         TORCH_CHECK(!inplace[k] || o.sizes() == r.sizes(), "output with shape ", o.sizes(),
                     " doesn't match the broadcast shape ", r.sizes());
+      }
+      if (plan_.meta_check) {
+        std::vector<at::Tensor> results;
+        bool other_dtype = false;  // the check costs ~100 us: only where an output's dtype differs from its result's
+        for (size_t k = 0; k < outs.size(); ++k) {
+          results.push_back(Result(call[k]));
+          other_dtype = other_dtype || (results[k].defined() && results[k].scalar_type() != outs[k].scalar_type());
+        }
+        if (other_dtype) MetaCheck(op, original, plan_.outs, results);
       }
       for (size_t k = 0; k < outs.size(); ++k) {
         const at::Tensor r = Result(call[k]);
@@ -182,6 +236,7 @@ std::optional<Plan> PlanFor(const c10::OperatorHandle& op,
   std::optional<c10::OperatorHandle> f = FindFunctional(it->second, wanted, plan.outs.size());
   if (!f) return std::nullopt;
   plan.functional = *f;
+  plan.meta_check = !plan.inplace && op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
   if (DtypeFromOut().count(functional_name) && plan.outs.size() == 1) {
     const auto& fargs = f->schema().arguments();
     for (size_t i = 0; i < fargs.size(); ++i) {

@@ -904,6 +904,7 @@ at::Tensor addcdiv(const at::Tensor& self, const at::Tensor& a, const at::Tensor
 at::Tensor lerp_scalar(const at::Tensor& self, const at::Tensor& end, const at::Scalar& w) {
   TraceScope s;
   const at::ScalarType t = self.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_scalar\" not implemented for '", t, "'");
   Operands o = Prepare(self, end, t);
   ir::Builder& b = B(o.device);
   ir::Value diff = b.Binary(Op::Sub, o.y, o.x);
@@ -913,6 +914,7 @@ at::Tensor lerp_scalar(const at::Tensor& self, const at::Tensor& end, const at::
 at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& w) {
   TraceScope s;
   const at::ScalarType t = self.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_tensor\" not implemented for '", t, "'");
   const int d = CommonDevice({&self, &end, &w});
   std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), end.sizes()), w.sizes());
   ir::Builder& b = B(d);

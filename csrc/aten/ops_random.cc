@@ -189,6 +189,18 @@ at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Gener
   return self;
 }
 
+// p as float, with the CPU's check that every probability is in [0, 1]
+// (NaN is not), raised when the program has run.
+ir::Value Probabilities(int d, const at::Tensor& p) {
+  ir::Builder& b = B(d);
+  ir::Value v = Operand(p, d, at::kFloat);
+  const std::vector<int64_t> dims = b.shape(v).dims;
+  ir::Value in = b.Binary(ir::Op::And, b.Compare(ir::CompareDir::GE, v, Number(d, 0.0, at::kFloat, dims)),
+                          b.Compare(ir::CompareDir::LE, v, Number(d, 1.0, at::kFloat, dims)));
+  CheckNone(d, b.Unary(ir::Op::Not, in), runtime::ErrorKind::kValue, "bernoulli: every probability p must be in [0, 1]");
+  return v;
+}
+
 at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
   GeneratorScope scope(gen);
   TraceScope s;
@@ -196,7 +208,7 @@ at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::option
   ir::Builder& b = B(d);
   const auto shape = self.sizes().vec();
   ir::Value u = Uniform01(d, shape, at::kFloat);
-  Assign(self, b.Compare(ir::CompareDir::LT, u, BroadcastTo(d, Operand(p, d, at::kFloat), shape)));
+  Assign(self, b.Compare(ir::CompareDir::LT, u, BroadcastTo(d, Probabilities(d, p), shape)));
   return self;
 }
 
@@ -207,7 +219,7 @@ at::Tensor bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
   ir::Builder& b = B(d);
   const auto shape = self.sizes().vec();
   ir::Value u = Uniform01(d, shape, at::kFloat);
-  return Wrap(b.Convert(b.Compare(ir::CompareDir::LT, u, ValAs(self, at::kFloat)), ToIr(self.scalar_type())), d);
+  return Wrap(b.Convert(b.Compare(ir::CompareDir::LT, u, Probabilities(d, self)), ToIr(self.scalar_type())), d);
 }
 
 at::Tensor& RandomRange(at::Tensor& self, double from, double to) {

@@ -244,9 +244,11 @@ at::Tensor argmin(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim)
 at::Tensor AnyAll(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepdim, bool any) {
   TraceScope s;
   const int d = DeviceIndex(a);
-  return Wrap(ReduceValue(d, ValAs(a, at::kBool), a.sizes().vec(), ReduceDims(dim, a.dim()),
-                          any ? ReduceKind::Or : ReduceKind::And, at::kBool, keepdim),
-              d);
+  ir::Value r = ReduceValue(d, ValAs(a, at::kBool), a.sizes().vec(), ReduceDims(dim, a.dim()),
+                            any ? ReduceKind::Or : ReduceKind::And, at::kBool, keepdim);
+  // uint8 in, uint8 out (0 or 1): PyTorch keeps this older rule for uint8 only
+  if (a.scalar_type() == at::kByte) r = B(d).Convert(r, ir::DType::U8);
+  return Wrap(r, d);
 }
 at::Tensor any_all(const at::Tensor& a) { return AnyAll(a, std::nullopt, false, true); }
 at::Tensor all_all(const at::Tensor& a) { return AnyAll(a, std::nullopt, false, false); }
@@ -257,6 +259,8 @@ at::Tensor all_dims(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepd
 
 at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
                               std::optional<at::ScalarType> dtype) {
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()) || at::isComplexType(a.scalar_type()),
+              "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ", a.scalar_type());
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);

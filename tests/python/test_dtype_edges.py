@@ -127,6 +127,14 @@ def test_unsigned_abs_sign_neg():
         same(fn, u.clone())
 
 
+def test_any_all_of_uint8_are_uint8():
+    u = torch.tensor([[1, 2], [0, 3]], dtype=torch.uint8)
+    for fn in (torch.all, torch.any, lambda t: t.all(1), lambda t: t.any(0, keepdim=True), lambda t: t.all(dim=(0, 1))):
+        same(fn, u)
+    same(torch.any, u.bool())  # other dtypes give bool
+    same(lambda t: t.all(1), u.int())
+
+
 def test_complex_to_real_keeps_the_real_part_with_the_warning():
     z = torch.tensor([1 + 2j, -3.5 - 1j])
     for fn in (lambda t: t.float(), lambda t: t.to(torch.float64), lambda t: torch.zeros(2, device=t.device).copy_(t)):
@@ -212,6 +220,13 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("clamp bound out of range", lambda t: t.clamp(max=300), torch.tensor([0, 5], dtype=torch.uint8)),
     ("alpha out of range", lambda t: t.add(t, alpha=200), torch.tensor([1, 2], dtype=torch.int8)),
     ("lerp weight out of range", lambda t: t.lerp(t + 1, 1e40), torch.tensor([0.0, 1.0])),
+    ("lerp of int", lambda t: t.lerp(t + 1, 0.5), torch.tensor([1, 2])),
+    ("lerp of int, tensor weight", lambda t: t.lerp(t + 1, t), torch.tensor([1, 2])),
+    ("vector_norm of int", lambda t: torch.linalg.vector_norm(t), torch.tensor([3, 4])),
+    ("norm of int", lambda t: t.norm(), torch.tensor([3, 4])),
+    # an out= form's own dtype rule (its Meta kernel's), beyond "the result castable to the output"
+    ("topk into int32 indices", lambda t: torch.topk(t, 2, out=(t.new_zeros(2), t.new_zeros(2, dtype=torch.int32))),
+     torch.arange(6.0)),
 ])
 def test_refused_as_on_the_cpu(name, fn, x):
     with pytest.raises(Exception) as cpu:
@@ -219,6 +234,17 @@ def test_refused_as_on_the_cpu(name, fn, x):
     with pytest.raises(type(cpu.value)) as dev:
         fn(x.to(DEV)).cpu()
     assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("fn", [torch.bernoulli, lambda p: torch.zeros_like(p).bernoulli_(p)])
+@pytest.mark.parametrize("p", [[0.5, 1.5], [-0.5, 0.5], [float("nan"), 0.5]])
+def test_bernoulli_refuses_probabilities_outside_zero_one(fn, p):
+    with pytest.raises(RuntimeError):
+        fn(torch.tensor(p))
+    with pytest.raises(RuntimeError, match=r"every probability p must be in \[0, 1\]"):
+        fn(torch.tensor(p, device=DEV)).cpu()
+    ok = fn(torch.tensor([0.0, 1.0, 0.25], device=DEV)).cpu()
+    assert ok[0] == 0 and ok[1] == 1
 
 
 def test_singular_and_non_pd_raise_linalg_error():
