@@ -912,14 +912,22 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
     st = at::Scalar(step.to<acc_t>());
     ct = c10::CppTypeToScalarType<acc_t>::value;
   });
-  if (out.numel() != n) out.resize_({n});
+  if (out.numel() != n) {
+    if (out.numel() > 0) {  // the CPU's warning
+      TORCH_WARN("The number of elements in the out tensor of shape ", out.sizes(), " is ", out.numel(),
+                 " which does not match the computed number of elements ", n,
+                 ". Note that this may occur as a result of rounding error. The out tensor will be resized to a "
+                 "tensor of shape (", n, ",).");
+    }
+    out.resize_({n});
+  }
   if (n == 0) return out;
   TraceScope s;
   const int d = DeviceIndex(out);
   ir::Builder& b = B(d);
   ir::Value iota = b.Iota({ToIr(ct), {n}}, 0);
   ir::Value v = b.Binary(Op::Add, Number(d, lo, ct, {n}), b.Binary(Op::Mul, Number(d, st, ct, {n}), iota));
-  Assign(out, v);
+  Assign(out, b.Reshape(v, out.sizes().vec()));  // an out of n elements keeps its shape, as on the CPU
   return out;
 }
 

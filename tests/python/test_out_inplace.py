@@ -59,6 +59,19 @@ def test_add_out_resizes_with_the_cpu_warning():
     both(f, A, B, torch.zeros(5))
 
 
+@pytest.mark.parametrize("shape,warns", [((3,), True), ((0,), False), ((5, 1), False), ((5,), False)])
+def test_arange_out_resizes_or_keeps_its_shape_as_the_cpu(shape, warns):
+    # A wrong number of elements is resized with the CPU's warning (none
+    # for an empty out); the right number keeps the out's shape.
+    def f(out):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            torch.arange(5, out=out)
+        assert any("does not match the computed number of elements" in str(x.message) for x in w) == warns
+
+    both(f, torch.zeros(shape))
+
+
 def test_add_out_into_empty_does_not_warn():
     def f(a, b, out):
         with warnings.catch_warnings():
