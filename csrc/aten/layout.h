@@ -23,6 +23,12 @@ void RelayoutLike(const at::Tensor& r, const at::Tensor& like);
 // `r` laid out densely in the order of `like`'s strides (like may have gaps
 // or broadcast dimensions: TensorIterator's and empty_like's rule).
 void RelayoutInOrderOf(const at::Tensor& r, const at::Tensor& like);
+// Whether contiguous `t` has strides other than the row-major ones in
+// size-1 dimensions (x[:1].t(), a transpose with a size-1 dimension).
+bool HasOtherUnitStrides(const at::Tensor& t);
+// `r` (as for RelayoutTo) with the strides of `like`'s order, when the two
+// differ in size-1 dimensions only: no data moves (those address nothing).
+void UnitStridesInOrderOf(const at::Tensor& r, const at::Tensor& like);
 
 enum class LayoutRule {
   kOperands,  // elementwise: the first operand of the result's shape decides
@@ -56,8 +62,11 @@ void Apply(LayoutRule rule, const at::Tensor& out, const A&... args) {
   if (!out.defined()) return;
   const at::Tensor* pick = nullptr;
   int seen = 0;
+  bool broadcast = false;  // an operand of another shape (a number, a broadcast one)
   auto consider = [&](const at::Tensor* t) {
-    if (!t || pick) return;
+    if (!t) return;
+    if (rule == LayoutRule::kOperands) broadcast = broadcast || t->sizes() != out.sizes();
+    if (pick) return;
     if (rule == LayoutRule::kOperands) {
       if (t->sizes() == out.sizes()) pick = t;
     } else if (seen++ < 2 && t->dim() == out.dim() && !t->is_contiguous() &&
@@ -66,7 +75,14 @@ void Apply(LayoutRule rule, const at::Tensor& out, const A&... args) {
     }
   };
   (consider(TensorArg(args)), ...);
-  if (!pick || pick->is_contiguous()) return;
+  if (!pick) return;
+  if (pick->is_contiguous()) {
+    // TensorIterator's fast path (every operand of one shape, all
+    // contiguous) gives row-major strides; otherwise it orders the result's
+    // dimensions by the operands' strides, size-1 dimensions included.
+    if (rule == LayoutRule::kOperands && broadcast && HasOtherUnitStrides(*pick)) UnitStridesInOrderOf(out, *pick);
+    return;
+  }
   bool alias = false;  // a kernel that hands back (a view of) an argument: not a fresh result
   auto check = [&](const at::Tensor* t) { alias = alias || (t && out.is_alias_of(*t)); };
   (check(TensorArg(args)), ...);

@@ -324,15 +324,7 @@ at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> format)
   TraceScope scope;
   // The conjugate and negative bits applied, as the CPU's clone (through
   // copy_) does: resolve_conj() and resolve_neg() are clones.
-  at::Tensor out = WrapLike(Val(self), DeviceIndex(self), self, format);
-  // Preserved strides are self's own, also in size-1 dims (which address
-  // nothing), as the CPU's clone gives them: AOTAutograd plans views of
-  // the result by those strides.
-  if ((!format || *format == at::MemoryFormat::Preserve) && out.numel() > 0 && self.is_contiguous() &&
-      out.strides() != self.strides()) {
-    out.unsafeGetTensorImpl()->set_sizes_and_strides(self.sizes(), self.strides());
-  }
-  return out;
+  return WrapLike(Val(self), DeviceIndex(self), self, format);
 }
 
 bool IsSpecial(const at::Scalar& s) {

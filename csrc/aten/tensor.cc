@@ -338,6 +338,20 @@ void RelayoutInOrderOf(const at::Tensor& r, const at::Tensor& like) {
   }
 }
 
+bool HasOtherUnitStrides(const at::Tensor& t) {
+  int64_t expected = 1;
+  for (int64_t i = t.dim() - 1; i >= 0; --i) {
+    if (t.size(i) == 1 && t.stride(i) != expected) return true;
+    expected *= std::max<int64_t>(t.size(i), 1);
+  }
+  return false;
+}
+
+void UnitStridesInOrderOf(const at::Tensor& r, const at::Tensor& like) {
+  if (!Relayoutable(r) || like.sizes() != r.sizes() || !like.is_contiguous()) return;
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), at::infer_dense_strides(like.sizes(), like.strides()));
+}
+
 void RelayoutTo(const at::Tensor& r, at::MemoryFormat f) {
   if (!Relayoutable(r) || r.is_contiguous(f)) return;
   if (f == at::MemoryFormat::ChannelsLast && r.dim() == 4) Relayout(r, c10::get_channels_last_strides_2d(r.sizes()));
@@ -353,7 +367,16 @@ void RelayoutLike(const at::Tensor& r, const at::Tensor& like) {
 
 at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format) {
   const bool keep = !format || *format == at::MemoryFormat::Preserve || *format == at::MemoryFormat::Contiguous;
-  if (keep && like.is_contiguous()) return Wrap(v, device);  // the common case
+  if (keep && like.is_contiguous()) {  // the common case
+    at::Tensor t = Wrap(v, device);
+    // Preserved strides are like's own, also in size-1 dims (which address
+    // nothing), as the CPU's empty_like gives them: AOTAutograd plans views
+    // of the result by those strides.
+    if ((!format || *format == at::MemoryFormat::Preserve) && t.numel() > 0 && HasOtherUnitStrides(like)) {
+      t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides());
+    }
+    return t;
+  }
   at::Tensor t = EmptyLike(like, ToAten(B(device).shape(v).dtype), device, format);
   Assign(t, v);
   return t;

@@ -435,6 +435,9 @@ def _non_dense_transposed(dev):
 STRIDED_RESULTS = {
     "clone": lambda d: _non_dense_transposed(d).clone(),
     "clone_keeps_size_one_strides": lambda d: torch.arange(64.0, device=d).view(4, 16)[:1].t().clone(),
+    "number_added_keeps_size_one_strides": lambda d: torch.arange(512.0, device=d).view(1, 16, 32).transpose(0, 1) + 1,
+    "same_shapes_give_row_major": lambda d: (lambda x: x * x)(torch.arange(512.0, device=d).view(1, 16, 32).transpose(0, 1)),
+    "to_dtype_keeps_size_one_strides": lambda d: torch.arange(512.0, device=d).view(1, 16, 32).transpose(0, 1).double(),
     "to_dtype": lambda d: _non_dense_transposed(d).to(torch.float64),
     "elementwise": lambda d: _non_dense_transposed(d) * 2,
     "copy_into_gaps": lambda d: torch.ops.aten.copy.default(torch.zeros(32, device=d)[::16], torch.ones(2, device=d)),
