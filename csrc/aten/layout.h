@@ -20,18 +20,20 @@ namespace tpj::aten {
 // value is unchanged. Anything else is left as it is.
 void RelayoutTo(const at::Tensor& r, at::MemoryFormat f);
 void RelayoutLike(const at::Tensor& r, const at::Tensor& like);
-// `r` laid out densely in the order of `like`'s strides (like may have gaps
-// or broadcast dimensions: TensorIterator's and empty_like's rule).
-void RelayoutInOrderOf(const at::Tensor& r, const at::Tensor& like);
 // Whether contiguous `t` has strides other than the row-major ones in
 // size-1 dimensions (x[:1].t(), a transpose with a size-1 dimension).
 bool HasOtherUnitStrides(const at::Tensor& t);
-// `r` (as for RelayoutTo) with the strides of `like`'s order, when the two
-// differ in size-1 dimensions only: no data moves (those address nothing).
-void UnitStridesInOrderOf(const at::Tensor& r, const at::Tensor& like);
+// `r` (as for RelayoutTo) laid out as TensorIterator lays out an elementwise
+// result of `operands` (`n` of them, broadcast to r's shape): the operands'
+// layout when all have r's shape and one layout (contiguous, channels_last,
+// or the same dense strides), else r's dimensions ordered by the operands'
+// strides, the first operand that orders a pair of dimensions deciding.
+// `number`: one more operand, a 0-d number (never of r's shape).
+void RelayoutAsTensorIterator(const at::Tensor& r, const at::Tensor* const* operands, size_t n, bool number);
 
 enum class LayoutRule {
-  kOperands,  // elementwise: the first operand of the result's shape decides
+  kOperands,  // elementwise: TensorIterator's rule over every tensor operand
+  kOperandsAndNumber,  // the same, with a number operand (add.Scalar, gt.Scalar: a 0-d operand to TensorIterator)
   kInput,     // conv, norm, pool, upsample: the first two tensor arguments' suggested format
 };
 
@@ -60,38 +62,31 @@ void ForEachResult(const T&, F&&) {}
 template <class... A>
 void Apply(LayoutRule rule, const at::Tensor& out, const A&... args) {
   if (!out.defined()) return;
+  bool alias = false;  // a kernel that hands back (a view of) an argument: not a fresh result
+  auto check = [&](const at::Tensor* t) { alias = alias || (t && out.is_alias_of(*t)); };
+  if (rule == LayoutRule::kOperands || rule == LayoutRule::kOperandsAndNumber) {
+    const at::Tensor* operands[] = {TensorArg(args)..., nullptr};
+    bool plain = true;  // every operand row-major: so is the result (the common case)
+    for (const at::Tensor* t : operands) plain = plain && (!t || (t->is_contiguous() && !HasOtherUnitStrides(*t)));
+    if (plain) return;
+    (check(TensorArg(args)), ...);
+    const bool number = rule == LayoutRule::kOperandsAndNumber && (std::is_same_v<std::decay_t<A>, at::Scalar> || ...);
+    if (!alias) RelayoutAsTensorIterator(out, operands, sizeof...(A), number);
+    return;
+  }
   const at::Tensor* pick = nullptr;
   int seen = 0;
-  bool broadcast = false;  // an operand of another shape (a number, a broadcast one)
   auto consider = [&](const at::Tensor* t) {
-    if (!t) return;
-    if (rule == LayoutRule::kOperands) broadcast = broadcast || t->sizes() != out.sizes();
-    if (pick) return;
-    if (rule == LayoutRule::kOperands) {
-      if (t->sizes() == out.sizes()) pick = t;
-    } else if (seen++ < 2 && t->dim() == out.dim() && !t->is_contiguous() &&
-               t->suggest_memory_format() != at::MemoryFormat::Contiguous) {
+    if (!t || pick) return;
+    if (seen++ < 2 && t->dim() == out.dim() && !t->is_contiguous() &&
+        t->suggest_memory_format() != at::MemoryFormat::Contiguous) {
       pick = t;
     }
   };
   (consider(TensorArg(args)), ...);
-  if (!pick) return;
-  if (pick->is_contiguous()) {
-    // TensorIterator's fast path (every operand of one shape, all
-    // contiguous) gives row-major strides; otherwise it orders the result's
-    // dimensions by the operands' strides, size-1 dimensions included.
-    if (rule == LayoutRule::kOperands && broadcast && HasOtherUnitStrides(*pick)) UnitStridesInOrderOf(out, *pick);
-    return;
-  }
-  bool alias = false;  // a kernel that hands back (a view of) an argument: not a fresh result
-  auto check = [&](const at::Tensor* t) { alias = alias || (t && out.is_alias_of(*t)); };
+  if (!pick || pick->is_contiguous()) return;
   (check(TensorArg(args)), ...);
-  if (alias) return;
-  if (rule == LayoutRule::kOperands) {
-    RelayoutInOrderOf(out, *pick);
-  } else {
-    RelayoutTo(out, pick->suggest_memory_format());
-  }
+  if (!alias) RelayoutTo(out, pick->suggest_memory_format());
 }
 
 }  // namespace layout_detail

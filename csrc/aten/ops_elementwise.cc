@@ -1003,28 +1003,30 @@ at::Tensor& eq_s_(at::Tensor& s, const at::Scalar& o) { return Inplace(s, eq_sca
 
 }  // namespace tpj::aten
 
-// Results take their first full-size operand's layout, as TensorIterator's do (aten/layout.h).
+// Results are laid out as TensorIterator lays them out (aten/layout.h); KN:
+// ops whose number operand is one of TensorIterator's operands on the CPU.
 #define K(name, fn) TPJ_LAID(m, name, kOperands, fn)
+#define KN(name, fn) TPJ_LAID(m, name, kOperandsAndNumber, fn)
 #define KI(name, fn) m.impl(name, TORCH_FN(tpj::aten::inplace::fn))
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("add.Tensor", add_tensor);
-  K("add.Scalar", add_scalar);
+  KN("add.Scalar", add_scalar);
   K("sub.Tensor", sub_tensor);
-  K("sub.Scalar", sub_scalar);
+  KN("sub.Scalar", sub_scalar);
   K("rsub.Tensor", rsub_tensor);
-  K("rsub.Scalar", rsub_scalar);
+  KN("rsub.Scalar", rsub_scalar);
   K("mul.Tensor", mul_tensor);
-  K("mul.Scalar", mul_scalar);
+  KN("mul.Scalar", mul_scalar);
   K("div.Tensor", div_tensor);
   K("div.Tensor_mode", div_tensor_mode);
-  K("div.Scalar", div_scalar);
+  KN("div.Scalar", div_scalar);
   K("remainder.Tensor", remainder_tensor);
   K("floor_divide", floor_divide);
-  K("floor_divide.Scalar", floor_divide_scalar);
-  K("remainder.Scalar", remainder_scalar);
+  KN("floor_divide.Scalar", floor_divide_scalar);
+  KN("remainder.Scalar", remainder_scalar);
   K("fmod.Tensor", fmod_tensor);
-  K("fmod.Scalar", fmod_scalar);
+  KN("fmod.Scalar", fmod_scalar);
   K("pow.Tensor_Scalar", pow_tensor_scalar);
   K("pow.Tensor_Tensor", pow_tensor_tensor);
   K("pow.Scalar", pow_scalar);
@@ -1038,29 +1040,29 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("bitwise_and.Tensor", bitwise_and);
   K("bitwise_or.Tensor", bitwise_or);
   K("bitwise_xor.Tensor", bitwise_xor);
-  K("bitwise_and.Scalar", bitwise_and_s);
-  K("bitwise_or.Scalar", bitwise_or_s);
+  KN("bitwise_and.Scalar", bitwise_and_s);
+  KN("bitwise_or.Scalar", bitwise_or_s);
   K("bitwise_not", bitwise_not);
   K("bitwise_left_shift.Tensor", lshift);
   K("bitwise_right_shift.Tensor", rshift);
-  K("bitwise_left_shift.Tensor_Scalar", lshift_s);
-  K("bitwise_right_shift.Tensor_Scalar", rshift_s);
+  KN("bitwise_left_shift.Tensor_Scalar", lshift_s);
+  KN("bitwise_right_shift.Tensor_Scalar", rshift_s);
   K("__lshift__.Tensor", lshift);
   K("__rshift__.Tensor", rshift);
-  K("__lshift__.Scalar", lshift_s);
-  K("__rshift__.Scalar", rshift_s);
+  KN("__lshift__.Scalar", lshift_s);
+  KN("__rshift__.Scalar", rshift_s);
   K("eq.Tensor", eq_tensor);
-  K("eq.Scalar", eq_scalar);
+  KN("eq.Scalar", eq_scalar);
   K("ne.Tensor", ne_tensor);
-  K("ne.Scalar", ne_scalar);
+  KN("ne.Scalar", ne_scalar);
   K("lt.Tensor", lt_tensor);
-  K("lt.Scalar", lt_scalar);
+  KN("lt.Scalar", lt_scalar);
   K("le.Tensor", le_tensor);
-  K("le.Scalar", le_scalar);
+  KN("le.Scalar", le_scalar);
   K("gt.Tensor", gt_tensor);
-  K("gt.Scalar", gt_scalar);
+  KN("gt.Scalar", gt_scalar);
   K("ge.Tensor", ge_tensor);
-  K("ge.Scalar", ge_scalar);
+  KN("ge.Scalar", ge_scalar);
   K("neg", neg);
   K("exp", exp);
   K("expm1", expm1);
@@ -1080,7 +1082,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("round.decimals", round_decimals);
   K("signbit", signbit);
   K("copysign.Tensor", copysign);
-  K("copysign.Scalar", copysign_scalar);
+  KN("copysign.Scalar", copysign_scalar);
   K("trunc", trunc);
   K("abs", abs);
   K("sign", sign);

@@ -673,6 +673,7 @@ at::Tensor clamp_max_t(const at::Tensor& a, const at::Tensor& hi) {
 
 // Results take their first full-size operand's layout, as TensorIterator's do (aten/layout.h).
 #define K(name, fn) TPJ_LAID(m, name, kOperands, fn)
+#define KN(name, fn) TPJ_LAID(m, name, kOperandsAndNumber, fn)  // a number operand TensorIterator counts (ops_elementwise.cc)
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("asin", asin);
@@ -690,7 +691,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("logaddexp2", logaddexp2);
   K("xlogy.Tensor", xlogy);
   K("xlogy.Scalar_Self", xlogy_ss);
-  K("xlogy.Scalar_Other", xlogy_so);
+  KN("xlogy.Scalar_Other", xlogy_so);
   K("special_xlog1py", xlog1py);
   K("special_xlog1py.self_scalar", xlog1py_ss);
   K("special_xlog1py.other_scalar", xlog1py_so);

@@ -53,11 +53,18 @@ at::Tensor Flat(const at::Tensor& self) { return self.reshape({-1}).ne(0); }
 
 int64_t Count(const at::Tensor& flat) { return flat.sum(at::kLong).item<int64_t>(); }
 
+// nonzero's [count, ndim] result laid out column by column, strides (1,
+// count), as the CPU's kernel writes it: nonzero(as_tuple=True) gives
+// contiguous index vectors.
 at::Tensor nonzero(const at::Tensor& self) {
   at::Tensor flat = Flat(self);
   const int64_t count = self.numel() == 0 ? 0 : Count(flat);
-  if (count == 0) return at::empty({0, self.dim()}, self.options().dtype(at::kLong));
-  return Unravel(TrueIndices(flat, count), self.sizes());
+  const int64_t nd = self.dim();
+  if (count == 0) return at::empty_strided({0, nd}, {1, 0}, self.options().dtype(at::kLong));
+  at::Tensor rows = Unravel(TrueIndices(flat, count), self.sizes());  // fresh [count, ndim]
+  at::Tensor columns = nd > 1 ? rows.t().contiguous() : rows;  // fresh, memory column by column
+  columns.unsafeGetTensorImpl()->set_sizes_and_strides(at::IntArrayRef{count, nd}, at::IntArrayRef{1, count});
+  return columns;
 }
 
 at::Tensor nonzero_static(const at::Tensor& self, int64_t size, int64_t fill_value) {

@@ -329,15 +329,6 @@ void Relayout(const at::Tensor& r, at::IntArrayRef strides) {
 
 }  // namespace
 
-void RelayoutInOrderOf(const at::Tensor& r, const at::Tensor& like) {
-  if (like.is_non_overlapping_and_dense()) {
-    RelayoutLike(r, like);
-  } else if (Relayoutable(r) && like.sizes() == r.sizes()) {
-    const std::vector<int64_t> strides = at::infer_dense_strides(like.sizes(), like.strides());
-    if (r.strides() != at::IntArrayRef(strides)) Relayout(r, strides);
-  }
-}
-
 bool HasOtherUnitStrides(const at::Tensor& t) {
   int64_t expected = 1;
   for (int64_t i = t.dim() - 1; i >= 0; --i) {
@@ -347,9 +338,81 @@ bool HasOtherUnitStrides(const at::Tensor& t) {
   return false;
 }
 
-void UnitStridesInOrderOf(const at::Tensor& r, const at::Tensor& like) {
-  if (!Relayoutable(r) || like.sizes() != r.sizes() || !like.is_contiguous()) return;
-  r.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), at::infer_dense_strides(like.sizes(), like.strides()));
+namespace {
+
+// `r` with `strides` (dense), moving data only where a dimension of more
+// than one element changes its stride.
+void Restride(const at::Tensor& r, const std::vector<int64_t>& strides) {
+  if (r.strides() == at::IntArrayRef(strides)) return;
+  for (int64_t i = 0; i < r.dim(); ++i) {
+    if (r.size(i) > 1 && r.stride(i) != strides[static_cast<size_t>(i)]) return Relayout(r, strides);
+  }
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), strides);
+}
+
+}  // namespace
+
+void RelayoutAsTensorIterator(const at::Tensor& r, const at::Tensor* const* operands, size_t n, bool number) {
+  if (!Relayoutable(r)) return;
+  const int64_t nd = r.dim();
+  const at::IntArrayRef shape = r.sizes();
+  // TensorIterator's fast setup: every operand of the result's shape and of one layout.
+  bool same_shape = !number, all_contiguous = true, all_cl = true, all_cl3d = true, same_dense = true;
+  const at::Tensor* first = nullptr;
+  for (size_t k = 0; k < n; ++k) {
+    const at::Tensor* t = operands[k];
+    if (!t) continue;
+    same_shape = same_shape && t->sizes() == shape;
+    all_contiguous = all_contiguous && t->is_contiguous();
+    all_cl = all_cl && t->is_contiguous(at::MemoryFormat::ChannelsLast);
+    all_cl3d = all_cl3d && t->is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    if (!first) first = t;
+    same_dense = same_dense && t->is_non_overlapping_and_dense() && t->strides() == first->strides();
+  }
+  if (!first) return;
+  if (same_shape) {
+    if (all_contiguous) return;
+    if (all_cl || all_cl3d) return RelayoutTo(r, all_cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d);
+    if (same_dense) return RelayoutLike(r, *first);
+  }
+  // TensorIterator::reorder_dimensions: perm[0] the fastest-moving dimension.
+  auto stride = [&](const at::Tensor& t, int64_t d) -> int64_t {  // broadcast dimensions read as 0
+    const int64_t td = d - (nd - t.dim());
+    return td < 0 || (t.size(td) == 1 && shape[d] != 1) ? 0 : t.stride(td);
+  };
+  auto should_swap = [&](int64_t d0, int64_t d1) {
+    for (size_t k = 0; k < n; ++k) {
+      const at::Tensor* t = operands[k];
+      if (!t) continue;
+      const int64_t s0 = stride(*t, d0), s1 = stride(*t, d1);
+      if (s0 == 0 || s1 == 0) continue;
+      if (s0 < s1) return -1;
+      if (s0 > s1) return 1;
+      if (shape[d0] > shape[d1]) return 1;
+    }
+    return 0;
+  };
+  std::vector<int64_t> perm(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; ++i) perm[static_cast<size_t>(i)] = nd - 1 - i;
+  for (int64_t i = 1; i < nd; ++i) {
+    int64_t d1 = i;
+    for (int64_t d0 = i - 1; d0 >= 0; --d0) {
+      const int c = should_swap(perm[static_cast<size_t>(d0)], perm[static_cast<size_t>(d1)]);
+      if (c > 0) {
+        std::swap(perm[static_cast<size_t>(d0)], perm[static_cast<size_t>(d1)]);
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  std::vector<int64_t> strides(static_cast<size_t>(nd));
+  int64_t next = 1;
+  for (int64_t d : perm) {
+    strides[static_cast<size_t>(d)] = next;
+    next *= shape[d];
+  }
+  Restride(r, strides);
 }
 
 void RelayoutTo(const at::Tensor& r, at::MemoryFormat f) {

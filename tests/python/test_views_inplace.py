@@ -437,6 +437,16 @@ STRIDED_RESULTS = {
     "clone_keeps_size_one_strides": lambda d: torch.arange(64.0, device=d).view(4, 16)[:1].t().clone(),
     "number_added_keeps_size_one_strides": lambda d: torch.arange(512.0, device=d).view(1, 16, 32).transpose(0, 1) + 1,
     "same_shapes_give_row_major": lambda d: (lambda x: x * x)(torch.arange(512.0, device=d).view(1, 16, 32).transpose(0, 1)),
+    "where_orders_by_every_operand": lambda d: torch.where(
+        torch.arange(8.0, device=d).view(2, 4).unsqueeze(0) > 3,
+        torch.arange(8.0, device=d).view(2, 4).unsqueeze(0).as_strided((1, 2, 4), (4, 4, 1)),
+        torch.arange(8.0, device=d).view(4, 2).t().unsqueeze(0)),
+    "comparison_with_a_number_keeps_size_one_strides":
+        lambda d: torch.arange(512.0, device=d).view(1, 16, 32).transpose(0, 1) > 3,
+    "broadcast_operand_orders_the_result": lambda d: torch.arange(24.0, device=d).view(2, 3, 4).permute(2, 0, 1)
+        + torch.arange(3.0, device=d).view(1, 1, 3),
+    "nonzero_is_column_major": lambda d: torch.tensor([[1, 0, 1], [1, 1, 0]], device=d).nonzero(),
+    "nonzero_as_tuple_is_contiguous": lambda d: torch.tensor([[1, 0, 1], [1, 1, 0]], device=d).nonzero(as_tuple=True)[1],
     "to_dtype_keeps_size_one_strides": lambda d: torch.arange(512.0, device=d).view(1, 16, 32).transpose(0, 1).double(),
     "to_dtype": lambda d: _non_dense_transposed(d).to(torch.float64),
     "elementwise": lambda d: _non_dense_transposed(d) * 2,
