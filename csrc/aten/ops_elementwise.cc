@@ -531,15 +531,18 @@ at::Tensor gelu(const at::Tensor& a, c10::string_view approximate) {
   return Wrap(b.Binary(Op::Mul, b.Binary(Op::Mul, c(0.5), x), b.Binary(Op::Add, c(1), inner)), d);
 }
 
+// The activations' backward ops broadcast grad and input against each other,
+// as the CPU's TensorIterator does (torch.func's jacrev and hessian batch
+// one of them only).
 at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
   TraceScope s;
-  const int d = DeviceIndex(self);
-  ir::Builder& b = B(d);
   const at::ScalarType t = self.scalar_type();
-  const auto shape = self.sizes().vec();
-  auto c = [&](double v) { return Fill(d, v, t, shape); };
-  ir::Value x = Val(self);
-  ir::Value g = ValAs(grad, t);
+  Operands o = Prepare(grad, self, t);
+  const int d = o.device;
+  ir::Builder& b = B(d);
+  auto c = [&](double v) { return Fill(d, v, t, o.shape); };
+  ir::Value x = o.y;
+  ir::Value g = o.x;
   ir::Value dx;
   if (approximate == "tanh") {
     ir::Value x2 = b.Binary(Op::Mul, x, x);
@@ -569,32 +572,31 @@ at::Tensor silu(const at::Tensor& a) {
 
 at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
   TraceScope s;
-  const int d = DeviceIndex(self);
-  ir::Builder& b = B(d);
-  const auto shape = self.sizes().vec();
-  ir::Value x = Val(self);
+  Operands o = Prepare(grad, self, self.scalar_type());
+  ir::Builder& b = B(o.device);
+  ir::Value x = o.y;
   ir::Value sg = b.Unary(Op::Logistic, x);
-  ir::Value one = Fill(d, 1, self.scalar_type(), shape);
+  ir::Value one = Fill(o.device, 1, self.scalar_type(), o.shape);
   ir::Value dx = b.Binary(Op::Mul, sg, b.Binary(Op::Add, one, b.Binary(Op::Mul, x, b.Binary(Op::Sub, one, sg))));
-  return Wrap(b.Binary(Op::Mul, ValAs(grad, self.scalar_type()), dx), d);
+  return Wrap(b.Binary(Op::Mul, o.x, dx), o.device);
 }
 
 at::Tensor sigmoid_backward(const at::Tensor& grad, const at::Tensor& out) {
   TraceScope s;
-  const int d = DeviceIndex(out);
-  ir::Builder& b = B(d);
-  ir::Value y = Val(out);
-  ir::Value one = Fill(d, 1, out.scalar_type(), out.sizes().vec());
-  return Wrap(b.Binary(Op::Mul, ValAs(grad, out.scalar_type()), b.Binary(Op::Mul, y, b.Binary(Op::Sub, one, y))), d);
+  Operands o = Prepare(grad, out, out.scalar_type());
+  ir::Builder& b = B(o.device);
+  ir::Value y = o.y;
+  ir::Value one = Fill(o.device, 1, out.scalar_type(), o.shape);
+  return Wrap(b.Binary(Op::Mul, o.x, b.Binary(Op::Mul, y, b.Binary(Op::Sub, one, y))), o.device);
 }
 
 at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& out) {
   TraceScope s;
-  const int d = DeviceIndex(out);
-  ir::Builder& b = B(d);
-  ir::Value y = Val(out);
-  ir::Value one = Fill(d, 1, out.scalar_type(), out.sizes().vec());
-  return Wrap(b.Binary(Op::Mul, ValAs(grad, out.scalar_type()), b.Binary(Op::Sub, one, b.Binary(Op::Mul, y, y))), d);
+  Operands o = Prepare(grad, out, out.scalar_type());
+  ir::Builder& b = B(o.device);
+  ir::Value y = o.y;
+  ir::Value one = Fill(o.device, 1, out.scalar_type(), o.shape);
+  return Wrap(b.Binary(Op::Mul, o.x, b.Binary(Op::Sub, one, b.Binary(Op::Mul, y, y))), o.device);
 }
 
 at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {
@@ -609,12 +611,11 @@ at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {
 
 at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& slope, bool) {
   TraceScope s;
-  const int d = DeviceIndex(self);
-  ir::Builder& b = B(d);
-  const auto shape = self.sizes().vec();
-  ir::Value g = ValAs(grad, self.scalar_type());
-  ir::Value pos = b.Compare(ir::CompareDir::GT, Val(self), Fill(d, 0, self.scalar_type(), shape));
-  return Wrap(b.Select(pos, g, b.Binary(Op::Mul, g, Number(d, slope, self.scalar_type(), shape))), d);
+  const at::ScalarType t = self.scalar_type();
+  Operands o = Prepare(grad, self, t);
+  ir::Builder& b = B(o.device);
+  ir::Value pos = b.Compare(ir::CompareDir::GT, o.y, Fill(o.device, 0, t, o.shape));
+  return Wrap(b.Select(pos, o.x, b.Binary(Op::Mul, o.x, Number(o.device, slope, t, o.shape))), o.device);
 }
 
 // hardtanh(x) = min(max(x, lo), hi) with NaN kept (as relu6 on the CPU).

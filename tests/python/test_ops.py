@@ -1122,3 +1122,18 @@ def test_scatter_forms_and_functional_copy_match_the_cpu_across_devices():
     assert torch.equal(torch.ops.aten.copy(base[1:3], row.to(DEV)).cpu(), row.expand(2, 3))
     with pytest.raises(RuntimeError, match="expected src to have a size equal"):
         torch.slice_scatter(base.to(DEV), torch.ones(2, 3, device=DEV), 0, 1, 2)
+
+
+@pytest.mark.parametrize("name,act", [
+    ("tanh", torch.tanh), ("sigmoid", torch.sigmoid), ("silu", F.silu), ("mish", F.mish),
+    ("leaky_relu", lambda t: F.leaky_relu(t, 0.1)), ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh")),
+])
+def test_jacobian_and_hessian_through_activations(name, act):
+    # torch.func batches one operand of an activation's backward op only
+    # (vmap over the cotangents): the backward ops broadcast grad and input.
+    from torch.func import hessian, jacrev
+
+    x = torch.linspace(-2, 2, 5)
+    torch.testing.assert_close(jacrev(act)(x.to(DEV)).cpu(), jacrev(act)(x), rtol=1e-4, atol=1e-6)
+    h = hessian(lambda t: act(t).sum())
+    torch.testing.assert_close(h(x.to(DEV)).cpu(), h(x), rtol=1e-4, atol=1e-5)
