@@ -1,8 +1,15 @@
 #include "pjrt/error.h"
 
 #include <cstdio>
+#include <string_view>
 
 namespace tpj::pjrt {
+
+bool Error::out_of_memory() const {
+  if (code_ == static_cast<int>(Code::kResourceExhausted)) return true;
+  return code_ == static_cast<int>(Code::kInternal) && std::string_view(what()).find("Out of memory") != std::string_view::npos;
+}
+
 namespace {
 
 struct Taken {

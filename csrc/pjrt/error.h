@@ -36,6 +36,10 @@ class Error : public std::runtime_error {
   // A code as the plugin reported it (may be outside Code's range).
   Error(int code, std::string what) : std::runtime_error(std::move(what)), code_(code) {}
   int code() const { return code_; }
+  // Whether the plugin ran out of memory: RESOURCE_EXHAUSTED, or the XLA CPU
+  // plugin's INTERNAL "Out of memory allocating N bytes" (from its
+  // allocator, where a GPU plugin says RESOURCE_EXHAUSTED).
+  bool out_of_memory() const;
 
  private:
   int code_;

@@ -95,7 +95,7 @@ py::dict DeviceDict(const pjrt::Device& d) {
 }
 
 // torch_pjrt._C.PjrtOutOfMemoryError, a PjrtError that is also a
-// torch.OutOfMemoryError (code RESOURCE_EXHAUSTED), so that device-agnostic
+// torch.OutOfMemoryError (pjrt::Error::out_of_memory), so that device-agnostic
 // `except torch.OutOfMemoryError` catches it; plain PjrtError while torch is
 // not imported (the runtime without PyTorch).
 // `module`.`name` (a new reference) when `module` is imported, else null
@@ -145,8 +145,7 @@ void BindErrors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const pjrt::Error& e) {
-      PyObject* type = e.code() == static_cast<int>(pjrt::Code::kResourceExhausted) ? OutOfMemoryType(pjrt_error)
-                                                                                     : pjrt_error;
+      PyObject* type = e.out_of_memory() ? OutOfMemoryType(pjrt_error) : pjrt_error;
       py::object err = py::handle(type)(e.what());
       err.attr("code") = e.code();
       err.attr("code_name") = pjrt::CodeName(e.code());

@@ -185,6 +185,7 @@ void Runtime::ManualSeed(int device, uint64_t seed) {
   t.seed = seed;
   t.rng_buffer.reset();
   t.rng_pending = false;
+  t.rng_restarts = 0;
 }
 
 uint64_t Runtime::InitialSeed(int device) const {
@@ -198,6 +199,7 @@ std::array<uint64_t, 2> Runtime::RngState(int device) {
     TraceScope scope;
     global_id(device);
     if (traces_[device].rng_pending) SyncDevice(device);
+    RestartLostRng(device, /*wait=*/true);
     const Trace& t = traces_[device];
     if (!t.rng_buffer) return {t.seed, 0};
     state = t.rng_buffer;

@@ -240,6 +240,7 @@ class Runtime {
     ir::Value rng_value;
     bool rng_pending = false;
     uint64_t seed = 0;
+    uint64_t rng_restarts = 0;  // random states lost with a failed program (RngStateValue)
     // Programs launched since the last wait: Sync(wait=true) waits for all
     // of them (programs without data dependencies may run concurrently, so
     // the last one alone says nothing) and reads their checks. Events, not
@@ -342,6 +343,9 @@ class Runtime {
   // The threefry state as a value of `device`'s trace (pending, or read
   // from its buffer, uploading the seeded state when there is none).
   ir::Value RngStateValue(int device);
+  // A new seeded state in place of one that a failed program left as its
+  // error (`wait`: also when that program is still running). Caller holds mu_.
+  void RestartLostRng(int device, bool wait);
   // Replay's joining path: `p`'s graph added to the trace (see Replay).
   void JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
   SyncCapture* capture_ = nullptr;

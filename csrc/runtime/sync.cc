@@ -51,7 +51,7 @@ std::shared_ptr<Outcome> LostToCurrentException(const char* stage) {
     throw;
   } catch (const pjrt::Error& e) {
     what = e.what();
-    if (e.code() == static_cast<int>(pjrt::Code::kResourceExhausted)) lost->kind = ErrorKind::kOutOfMemory;
+    if (e.out_of_memory()) lost->kind = ErrorKind::kOutOfMemory;
   } catch (const std::exception& e) {
     what = e.what();
   } catch (...) {

@@ -160,9 +160,26 @@ void Runtime::Unregister(Storage* s) {
   }
 }
 
+void Runtime::RestartLostRng(int device, bool wait) {
+  Trace& t = traces_[device];
+  if (!t.rng_buffer || (!wait && !t.rng_buffer->IsReady())) return;
+  // A program that drew numbers and then failed (out of memory while it
+  // ran) left its error as the state: every later draw would fail with it.
+  // The stream restarts from the seed instead ({seed, n} after the n-th
+  // such failure, reproducible for a given seed; docs/device.md).
+  try {
+    t.rng_buffer->AwaitReady();
+  } catch (const pjrt::Error&) {
+    ++t.rng_restarts;
+    const uint64_t key[2] = {t.seed, t.rng_restarts};
+    t.rng_buffer = Upload(key, ir::DType::U64, {2}, device);
+  }
+}
+
 ir::Value Runtime::RngStateValue(int device) {
   Trace& t = traces_[device];
   if (t.rng_pending) return t.rng_value;
+  RestartLostRng(device, /*wait=*/false);
   if (!t.rng_buffer) {
     // The seeded state is uploaded, not a constant: programs that draw
     // after manual_seed(s) are the same program for every s.

@@ -20,7 +20,13 @@ DeviceBuffer Runtime::Upload(const void* data, ir::DType dtype, const std::vecto
 }
 
 void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes) {
-  buffer->AwaitReady(WaitCheckFn());  // interruptible; throws the producer's error
+  try {
+    buffer->AwaitReady(WaitCheckFn());  // interruptible; throws the producer's error
+  } catch (const pjrt::Error& e) {
+    // the program ran out of memory while it ran: torch.OutOfMemoryError
+    if (e.out_of_memory()) throw TensorError(ErrorKind::kOutOfMemory, e.what());
+    throw;
+  }
   if (nbytes > 0) buffer->ToHost(dst, nbytes);
   Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(nbytes));
 }

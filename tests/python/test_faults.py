@@ -168,6 +168,25 @@ def test_a_failed_program_loses_nothing_silently():
     assert (w * 2).cpu().tolist() == [2.0] * 4
 
 
+def test_out_of_memory_while_running_is_out_of_memory_and_random_numbers_go_on():
+    # The XLA CPU plugin reports memory it cannot allocate when the program
+    # runs as INTERNAL "Out of memory allocating"; the program drew random
+    # numbers, so the device's random state was its output: draws go on
+    # from a new stream of the seed, the same for the same seed.
+    def attempt():
+        torch.manual_seed(0)
+        x = torch.rand(2**26, 1000, device=DEV)  # with the product below, over a TiB
+        with pytest.raises(torch.OutOfMemoryError, match="[Oo]ut of memory"):
+            (x @ torch.rand(1000, 4000, device=DEV)).sum().item()
+        drop = torch.nn.Dropout(0.5)
+        return [drop(torch.ones(8, device=DEV)).cpu() for _ in range(2)]
+
+    first, second = attempt(), attempt()
+    for a, b in zip(first, second):
+        assert torch.equal(a, b) and set(a.tolist()) <= {0.0, 2.0}
+    assert not torch.equal(first[0], first[1])  # a stream, not a repeated state
+
+
 # ------------------------------------------------------- Ctrl-C and fork
 
 _LONG = textwrap.dedent("""
