@@ -346,6 +346,10 @@ class Runtime {
   // A new seeded state in place of one that a failed program left as its
   // error (`wait`: also when that program is still running). Caller holds mu_.
   void RestartLostRng(int device, bool wait);
+  // The launches of `t` that have finished leave its wait list (inflight).
+  void DropFinishedLaunches(Trace& t);
+  // After a read raised a program's failure: see sync.cc.
+  void ForgetReportedFailures();
   // Replay's joining path: `p`'s graph added to the trace (see Replay).
   void JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
   SyncCapture* capture_ = nullptr;

@@ -443,13 +443,23 @@ void Runtime::TrackLaunch(Trace& t, const DeviceBuffer& first_result) {
   if (t.inflight.size() > 256) {
     // bound the lists: drop the programs already finished, and outcomes
     // nobody can observe any more (their storages were overwritten or freed)
-    std::vector<std::unique_ptr<pjrt::Event>> still;
-    for (auto& e : t.inflight) {
-      if (!e->IsReady()) still.push_back(std::move(e));
-    }
-    t.inflight.swap(still);
+    DropFinishedLaunches(t);
     std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o.use_count() == 1; });
   }
+}
+
+void Runtime::DropFinishedLaunches(Trace& t) {
+  std::erase_if(t.inflight, [](const std::unique_ptr<pjrt::Event>& e) { return e->IsReady(); });
+}
+
+void Runtime::ForgetReportedFailures() {
+  // A read just raised a program's failure: that program has finished, and
+  // sync(wait=True) would raise the same error again (a batch-size search
+  // that caught it on .item() and retried would catch it twice). Finished
+  // launches leave the wait list; a failure no read met is still raised by
+  // the reads of its results.
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  for (Trace& t : traces_) DropFinishedLaunches(t);
 }
 
 }  // namespace tpj::runtime
