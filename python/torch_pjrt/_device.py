@@ -45,7 +45,8 @@ def _await_launched_at_exit() -> None:
     # Python's exit handlers run before C++ static destructors: a program
     # still running in the plugin's threads when exit() tears those down
     # crashes the process (SIGSEGV, or std::terminate in the plugin).
-    _C._await_launched()
+    if _extension.is_loaded(_C):  # nothing was launched without it (and its stub would raise again)
+        _C._await_launched()
 
 
 atexit.register(_await_launched_at_exit)
