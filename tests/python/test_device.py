@@ -449,3 +449,14 @@ def test_dlpack_export_is_refused_and_a_foreign_storage_is_an_error():
         with pytest.raises(RuntimeError, match="torch-pjrt did not allocate"):
             use()
     torch.testing.assert_close(x.cpu(), torch.arange(6.0))
+
+
+def test_reading_a_small_part_of_a_large_tensor_moves_that_part():
+    big = torch.arange(2**20, dtype=torch.float32).to(DEV) * 2  # 4 MiB
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    assert big[5].item() == 10.0
+    assert big.view(1024, 1024)[3, ::256].cpu().tolist() == [6144.0, 6656.0, 7168.0, 7680.0]
+    assert torch_pjrt.metrics.counters()["bytes_to_host"] <= 64  # not 4 MiB per read
+    z = torch.randn(600, 600, dtype=torch.complex64)
+    assert torch.equal(z.to(DEV).conj()[3].cpu(), z.conj()[3])  # the conjugate bit applied on the way
