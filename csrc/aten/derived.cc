@@ -112,8 +112,8 @@ class DerivedKernel final : public c10::OperatorKernel {
       for (const c10::IValue& v : call) inplace[k] = inplace[k] || (v.isTensor() && v.toTensor().is_same(outs[k]));
     }
     if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) call[*plan_.dtype_from_out] = outs[0].scalar_type();
-    std::vector<c10::IValue> original;
-    if (plan_.meta_check) original.assign(args.begin(), args.end());
+    std::vector<c10::IValue> call_inputs;  // the functional's arguments, before its results replace them
+    if (plan_.meta_check) call_inputs = call;
     torch::jit::drop(*stack, n);
     // An input that partly overlaps an output (torch.exp(x[:-1], out=x[1:]))
     // is refused with the CPU's error (TensorIterator's check): its answer
@@ -128,6 +128,16 @@ class DerivedKernel final : public c10::OperatorKernel {
         }
       }
     }
+    auto write = [&] {
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const at::Tensor r = Result(call[k]);
+        if (!r.defined()) continue;
+        if (!inplace[k]) at::native::resize_output(outs[k], r.sizes());
+        if (r.numel() > 0) Assign(outs[k], Val(r));
+      }
+    };
+    std::vector<at::Tensor> results;
+    bool other_dtype = false;
     {
       // One traced op: the functional's trace time and the write count once.
       TraceScope scope;
@@ -138,6 +148,7 @@ class DerivedKernel final : public c10::OperatorKernel {
       for (size_t k = 0; k < outs.size(); ++k) {
         const at::Tensor r = Result(call[k]);
         const at::Tensor& o = outs[k];
+        results.push_back(r);
         if (!r.defined()) continue;
         TORCH_CHECK(IsPjrt(o), op.schema().name(), ": expected the output on pjrt:", DeviceIndex(r), ", got one on ",
                     o.device());
@@ -147,22 +158,19 @@ class DerivedKernel final : public c10::OperatorKernel {
                     " can't be cast to the desired output type ", o.scalar_type());
         TORCH_CHECK(!inplace[k] || o.sizes() == r.sizes(), "output with shape ", o.sizes(),
                     " doesn't match the broadcast shape ", r.sizes());
+        other_dtype = other_dtype || r.scalar_type() != o.scalar_type();
       }
-      if (plan_.meta_check) {
-        std::vector<at::Tensor> results;
-        bool other_dtype = false;  // the check costs ~100 us: only where an output's dtype differs from its result's
-        for (size_t k = 0; k < outs.size(); ++k) {
-          results.push_back(Result(call[k]));
-          other_dtype = other_dtype || (results[k].defined() && results[k].scalar_type() != outs[k].scalar_type());
-        }
-        if (other_dtype) MetaCheck(op, original, plan_.outs, results);
-      }
-      for (size_t k = 0; k < outs.size(); ++k) {
-        const at::Tensor r = Result(call[k]);
-        if (!r.defined()) continue;
-        if (!inplace[k]) at::native::resize_output(outs[k], r.sizes());
-        if (r.numel() > 0) Assign(outs[k], Val(r));
-      }
+      if (!plan_.meta_check || !other_dtype) write();
+    }
+    if (plan_.meta_check && other_dtype) {
+      // Outside the runtime's lock: a Meta kernel may be Python (the GIL).
+      // Costs ~100 us, so only where an output's dtype differs from its result's.
+      std::vector<c10::IValue> original(n);
+      for (size_t i = 0; i < plan_.inputs.size(); ++i) original[plan_.inputs[i]] = call_inputs[i];
+      for (size_t k = 0; k < plan_.outs.size(); ++k) original[plan_.outs[k]] = outs[k];
+      MetaCheck(op, original, plan_.outs, results);
+      TraceScope scope;
+      write();
     }
     for (at::Tensor& o : outs) torch::jit::push(*stack, std::move(o));
   }

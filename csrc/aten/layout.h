@@ -1,11 +1,13 @@
 // Memory formats of op results. PyTorch keeps a channels_last (or otherwise
-// permuted) input's layout through its ops: an elementwise result takes the
-// layout of its first operand of the result's shape (TensorIterator), and
-// convolutions, batch norm, pooling and upsampling lay their results out in
-// the input's suggested memory format. The lowerings compute values and
-// return row-major tensors; registering a kernel through Laid<> lays its
-// fresh results out as PyTorch would (docs/semantics.md). Inputs that are
-// all row-major, the common case, cost one flag test each.
+// permuted) input's layout through its ops: an elementwise result is laid
+// out as TensorIterator lays it out (its operands' common layout, or its
+// dimensions ordered by the operands' strides), and convolutions, batch
+// norm, pooling and upsampling lay their results out in the input's
+// suggested memory format. The lowerings compute values and return
+// row-major tensors; registering a kernel through Laid<> lays its fresh
+// results out as PyTorch would (docs/semantics.md). Inputs that are all
+// row-major, the common case, cost a flag test and a look at their size-1
+// dimensions each.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -671,7 +671,7 @@ at::Tensor clamp_max_t(const at::Tensor& a, const at::Tensor& hi) {
 }  // namespace
 }  // namespace tpj::aten
 
-// Results take their first full-size operand's layout, as TensorIterator's do (aten/layout.h).
+// Results are laid out as TensorIterator lays them out (aten/layout.h).
 #define K(name, fn) TPJ_LAID(m, name, kOperands, fn)
 #define KN(name, fn) TPJ_LAID(m, name, kOperandsAndNumber, fn)  // a number operand TensorIterator counts (ops_elementwise.cc)
 

@@ -136,10 +136,14 @@ at::Tensor ToCpu(const at::Tensor& self) {
   RaisingTensorErrors([&] { rt.CheckReadable(s); });  // before allocating the host copy
   // A small part of a large storage (x[i].item() in a loop, print(x[3])):
   // that part alone comes to the host, copied out on the device first,
-  // rather than the whole storage each time.
+  // rather than the whole storage each time. Only with nothing pending on
+  // the device: the copy would otherwise join the pending work and cut a
+  // step's program where the read happens.
   constexpr size_t kLargeStorage = size_t{1} << 20;
   const size_t part = static_cast<size_t>(self.numel()) * self.element_size();
-  if (s.nbytes() >= kLargeStorage && part * 8 <= s.nbytes()) return ToCpu(self.clone(at::MemoryFormat::Contiguous));
+  if (s.nbytes() >= kLargeStorage && part > 0 && part * 8 <= s.nbytes() && rt.Idle(s.device())) {
+    return ToCpu(self.clone(at::MemoryFormat::Contiguous));
+  }
   const at::ScalarType storage_type = ToAten(rt.TypeOf(s, ToIr(self.scalar_type())));
   const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));
   at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(storage_type));

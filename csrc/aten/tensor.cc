@@ -373,7 +373,7 @@ void RelayoutAsTensorIterator(const at::Tensor& r, const at::Tensor* const* oper
   if (same_shape) {
     if (all_contiguous) return;
     if (all_cl || all_cl3d) return RelayoutTo(r, all_cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d);
-    if (same_dense) return RelayoutLike(r, *first);
+    if (same_dense) return Restride(r, first->strides().vec());
   }
   // TensorIterator::reorder_dimensions: perm[0] the fastest-moving dimension.
   auto stride = [&](const at::Tensor& t, int64_t d) -> int64_t {  // broadcast dimensions read as 0

@@ -310,6 +310,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
         }
         break;
       case ReplayProgram::Source::kRng:
+        RestartLostRng(p.device);
         if (!t.rng_buffer) {
           const uint64_t key[2] = {t.seed, 0};
           t.rng_buffer = Upload(key, ir::DType::U64, {2}, p.device);

@@ -199,13 +199,22 @@ std::array<uint64_t, 2> Runtime::RngState(int device) {
     TraceScope scope;
     global_id(device);
     if (traces_[device].rng_pending) SyncDevice(device);
-    RestartLostRng(device, /*wait=*/true);
     const Trace& t = traces_[device];
     if (!t.rng_buffer) return {t.seed, 0};
     state = t.rng_buffer;
   }
   std::array<uint64_t, 2> out{};
-  CopyToHost(state, out.data(), sizeof(out));
+  try {
+    CopyToHost(state, out.data(), sizeof(out));  // outside the lock, interruptible
+  } catch (const std::exception&) {
+    {
+      // the program that wrote the state failed: a new stream (RestartLostRng)
+      std::lock_guard<std::recursive_mutex> l(mu_);
+      if (traces_[device].rng_buffer == state) RestartLostRng(device);
+      if (traces_[device].rng_buffer == state) throw;
+    }
+    return RngState(device);
+  }
   return out;
 }
 

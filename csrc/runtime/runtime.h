@@ -122,6 +122,8 @@ class Runtime {
   // (syncs the device when the state is pending). SetRngState restores it.
   std::array<uint64_t, 2> RngState(int device);
   void SetRngState(int device, const std::array<uint64_t, 2>& state);
+  // Whether `device` has no pending work (a sync would launch nothing).
+  bool Idle(int device);
 
   // --- transfers: the only paths between host and device memory ---
   // A device buffer of `dims` elements of `dtype` from host memory.
@@ -344,12 +346,12 @@ class Runtime {
   // from its buffer, uploading the seeded state when there is none).
   ir::Value RngStateValue(int device);
   // A new seeded state in place of one that a failed program left as its
-  // error (`wait`: also when that program is still running). Caller holds mu_.
-  void RestartLostRng(int device, bool wait);
+  // error (when that program has finished). Caller holds mu_.
+  void RestartLostRng(int device);
   // The launches of `t` that have finished leave its wait list (inflight).
   void DropFinishedLaunches(Trace& t);
-  // After a read raised a program's failure: see sync.cc.
-  void ForgetReportedFailures();
+  // After a read raised a program's failure (`what`): see sync.cc.
+  void ForgetReportedFailures(const std::string& what);
   // Replay's joining path: `p`'s graph added to the trace (see Replay).
   void JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
   SyncCapture* capture_ = nullptr;

@@ -452,14 +452,30 @@ void Runtime::DropFinishedLaunches(Trace& t) {
   std::erase_if(t.inflight, [](const std::unique_ptr<pjrt::Event>& e) { return e->IsReady(); });
 }
 
-void Runtime::ForgetReportedFailures() {
-  // A read just raised a program's failure: that program has finished, and
-  // sync(wait=True) would raise the same error again (a batch-size search
-  // that caught it on .item() and retried would catch it twice). Finished
-  // launches leave the wait list; a failure no read met is still raised by
-  // the reads of its results.
+void Runtime::ForgetReportedFailures(const std::string& what) {
+  // A read just raised a program's failure (`what`): that program has
+  // finished, and sync(wait=True) would raise the same error again (a
+  // batch-size search that caught it on .item() and retried would catch it
+  // twice). Launches that finished with that error, or with none, leave
+  // the wait list; another failure stays for the next wait to raise.
   std::lock_guard<std::recursive_mutex> l(mu_);
-  for (Trace& t : traces_) DropFinishedLaunches(t);
+  for (Trace& t : traces_) {
+    std::erase_if(t.inflight, [&](const std::unique_ptr<pjrt::Event>& e) {
+      if (!e->IsReady()) return false;
+      try {
+        e->Await();
+        return true;
+      } catch (const pjrt::Error& failed) {
+        return what == failed.what();
+      }
+    });
+  }
+}
+
+bool Runtime::Idle(int device) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  const Trace& t = traces_.at(static_cast<size_t>(device));
+  return t.pending.empty() && !t.rng_pending;
 }
 
 }  // namespace tpj::runtime

@@ -160,15 +160,17 @@ void Runtime::Unregister(Storage* s) {
   }
 }
 
-void Runtime::RestartLostRng(int device, bool wait) {
+void Runtime::RestartLostRng(int device) {
   Trace& t = traces_[device];
-  if (!t.rng_buffer || (!wait && !t.rng_buffer->IsReady())) return;
+  if (!t.rng_buffer) return;
+  const std::unique_ptr<pjrt::Event> done = t.rng_buffer->ReadyEvent();
+  if (!done->IsReady()) return;
   // A program that drew numbers and then failed (out of memory while it
   // ran) left its error as the state: every later draw would fail with it.
   // The stream restarts from the seed instead ({seed, n} after the n-th
-  // such failure, reproducible for a given seed; docs/device.md).
+  // such failure, reproducible for a given seed; docs/semantics.md).
   try {
-    t.rng_buffer->AwaitReady();
+    done->Await();
   } catch (const pjrt::Error&) {
     ++t.rng_restarts;
     const uint64_t key[2] = {t.seed, t.rng_restarts};
@@ -179,7 +181,7 @@ void Runtime::RestartLostRng(int device, bool wait) {
 ir::Value Runtime::RngStateValue(int device) {
   Trace& t = traces_[device];
   if (t.rng_pending) return t.rng_value;
-  RestartLostRng(device, /*wait=*/false);
+  RestartLostRng(device);
   if (!t.rng_buffer) {
     // The seeded state is uploaded, not a constant: programs that draw
     // after manual_seed(s) are the same program for every s.

@@ -23,7 +23,7 @@ void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes) {
   try {
     buffer->AwaitReady(WaitCheckFn());  // interruptible; throws the producer's error
   } catch (const pjrt::Error& e) {
-    ForgetReportedFailures();
+    ForgetReportedFailures(e.what());
     // the program ran out of memory while it ran: torch.OutOfMemoryError
     if (e.out_of_memory()) throw TensorError(ErrorKind::kOutOfMemory, e.what());
     throw;

@@ -334,8 +334,9 @@ def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence):
     there, by the graph's own nodes for those results, so it stays on the
     CPU with the CPU's values. Not moved (traced on every call, as before):
     CPU tensors with dimensions, float64 numbers where the plugin has no
-    float64 (TPUs), and CPU results that depend on pjrt inputs (a ``.cpu()``
-    in the graph)."""
+    float64 (TPUs), numbers that the graph reads back (``.item()``) or hands
+    to an op without a lowering, and CPU results that depend on pjrt inputs
+    (a ``.cpu()`` in the graph)."""
     ex = list(example_inputs)
     devices = [e.device for e in ex if isinstance(e, torch.Tensor) and e.device.type == "pjrt"]
     cpu = [i for i, e in enumerate(ex) if isinstance(e, torch.Tensor) and e.device.type == "cpu"]
@@ -347,6 +348,11 @@ def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence):
         if runtime.device_type() not in _FLOAT64_PLATFORMS:
             return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i in cpu:  # a number read back to Python (.item()) or by a CPU fallback: cheaper where it is
+        for u in placeholders[i].users:
+            if u.op == "call_function" and (u.target is torch.ops.aten._local_scalar_dense.default
+                                            or not _has_lowering(u.target)):
+                return None
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     if not isinstance(output.args[0], (list, tuple)):
         return None
