@@ -58,6 +58,7 @@ c10::IValue OnMeta(const c10::IValue& v) {
 // raises the CPU's error where the op's own rule refuses an output's dtype
 // (topk's indices that are not int64), which the general rule (the result
 // castable to the output, checked first with the CPU's message) allows.
+// Run only for int64 results written to another dtype.
 // Rules that only the CPU kernels check (the unary ops' output of their
 // input's dtype, sort's int64 indices) are not (docs/semantics.md).
 void MetaCheck(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, const std::vector<size_t>& outs,
@@ -158,13 +159,16 @@ class DerivedKernel final : public c10::OperatorKernel {
                     " can't be cast to the desired output type ", o.scalar_type());
         TORCH_CHECK(!inplace[k] || o.sizes() == r.sizes(), "output with shape ", o.sizes(),
                     " doesn't match the broadcast shape ", r.sizes());
-        other_dtype = other_dtype || r.scalar_type() != o.scalar_type();
+        // Only int64 results (indices): for other dtypes the Python Meta
+        // kernels (torch._refs) refuse casts the CPU's out= forms make
+        // (torch.abs(complex, out=complex) writes |z| as a complex).
+        other_dtype = other_dtype || (r.scalar_type() == at::kLong && o.scalar_type() != at::kLong);
       }
       if (!plan_.meta_check || !other_dtype) write();
     }
     if (plan_.meta_check && other_dtype) {
       // Outside the runtime's lock: a Meta kernel may be Python (the GIL).
-      // Costs ~100 us, so only where an output's dtype differs from its result's.
+      // Costs ~100 us, so only where an index output is not int64.
       std::vector<c10::IValue> original(n);
       for (size_t i = 0; i < plan_.inputs.size(); ++i) original[plan_.inputs[i]] = call_inputs[i];
       for (size_t k = 0; k < plan_.outs.size(); ++k) original[plan_.outs[k]] = outs[k];
