@@ -21,7 +21,6 @@ namespace tpj::aten {
 // or with `like`'s strides (same sizes, non-overlapping and dense); its
 // value is unchanged. Anything else is left as it is.
 void RelayoutTo(const at::Tensor& r, at::MemoryFormat f);
-void RelayoutLike(const at::Tensor& r, const at::Tensor& like);
 // Whether contiguous `t` has strides other than the row-major ones in
 // size-1 dimensions (x[:1].t(), a transpose with a size-1 dimension).
 bool HasOtherUnitStrides(const at::Tensor& t);

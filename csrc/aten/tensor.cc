@@ -421,13 +421,6 @@ void RelayoutTo(const at::Tensor& r, at::MemoryFormat f) {
   if (f == at::MemoryFormat::ChannelsLast3d && r.dim() == 5) Relayout(r, c10::get_channels_last_strides_3d(r.sizes()));
 }
 
-void RelayoutLike(const at::Tensor& r, const at::Tensor& like) {
-  if (Relayoutable(r) && like.sizes() == r.sizes() && like.strides() != r.strides() &&
-      like.is_non_overlapping_and_dense()) {
-    Relayout(r, like.strides());
-  }
-}
-
 at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::optional<at::MemoryFormat> format) {
   const bool keep = !format || *format == at::MemoryFormat::Preserve || *format == at::MemoryFormat::Contiguous;
   if (keep && like.is_contiguous()) {  // the common case
@@ -436,7 +429,7 @@ at::Tensor WrapLike(ir::Value v, int device, const at::Tensor& like, std::option
     // nothing), as the CPU's empty_like gives them: AOTAutograd plans views
     // of the result by those strides.
     if ((!format || *format == at::MemoryFormat::Preserve) && t.numel() > 0 && HasOtherUnitStrides(like)) {
-      t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides());
+      Restride(t, like.strides().vec());
     }
     return t;
   }

@@ -312,7 +312,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
       case ReplayProgram::Source::kRng:
         RestartLostRng(p.device);
         if (!t.rng_buffer) {
-          const uint64_t key[2] = {t.seed, 0};
+          const uint64_t key[2] = {t.seed, t.rng_restarts};
           t.rng_buffer = Upload(key, ir::DType::U64, {2}, p.device);
         }
         if (a.donated && t.rng_buffer.use_count() != 1) return false;

@@ -200,7 +200,7 @@ std::array<uint64_t, 2> Runtime::RngState(int device) {
     global_id(device);
     if (traces_[device].rng_pending) SyncDevice(device);
     const Trace& t = traces_[device];
-    if (!t.rng_buffer) return {t.seed, 0};
+    if (!t.rng_buffer) return {t.seed, t.rng_restarts};
     state = t.rng_buffer;
   }
   std::array<uint64_t, 2> out{};

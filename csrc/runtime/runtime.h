@@ -345,11 +345,10 @@ class Runtime {
   // The threefry state as a value of `device`'s trace (pending, or read
   // from its buffer, uploading the seeded state when there is none).
   ir::Value RngStateValue(int device);
-  // A new seeded state in place of one that a failed program left as its
-  // error (when that program has finished). Caller holds mu_.
+  // Drops a state that a failed program left as its error (when that
+  // program has finished): the next draw starts the stream {seed, n} for
+  // the n-th such failure. Caller holds mu_.
   void RestartLostRng(int device);
-  // The launches of `t` that have finished leave its wait list (inflight).
-  void DropFinishedLaunches(Trace& t);
   // After a read raised a program's failure (`what`): see sync.cc.
   void ForgetReportedFailures(const std::string& what);
   // Replay's joining path: `p`'s graph added to the trace (see Replay).

@@ -443,13 +443,9 @@ void Runtime::TrackLaunch(Trace& t, const DeviceBuffer& first_result) {
   if (t.inflight.size() > 256) {
     // bound the lists: drop the programs already finished, and outcomes
     // nobody can observe any more (their storages were overwritten or freed)
-    DropFinishedLaunches(t);
+    std::erase_if(t.inflight, [](const std::unique_ptr<pjrt::Event>& e) { return e->IsReady(); });
     std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o.use_count() == 1; });
   }
-}
-
-void Runtime::DropFinishedLaunches(Trace& t) {
-  std::erase_if(t.inflight, [](const std::unique_ptr<pjrt::Event>& e) { return e->IsReady(); });
 }
 
 void Runtime::ForgetReportedFailures(const std::string& what) {

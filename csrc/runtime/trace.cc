@@ -173,8 +173,7 @@ void Runtime::RestartLostRng(int device) {
     done->Await();
   } catch (const pjrt::Error&) {
     ++t.rng_restarts;
-    const uint64_t key[2] = {t.seed, t.rng_restarts};
-    t.rng_buffer = Upload(key, ir::DType::U64, {2}, device);
+    t.rng_buffer.reset();  // the next draw uploads {seed, rng_restarts}
   }
 }
 
@@ -185,7 +184,7 @@ ir::Value Runtime::RngStateValue(int device) {
   if (!t.rng_buffer) {
     // The seeded state is uploaded, not a constant: programs that draw
     // after manual_seed(s) are the same program for every s.
-    const uint64_t key[2] = {t.seed, 0};
+    const uint64_t key[2] = {t.seed, t.rng_restarts};
     t.rng_buffer = Upload(key, ir::DType::U64, {2}, device);
   }
   return BufferParam(device, t.rng_buffer, ir::DType::U64);

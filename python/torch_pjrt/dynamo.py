@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, List, Sequence
+from typing import Callable, List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.fx
@@ -313,11 +313,13 @@ def _same_objects(args: Sequence, outs: Sequence) -> List[tuple]:
 _FLOAT64_PLATFORMS = frozenset({"CPU", "CUDA", "ROCM"})
 
 
-class _Scalars:
+class _Scalars(NamedTuple):
     """A graph's 0-d CPU tensor inputs that run on the device (see _movable_scalars)."""
 
-    def __init__(self, positions: List[int], device: torch.device, cpu_outputs: List[int], cpu_part):
-        self.positions, self.device, self.cpu_outputs, self.cpu_part = positions, device, cpu_outputs, cpu_part
+    positions: List[int]
+    device: torch.device
+    cpu_outputs: List[int]  # outputs computed on the CPU by cpu_part
+    cpu_part: Optional[torch.fx.GraphModule]
 
 
 def _movable_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence):
