@@ -37,6 +37,11 @@ inline at::ScalarType FloatType(at::ScalarType t) {
   return at::isFloatingType(t) || at::isComplexType(t) ? t : at::typeMetaToScalarType(at::get_default_dtype());
 }
 
+// The precision of a product (dot_general, convolution) of operands of type
+// `t` (ops_reduce.cc): float32 and complex64 in full precision unless torch
+// allows TF32 for CUDA's float32 matmuls; other types the plugin's default.
+ir::Precision ProductPrecision(ir::DType t);
+
 // Two operands broadcast to one shape in one dtype.
 struct Operands {
   int device;

@@ -93,7 +93,7 @@ Value Matmul(ir::Builder& b, Value x, Value y) {
   }
   d.lhs_contract = {r - 1};
   d.rhs_contract = {r - 2};
-  return b.DotGeneral(x, y, d);
+  return b.DotGeneral(x, y, d, ProductPrecision(b.shape(x).dtype));
 }
 
 // ---------------------------------------------------------------- Cholesky

@@ -282,7 +282,8 @@ ir::Value Conv(int d, ir::Value x, ir::Value k, const std::vector<int64_t>& stri
                const std::vector<int64_t>& hi, const std::vector<int64_t>& lhs_dil, const std::vector<int64_t>& dil,
                int64_t groups) {
   const int64_t rank = static_cast<int64_t>(B(d).shape(x).dims.size());
-  return B(d).Convolution(x, k, StandardDims(rank), stride, lo, hi, lhs_dil, dil, groups, 1);
+  return B(d).Convolution(x, k, StandardDims(rank), stride, lo, hi, lhs_dil, dil, groups, 1,
+                          ProductPrecision(B(d).shape(x).dtype));
 }
 
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -339,7 +340,8 @@ ir::Value WeightGrad(int d, ir::Value x, ir::Value dy, const std::vector<int64_t
   for (int64_t i = 0; i < ns; ++i) {
     hi[i] = (ks[2 + i] - 1) * dilation[i] + stride[i] * (ys[2 + i] - 1) + 1 - xs[2 + i] - padding[i];
   }
-  return b.Convolution(x, dy, c, dilation, padding, hi, std::vector<int64_t>(ns, 1), stride, 1, groups);
+  return b.Convolution(x, dy, c, dilation, padding, hi, std::vector<int64_t>(ns, 1), stride, 1, groups,
+                       ProductPrecision(b.shape(x).dtype));
 }
 
 // dL/dx of a direct conv: the transposed conv of dy with W.

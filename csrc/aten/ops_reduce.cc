@@ -170,6 +170,31 @@ at::Tensor min_all(const at::Tensor& a) {
 
 }  // namespace
 
+// float32 and complex64 products ask for full precision (HIGHEST) while torch
+// computes CUDA's float32 matmuls in IEEE float32, its default; where the user
+// allows TF32 there (torch.set_float32_matmul_precision("high"), or
+// torch.backends.cuda.matmul.fp32_precision = "tf32", or the generic
+// torch.backends.fp32_precision it inherits) the plugin chooses, as XLA GPU
+// then uses TF32, as CUDA does. Convolutions follow the same setting, not
+// cuDNN's (TF32 by default): the CPU, the oracle, computes them in float32.
+// torch 2.10 keys the setting by backend and op with enums, 2.9 with
+// strings; older torch has only the legacy setting (which 2.9 and later
+// refuse to read once the new API was used).
+ir::Precision ProductPrecision(ir::DType t) {
+  if (t != ir::DType::F32 && t != ir::DType::C64) return ir::Precision::Default;
+  const at::Context& ctx = at::globalContext();
+#if TPJ_TORCH_VERSION_NUM >= 210
+  const at::Float32Precision p = ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL);
+  const bool full = p == at::Float32Precision::IEEE || p == at::Float32Precision::NONE;
+#elif TPJ_TORCH_VERSION_NUM >= 209
+  const std::string p = ctx.float32Precision("cuda", "matmul");
+  const bool full = p == "ieee" || p == "none";
+#else
+  const bool full = ctx.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+#endif
+  return full ? ir::Precision::Highest : ir::Precision::Default;
+}
+
 ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, bool is_max, at::ScalarType t,
                      ir::Value* values) {
   ir::Builder& b = B(d);
@@ -534,7 +559,7 @@ ir::Value Dot(int d, ir::Value x, ir::Value y, std::vector<int64_t> lb, std::vec
   dd.rhs_batch = std::move(rb);
   dd.lhs_contract = {lc};
   dd.rhs_contract = {rc};
-  return B(d).DotGeneral(x, y, dd);
+  return B(d).DotGeneral(x, y, dd, ProductPrecision(B(d).shape(x).dtype));
 }
 
 void CheckMatmul(const at::Tensor& a, const at::Tensor& b, int64_t ra, int64_t rb, const char* name) {
@@ -714,7 +739,7 @@ at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor
   ir::DotDims dd;
   dd.lhs_contract = {0, 2};
   dd.rhs_contract = {0, 1};
-  return Scaled(d, B(d).DotGeneral(Val(b1), Val(b2), dd), self, beta, alpha, b1.scalar_type());
+  return Scaled(d, B(d).DotGeneral(Val(b1), Val(b2), dd, ProductPrecision(ToIr(b1.scalar_type()))), self, beta, alpha, b1.scalar_type());
 }
 
 at::Tensor mv(const at::Tensor& a, const at::Tensor& v) {

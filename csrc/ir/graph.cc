@@ -508,8 +508,8 @@ Value Builder::Iota(const Shape& shape, int64_t dim) {
   return Value{Emit(Op::Iota, {}, IotaAttrs{dim}, &shape, 1, false), 0};
 }
 
-Value Builder::DotGeneral(Value lhs, Value rhs, const DotDims& dims) {
-  return Add({lhs, rhs}, DotGeneralAttrs{dims});
+Value Builder::DotGeneral(Value lhs, Value rhs, const DotDims& dims, Precision precision) {
+  return Add({lhs, rhs}, DotGeneralAttrs{dims, precision});
 }
 
 namespace {
@@ -561,9 +561,9 @@ Value Builder::Convolution(Value lhs, Value rhs, const ConvDims& dims,
                            const std::vector<int64_t>& pad_high,
                            const std::vector<int64_t>& lhs_dilation,
                            const std::vector<int64_t>& rhs_dilation, int64_t feature_groups,
-                           int64_t batch_groups) {
+                           int64_t batch_groups, Precision precision) {
   return Add({lhs, rhs}, ConvolutionAttrs{dims, strides, pad_low, pad_high, lhs_dilation, rhs_dilation,
-                                          feature_groups, batch_groups});
+                                          feature_groups, batch_groups, precision});
 }
 
 Value Builder::Gather(Value operand, Value indices, const GatherDims& dims,

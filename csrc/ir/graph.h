@@ -38,6 +38,12 @@ const char* CompareDirName(CompareDir d);
 enum class FftType : uint8_t { FFT, IFFT, RFFT, IRFFT };
 const char* FftTypeName(FftType t);  // "FFT", ...
 
+// The operand precision of a dot_general or convolution (StableHLO's
+// precision_config). Default lets the plugin choose (XLA GPU uses TF32 for
+// float32, TPU bfloat16 passes); Highest asks for the operands' full
+// precision, which PyTorch's default float32 matmul precision means.
+enum class Precision : uint8_t { Default, Highest };
+
 // Attributes: one struct per op that has any; ops without use std::monostate.
 // Each struct names its op in kOp (the Builder takes the op from it, so no
 // node carries another op's attributes) and lists every data member once in
@@ -211,8 +217,12 @@ struct IotaAttrs {
 struct DotGeneralAttrs {
   static constexpr Op kOp = Op::DotGeneral;
   DotDims dims;
+  Precision precision = Precision::Default;
   template <class S, class F>
-  static void Fields(S& s, F&& f) { f("dims", s.dims); }
+  static void Fields(S& s, F&& f) {
+    f("dims", s.dims);
+    f("precision", s.precision);
+  }
 };
 
 struct ReduceAttrs {
@@ -268,9 +278,11 @@ struct ConvolutionAttrs {
   std::vector<int64_t> padding_low, padding_high;
   std::vector<int64_t> lhs_dilation, rhs_dilation;
   int64_t feature_group_count = 1, batch_group_count = 1;
+  Precision precision = Precision::Default;
   template <class S, class F>
   static void Fields(S& s, F&& f) {
     f("dims", s.dims);
+    f("precision", s.precision);
     f("window_strides", s.window_strides);
     f("padding_low", s.padding_low);
     f("padding_high", s.padding_high);
@@ -568,7 +580,7 @@ class Builder {
             const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
   Value Iota(const Shape& shape, int64_t dim);
 
-  Value DotGeneral(Value lhs, Value rhs, const DotDims& dims);
+  Value DotGeneral(Value lhs, Value rhs, const DotDims& dims, Precision precision = Precision::Default);
   // Sum and Prod of float16/bfloat16 accumulate in float32 (converts around
   // the reduction) and return the operand's type, as PyTorch computes them.
   Value Reduce(Value x, Value init, const std::vector<int64_t>& dims, ReduceKind kind);
@@ -587,7 +599,8 @@ class Builder {
                     const std::vector<int64_t>& pad_high,
                     const std::vector<int64_t>& lhs_dilation,
                     const std::vector<int64_t>& rhs_dilation, int64_t feature_groups,
-                    int64_t batch_groups);
+                    int64_t batch_groups,
+                    Precision precision = Precision::Default);
   Value Gather(Value operand, Value indices, const GatherDims& dims,
                const std::vector<int64_t>& slice_sizes);
   // replace=false: updates are combined with the operand by `kind` (Sum:

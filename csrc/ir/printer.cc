@@ -385,6 +385,11 @@ class Printer {
   Parts Text(const IotaAttrs& a, const Shapes&, const Shape&) {
     return {"", "iota_dimension = " + std::to_string(a.dimension) + " : i64"};
   }
+  // Both operands' precision_config, when not the plugin's default.
+  static std::string PrecisionConfig(Precision p) {
+    if (p == Precision::Default) return "";
+    return ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  }
   Parts Text(const DotGeneralAttrs& a, const Shapes&, const Shape&) {
     const DotDims& d = a.dims;
     std::vector<std::string> parts;
@@ -394,7 +399,7 @@ class Printer {
     if (!d.rhs_contract.empty()) parts.push_back("rhs_contracting_dimensions = " + Bracket(d.rhs_contract));
     std::string attrs = "dot_dimension_numbers = #stablehlo.dot<";
     for (size_t i = 0; i < parts.size(); ++i) attrs += (i ? ", " : "") + parts[i];
-    return {"", attrs + ">"};
+    return {"", attrs + ">" + PrecisionConfig(a.precision)};
   }
   Parts Text(const ReduceAttrs& a, const Shapes& in, const Shape&) {
     return {Combine(a.kind, in[0].dtype), "dimensions = " + Array(a.dimensions)};
@@ -425,7 +430,7 @@ class Printer {
                     ">, feature_group_count = " + std::to_string(a.feature_group_count) +
                     " : i64, lhs_dilation = " + Array(a.lhs_dilation) + ", padding = " +
                     Padding(a.padding_low, a.padding_high) + ", rhs_dilation = " + Array(a.rhs_dilation) +
-                    ", window_strides = " + Array(a.window_strides)};
+                    ", window_strides = " + Array(a.window_strides) + PrecisionConfig(a.precision)};
   }
   Parts Text(const GatherAttrs& a, const Shapes&, const Shape&) {
     const GatherDims& gd = a.dims;

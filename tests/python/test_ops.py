@@ -1137,3 +1137,50 @@ def test_jacobian_and_hessian_through_activations(name, act):
     torch.testing.assert_close(jacrev(act)(x.to(DEV)).cpu(), jacrev(act)(x), rtol=1e-4, atol=1e-6)
     h = hessian(lambda t: act(t).sum())
     torch.testing.assert_close(h(x.to(DEV)).cpu(), h(x), rtol=1e-4, atol=1e-5)
+
+
+def test_float32_products_ask_for_full_precision_unless_torch_allows_less(tmp_path):
+    # XLA GPU multiplies float32 in TF32 unless a product asks for HIGHEST:
+    # PyTorch's default float32 matmul precision ("highest") means full
+    # float32, so every float32 dot_general and convolution asks for it, and
+    # "high" leaves the choice to the plugin (docs/semantics.md). One process,
+    # one program per setting (each of other sizes), dumped.
+    import json
+    import os
+
+    from conftest import run_python
+
+    runs = [("highest", "float32", True), ("high", "float32", False), ("highest", "bfloat16", False)]
+    runs = [(f"torch.set_float32_matmul_precision({p!r})", t, h) for p, t, h in runs]
+    if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9: the per-backend API, which the legacy getter refuses
+        runs += [("torch.backends.cuda.matmul.fp32_precision = 'tf32'", "float32", False),
+                 ("torch.backends.cuda.matmul.fp32_precision = 'none'; torch.backends.fp32_precision = 'tf32'",
+                  "float32", False),
+                 ("torch.backends.cuda.matmul.fp32_precision = 'ieee'", "float32", True)]
+    code = """
+import json, os, sys
+import torch, torch_pjrt
+import torch.nn.functional as F
+d = torch_pjrt.device()
+for i, (setup, dtype, _) in enumerate(json.loads(sys.argv[1])):
+    exec(setup)
+    dtype = getattr(torch, dtype)
+    a = torch.randn(4, 6, 3 + i, dtype=dtype, device=d, requires_grad=True)
+    w = torch.randn(2, 6, 2, dtype=dtype, device=d, requires_grad=True)
+    m = torch.randn(3 + i, 5, dtype=dtype, device=d)
+    (torch.bmm(a.transpose(1, 2), a).sum() + F.conv1d(a, w).sum() + (a @ m).sum()).backward()
+    torch_pjrt.sync(wait=True)
+    print(json.dumps(sorted(os.listdir(os.environ["TORCH_PJRT_DUMP_DIR"]))), flush=True)
+"""
+    r = run_python(code.replace("sys.argv[1]", repr(json.dumps(runs))), TORCH_PJRT_DUMP_DIR=tmp_path,
+                   TORCH_PJRT_CACHE_DIR=None)
+    assert r.returncode == 0, r.stderr
+    seen = set()
+    for (setup, dtype, highest), listing in zip(runs, r.stdout.splitlines()):
+        new = [f for f in json.loads(listing) if f not in seen and f.endswith(".mlir")]
+        seen.update(new)
+        text = "".join(open(os.path.join(tmp_path, f)).read() for f in new)
+        products = [l for l in text.splitlines() if "stablehlo.dot_general" in l or "stablehlo.convolution" in l]
+        assert len(products) >= 5, (setup, text)  # bmm, conv1d, matmul, and their gradients
+        marked = [l for l in products if "precision_config = [#stablehlo<precision HIGHEST>" in l]
+        assert len(marked) == (len(products) if highest else 0), (setup, dtype, products)
