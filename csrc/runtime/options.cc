@@ -98,6 +98,10 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "backward passes itself (torch.autograd.set_multithreading_enabled(False) on that thread), which saves two "
        "thread hand-offs per backward",
        "0"},
+      {"TORCH_PJRT_GPU_PREALLOCATE",
+       "1 lets a GPU plugin (CUDA, ROCm) reserve most of the GPU's memory when it starts, XLA's own default; by "
+       "default it allocates as it goes, so eager CUDA tensors in the same process keep room",
+       "0"},
       {"TORCH_PJRT_DIST_TIMEOUT", "seconds a multi-process collective or rendezvous waits for a peer", "60"},
       {"TORCH_PJRT_COMPILE_PROGRESS",
        "seconds after which a running compile is reported on stderr (with its op count and cache key), and again "
@@ -150,6 +154,9 @@ Options Options::FromEnvironment() {
   const std::string threads = Get("TORCH_PJRT_AUTOGRAD_THREADS");
   if (!threads.empty() && threads != "0" && threads != "1") Invalid("TORCH_PJRT_AUTOGRAD_THREADS", threads, "0 or 1");
   o.autograd_threads = threads == "1";
+  const std::string prealloc = Get("TORCH_PJRT_GPU_PREALLOCATE");
+  if (!prealloc.empty() && prealloc != "0" && prealloc != "1") Invalid("TORCH_PJRT_GPU_PREALLOCATE", prealloc, "0 or 1");
+  o.gpu_preallocate = prealloc == "1";
   o.dist_timeout_s = Seconds("TORCH_PJRT_DIST_TIMEOUT", false).value_or(o.dist_timeout_s);
   o.compile_progress_s = Seconds("TORCH_PJRT_COMPILE_PROGRESS", true).value_or(5);
   // A size that is not given is the smallest one consistent with the rank:
@@ -213,6 +220,7 @@ pjrt::PluginChoice ChoosePlugin(const Options& o, const std::string& device,
 std::vector<pjrt::NamedOption> ClientOptions(const Options& o, const pjrt::PluginChoice& choice) {
   std::vector<pjrt::NamedOption> out;
   const bool gpu = choice.device == "CUDA" || choice.device == "GPU" || choice.device == "ROCM";
+  if (gpu) out.push_back({"preallocate", o.gpu_preallocate});
   if (gpu && o.world_size > 1) {
     out.push_back({"visible_devices", std::vector<int64_t>{o.local_rank}});  // one device per process
   }

@@ -30,6 +30,7 @@ struct Options {
   bool checks = true;                            // TORCH_PJRT_CHECKS ("0" turns index/divisor checks off)
   bool autograd_threads = false;                 // TORCH_PJRT_AUTOGRAD_THREADS ("1" keeps autograd's device threads)
   double dist_timeout_s = 60;                    // TORCH_PJRT_DIST_TIMEOUT
+  bool gpu_preallocate = false;                  // TORCH_PJRT_GPU_PREALLOCATE ("1": the GPU plugin's preallocation)
   // A compile still running after this many seconds is reported on stderr,
   // and again when it ends (TORCH_PJRT_COMPILE_PROGRESS, default 5); only
   // when TORCH_PJRT_DEBUG is on or TORCH_PJRT_LOG_LEVEL is info: else < 0, never.

@@ -110,6 +110,7 @@ TEST(Options, MalformedValuesNameTheVariable) {
   ExpectInvalid("RANK", "-1");
   ExpectInvalid("TORCH_PJRT_COMPILE_PROGRESS", "-1");
   ExpectInvalid("TORCH_PJRT_COMPILE_PROGRESS", "soon");
+  ExpectInvalid("TORCH_PJRT_GPU_PREALLOCATE", "yes");
 }
 
 TEST(Options, CompileProgressOnlyWhenAskedFor) {
@@ -150,13 +151,20 @@ TEST(Options, ClientOptionsFollowThePlugin) {
   ASSERT_EQ(cpu.size(), 1u);
   EXPECT_EQ(cpu[0].name, "cpu_device_count");
   EXPECT_EQ(std::get<int64_t>(cpu[0].value), 3);
-  EXPECT_TRUE(ClientOptions(o, {"x.so", "CUDA", ""}).empty());  // one process: all devices
+  // One process: all devices, allocated as they go (eager CUDA keeps room).
+  auto one = ClientOptions(o, {"x.so", "CUDA", ""});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].name, "preallocate");
+  EXPECT_FALSE(std::get<bool>(one[0].value));
+  o.gpu_preallocate = true;
+  EXPECT_TRUE(std::get<bool>(ClientOptions(o, {"x.so", "ROCM", ""})[0].value));
   o.world_size = 2;
   o.local_rank = 1;
   auto gpu = ClientOptions(o, {"x.so", "CUDA", ""});
-  ASSERT_EQ(gpu.size(), 1u);
-  EXPECT_EQ(gpu[0].name, "visible_devices");
-  EXPECT_EQ(std::get<std::vector<int64_t>>(gpu[0].value), (std::vector<int64_t>{1}));
+  ASSERT_EQ(gpu.size(), 2u);
+  EXPECT_EQ(gpu[1].name, "visible_devices");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(gpu[1].value), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(ClientOptions(o, {"x.so", "TPU", ""}).empty());
 }
 
 }  // namespace
