@@ -129,6 +129,7 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::m
 // The lists name ATen types unqualified (torch expands them inside
 // namespace at::autocast): our registration sees them through using-declarations.
 namespace tpj::aten::autocast_policy {
+using at::DimnameList;  // torch 2.11's norm.names_ScalarOpt_dim
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

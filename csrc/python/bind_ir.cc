@@ -61,7 +61,7 @@ ir::CompareDir DirByName(const std::string& name) {
 }
 
 ir::DType FromNumpy(const py::dtype& dt) {
-  const std::string s = py::str(dt);
+  const std::string s = py::str(static_cast<const py::object&>(dt));  // a plain py::str(dt) is ambiguous in pybind11 3
   if (s == "bool") return ir::DType::Bool;
   return DTypeByName(s);
 }

@@ -32,7 +32,7 @@ pjrt_abi::BufferType NumpyType(const py::dtype& dt) {
     if (size == 8) return pjrt_abi::kC64;
     if (size == 16) return pjrt_abi::kC128;
   }
-  throw py::type_error("numpy dtype " + std::string(py::str(dt)) + " has no PJRT buffer type");
+  throw py::type_error("numpy dtype " + std::string(py::str(static_cast<const py::object&>(dt))) + " has no PJRT buffer type");
 }
 
 py::dtype NumpyDtype(pjrt_abi::BufferType t) {
