@@ -40,7 +40,32 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from models import CNN, GPT, MLP  # noqa: E402
 
 
-def cases(quick: bool):
+# The matmul-bound bfloat16 step (--matmul, for GPUs): a stack of square
+# bias-free Linear layers; the FLOPs of a training step are 6 * batch * d^2
+# per layer (forward, and two products in the backward).
+MATMUL = {"d": 4096, "layers": 4, "batch": 8192}
+
+
+def matmul_flops() -> float:
+    return 6.0 * MATMUL["batch"] * MATMUL["d"] ** 2 * MATMUL["layers"]
+
+
+def matmul_case():
+    d, layers, batch = MATMUL["d"], MATMUL["layers"], MATMUL["batch"]
+
+    def build():
+        torch.manual_seed(0)
+        mods = []
+        for _ in range(layers):
+            mods += [torch.nn.Linear(d, d, bias=False), torch.nn.ReLU()]
+        return torch.nn.Sequential(*mods).to(torch.bfloat16)
+
+    x = torch.randn(batch, d, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    return ("matmul-bf16", build, (x, torch.zeros(1)), lambda p: torch.optim.SGD(p, lr=1e-3),
+            lambda o, _: o.float().square().mean(), None)
+
+
+def cases(quick: bool, matmul: bool = False):
     def ce(o, t):
         return F.cross_entropy(o.reshape(-1, o.size(-1)), t.reshape(-1))
 
@@ -59,6 +84,8 @@ def cases(quick: bool):
         seq = torch.randint(0, 64, (batch, block + 1), generator=g)
         out.append((f"gpt-{size}", lambda d=d, layers=layers, block=block: GPT(64, d, 4, layers, block),
                     (seq[:, :-1], seq[:, 1:]), lambda p: torch.optim.AdamW(p, lr=1e-3), ce, 1.0))
+    if matmul:
+        out.append(matmul_case())
     return out
 
 
@@ -142,26 +169,34 @@ def time_rounds(backends, rounds, block_s):
     torch_pjrt._C._set_checks(True)
 
 
-def eager_backend(build, data, make_opt, loss_fn, clip, warmup):
-    model = build()
+def eager_finish(device: str):
+    """What waits for the eager steps launched on `device`."""
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+
+def eager_backend(build, data, make_opt, loss_fn, clip, warmup, device="cpu"):
+    model = build().to(device)
     opt = make_opt(model.parameters())
-    step = make_step(model, opt, loss_fn, clip, *data)
+    step = make_step(model, opt, loss_fn, clip, *(t.to(device) for t in data))
     for _ in range(warmup):
         step()
-    return Backend(step)
+    eager_finish(device)()
+    return Backend(step, eager_finish(device))
 
 
-def inductor_backend(build, data, make_opt, loss_fn, clip, warmup):
-    model = build()
+def inductor_backend(build, data, make_opt, loss_fn, clip, warmup, device="cpu"):
+    model = build().to(device)
     opt = make_opt(model.parameters())
     cmodel = torch.compile(model)
-    step = make_step(cmodel, opt, loss_fn, clip, *data)
+    step = make_step(cmodel, opt, loss_fn, clip, *(t.to(device) for t in data))
     t0 = time.perf_counter()
     step()
+    eager_finish(device)()
     first = time.perf_counter() - t0
     for _ in range(warmup):
         step()
-    return Backend(step, first=first)
+    eager_finish(device)()
+    return Backend(step, eager_finish(device), first=first)
 
 
 def device_backend(step, warmup, checks=True):
@@ -292,7 +327,7 @@ def first_step_in_new_process(name: str, mode: str, cache_dir: str) -> dict:
 
 def run_first_step(name: str, mode: str) -> int:
     """--first-step: one model's first step (and a few more) in this process."""
-    (_, build, data, make_opt, loss_fn, clip), = [c for c in cases(False) if c[0] == name]
+    (_, build, data, make_opt, loss_fn, clip), = [c for c in cases(False, matmul=True) if c[0] == name]
     torch.manual_seed(0)
     dev = torch_pjrt.device()
     model = build().to(dev)
@@ -318,8 +353,26 @@ def run_first_step(name: str, mode: str) -> int:
     return 0
 
 
-def chart(rows, path: str) -> None:
-    """Bars of each backend's ratio to eager CPU, per model."""
+def matmul_peak_tflops(device: str) -> float:
+    """TFLOP/s of a square bfloat16 matrix product on the eager device (8192
+    on a GPU, 1024 on the CPU): the reference the matmul-bound step is held to."""
+    n = 8192 if device.startswith("cuda") else 1024
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    finish = eager_finish(device)
+    for _ in range(3):
+        a @ b
+    finish()
+    reps = 10
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    finish()
+    return 2.0 * n ** 3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def chart(rows, path: str, eager_name: str = "eager CPU") -> None:
+    """Bars of each backend's ratio to the eager baseline, per model."""
     try:
         import matplotlib
 
@@ -340,7 +393,7 @@ def chart(rows, path: str) -> None:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(rows))])
     ax.set_xticklabels([r["model"] for r in rows])
-    ax.set_ylabel("step time / eager CPU (lower is better)")
+    ax.set_ylabel(f"step time / {eager_name} (lower is better)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -357,6 +410,11 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes only")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (inductor)")
     p.add_argument("--no-first-step", action="store_true", help="skip the new-process first-step and warm-start runs")
+    p.add_argument("--eager-device", default="cpu",
+                   help="device of the eager and inductor baselines: cpu (default) or cuda (with PJRT_DEVICE=CUDA)")
+    p.add_argument("--matmul", action="store_true",
+                   help="add the matmul-bound bfloat16 step (for GPUs) and its TFLOP/s against a bfloat16 matrix "
+                        "product of the eager device")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.json"))
     p.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="lazy", help=argparse.SUPPRESS)
@@ -366,8 +424,10 @@ def main(argv=None) -> int:
         return run_first_step(args.first_step, args.mode)
 
     rows = []
+    eager_name = "eager " + ("CUDA" if args.eager_device.startswith("cuda") else args.eager_device.upper())
+    gpu = torch.cuda.get_device_name() if args.eager_device.startswith("cuda") else None
     print(f"torch {torch.__version__}, plugin {torch_pjrt._C._plugin_path() if torch_pjrt.device_count() else '?'}, "
-          f"{os.cpu_count()} CPU(s), {platform.machine()}")
+          f"{os.cpu_count()} CPU(s), {platform.machine()}{', ' + gpu if gpu else ''}; ratios to {eager_name}")
     header = (f"{'model':<10} {'eager ms':>8} {'ind.':>5} {'lazy':>5} {'exec':>5} {'comp':>5} {'c+opt':>5}"
               f" {'exec':>5} {'prg':>3} {'us/call':>7} {'chk':>5} {'1st s':>5} {'warm':>5} {'1st c':>5}"
               f" {'warm':>5} {'RSS MB':>6} {'dev MB':>6} {'us/op':>5} {'ours':>5} {'ops':>5}")
@@ -378,13 +438,14 @@ def main(argv=None) -> int:
           " ours the part in torch-pjrt's C++")
     print(header)
     print("-" * len(header))
-    for name, build, data, make_opt, loss_fn, clip in cases(args.quick):
+    for name, build, data, make_opt, loss_fn, clip in cases(args.quick, args.matmul):
         torch.manual_seed(0)
         torch._dynamo.reset()
-        backends = {"eager": eager_backend(build, data, make_opt, loss_fn, clip, args.warmup)}
+        backends = {"eager": eager_backend(build, data, make_opt, loss_fn, clip, args.warmup, args.eager_device)}
         if not args.no_inductor:
             try:
-                backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup)
+                backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup,
+                                                        args.eager_device)
             except Exception as e:  # inductor needs a working C++ toolchain
                 print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
         backends["lazy"] = lazy_backend(build, data, make_opt, loss_fn, clip, args.warmup)
@@ -442,6 +503,19 @@ def main(argv=None) -> int:
               f" {pj['step_us_per_op']:5.1f} {pj['trace_us_per_op']:5.1f} {pj['ops_per_step']:5.0f}")
         if dyn["refusals"] or dyn_opt["refusals"]:
             print(f"  not replayed: {dyn['refusals'] or dyn_opt['refusals']}")
+    peak = None
+    mm = [r for r in rows if r["model"] == "matmul-bf16"]
+    if mm:
+        peak = matmul_peak_tflops(args.eager_device)
+        r = mm[0]
+        for key, label in (("eager_step_s", eager_name), ("pjrt_step_s", "pjrt lazy"),
+                           ("pjrt_dynamo_step_s", "pjrt compile"), ("pjrt_dynamo_opt_step_s", "pjrt compile + opt.step")):
+            r[key.replace("step_s", "tflops")] = matmul_flops() / r[key] / 1e12
+        print(f"matmul-bf16 TFLOP/s: " + ", ".join(
+            f"{label} {r[key.replace('step_s', 'tflops')]:.1f}" for key, label in
+            (("eager_step_s", eager_name), ("pjrt_step_s", "pjrt lazy"), ("pjrt_dynamo_step_s", "pjrt compile"),
+             ("pjrt_dynamo_opt_step_s", "pjrt compile + opt.step")))
+              + f"; a square bfloat16 matrix product on {eager_name}: {peak:.1f}")
     small = [r for r in rows if r["model"].endswith("small")]
     # A target whose numbers this run did not measure (--no-first-step) is
     # None, printed as "not measured", never a vacuous yes.
@@ -459,12 +533,15 @@ def main(argv=None) -> int:
                                         r["pjrt_dynamo_opt"]["compiles_in_steady_state"] == 0 for r in rows),
         "checks_under_3_percent": all(r["checks_cost"] < 0.03 for r in rows),
     }
+    if mm:
+        targets["matmul_bf16_at_least_60_percent_of_peak"] = mm[0]["pjrt_dynamo_opt_tflops"] >= 0.6 * peak
     print("targets:", ", ".join(f"{k}={'not measured' if v is None else 'yes' if v else 'NO'}" for k, v in targets.items()))
     with open(args.out, "w") as f:
         json.dump({"torch": torch.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
+                   "eager_device": args.eager_device, "gpu": gpu, "matmul_peak_tflops": peak,
                    "plugin": torch_pjrt.runtime.plugin_info(), "rows": rows, "targets": targets}, f, indent=2)
     print(f"wrote {args.out}")
-    chart(rows, os.path.splitext(args.out)[0] + ".png")
+    chart(rows, os.path.splitext(args.out)[0] + ".png", eager_name)
     return 0
 
 
