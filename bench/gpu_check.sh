@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 PY=$(command -v "${PYTHON:-python3}")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-export PJRT_DEVICE=CUDA PYTHONUNBUFFERED=1 PYTHONPATH=$ROOT/python
+export PJRT_DEVICE=CUDA PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 PYTHONPATH=$ROOT/python
 start=$(date +%s)
 
 LOGS=$(mktemp -d)

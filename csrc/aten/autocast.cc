@@ -129,7 +129,9 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::m
 // The lists name ATen types unqualified (torch expands them inside
 // namespace at::autocast): our registration sees them through using-declarations.
 namespace tpj::aten::autocast_policy {
-using at::DimnameList;  // torch 2.11's norm.names_ScalarOpt_dim
+#if TPJ_TORCH_VERSION_NUM <= 212  // 2.11 and 2.12 list norm.names_ScalarOpt_dim; 2.13 declares no DimnameList
+using at::DimnameList;
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

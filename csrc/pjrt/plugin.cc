@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -12,6 +13,8 @@
 namespace tpj::pjrt {
 namespace {
 
+// Formatted without iostreams (no locale): the text of plugin attributes is
+// read while the plugin loads.
 std::string NamedValueText(const pjrt_abi::NamedValue& v) {
   switch (v.type) {
     case pjrt_abi::kString:
@@ -19,14 +22,14 @@ std::string NamedValueText(const pjrt_abi::NamedValue& v) {
     case pjrt_abi::kInt64:
       return std::to_string(v.int64_value);
     case pjrt_abi::kInt64List: {
-      std::ostringstream os;
-      for (size_t i = 0; i < v.value_size; ++i) os << (i ? "," : "") << v.int64_array_value[i];
-      return os.str();
+      std::string out;
+      for (size_t i = 0; i < v.value_size; ++i) out += (i ? "," : "") + std::to_string(v.int64_array_value[i]);
+      return out;
     }
     case pjrt_abi::kFloat: {
-      std::ostringstream os;
-      os << v.float_value;
-      return os.str();
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v.float_value));
+      return buf;
     }
     case pjrt_abi::kBool:
       return v.bool_value ? "true" : "false";
