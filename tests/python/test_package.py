@@ -72,3 +72,28 @@ def test_installed_metadata_matches_the_package():
     assert installed == torch_pjrt.__version__, (
         f"installed metadata says {installed}, the package says {torch_pjrt.__version__}: reinstall it with "
         "`pip install --no-build-isolation --no-deps -e .` (make build does)")
+
+
+def test_a_compiler_that_links_libstdcxx_statically_is_refused_at_configure(tmp_path):
+    # Such a compiler (seen as the default CXX of a GPU machine) builds an _C
+    # with its own libstdc++ next to torch's, which crashed at the first
+    # number an iostream formatted: CMake refuses it before compiling.
+    import shutil
+    import subprocess
+    import sys
+
+    gxx = shutil.which("g++")
+    if gxx is None or shutil.which("cmake") is None or shutil.which("readelf") is None:
+        pytest.fail("the build needs g++, cmake and readelf (binutils)")
+    wrapper = tmp_path / "g++-static"
+    wrapper.write_text(f'#!/bin/sh\nexec {gxx} "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    configure = ["cmake", "-S", ROOT, "-DTPJ_BUILD_TESTS=OFF", f"-DPython3_EXECUTABLE={sys.executable}",
+                 f"-DTPJ_PYTHON_DIR={tmp_path / 'py'}"]
+    env = dict(os.environ, CXX=str(wrapper))
+    r = subprocess.run(configure + ["-B", str(tmp_path / "static")], env=env, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "links libstdc++ statically into shared libraries" in r.stdout + r.stderr
+    env["CXX"] = gxx
+    r = subprocess.run(configure + ["-B", str(tmp_path / "shared")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
