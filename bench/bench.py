@@ -1,5 +1,6 @@
 """torch-pjrt benchmarks: steady-state training step time of eager PyTorch
-(CPU), torch.compile (inductor, CPU) and torch-pjrt on the same machine in
+(CPU; or CUDA with `--eager-device cuda`, timed in a child process that does
+not import torch_pjrt), torch.compile (inductor) and torch-pjrt on the same machine in
 the same run: lazy mode, torch.compile(backend="pjrt") of the model (replayed
 forward and backward, lazy optimizer), and of the model and `opt.step`; the
 "execute only" time (the step's cached executables alone, on arguments of
@@ -33,8 +34,17 @@ import time
 import torch
 import torch.nn.functional as F
 
-import torch_pjrt
-import torch_pjrt.dynamo  # noqa: F401  (call_stats)
+# torch_pjrt is imported by main() (import_pjrt), not here: the eager
+# baseline on an accelerator (--eager-device cuda) runs in a child process
+# that never imports it. torch allows one accelerator per process, and once
+# torch_pjrt is imported it is pjrt: a backward pass through CUDA tensors
+# then fails inside autograd (docs/semantics.md, "One accelerator per process").
+torch_pjrt = None
+
+
+def import_pjrt():
+    global torch_pjrt
+    import torch_pjrt.dynamo  # noqa: F401  (binds the package; call_stats)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from models import CNN, GPT, MLP  # noqa: E402
@@ -166,7 +176,8 @@ def time_rounds(backends, rounds, block_s):
             if before is not None:
                 b.add(before, b.snapshot())
             b.steps += b.per_block + 2
-    torch_pjrt._C._set_checks(True)
+    if torch_pjrt is not None:
+        torch_pjrt._C._set_checks(True)
 
 
 def eager_finish(device: str):
@@ -353,6 +364,47 @@ def run_first_step(name: str, mode: str) -> int:
     return 0
 
 
+def baselines(name: str, args, backends) -> dict:
+    """Eager (and inductor) step times of `name` on --eager-device: timed in
+    the rounds of the pjrt backends (`backends`) on the CPU, in a child
+    process that never imports torch_pjrt on an accelerator."""
+    if args.eager_device != "cpu":
+        cmd = [sys.executable, __file__, "--eager-child", name, "--eager-device", args.eager_device,
+               "--rounds", str(args.rounds), "--block-s", str(args.block_s), "--warmup", str(args.warmup)]
+        # TORCH_DEVICE_BACKEND_AUTOLOAD=0: `import torch` would import the
+        # installed torch_pjrt through its torch.backends entry point.
+        out = subprocess.run(cmd + (["--no-inductor"] if args.no_inductor else []), capture_output=True, text=True,
+                             timeout=900, env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+        if out.returncode != 0:
+            raise RuntimeError(f"eager {args.eager_device} baseline of {name} failed: "
+                               f"{out.stderr.strip().splitlines()[-1:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    ind = backends.get("inductor")
+    return {"eager_step_s": backends["eager"].best, "inductor_step_s": ind.best if ind else None,
+            "inductor_first_step_s": ind.first if ind else None}
+
+
+def run_eager_child(name: str, args) -> int:
+    """--eager-child: `name`'s eager (and inductor) steps on --eager-device,
+    timed in rounds in this process, which does not import torch_pjrt."""
+    if "torch_pjrt" in sys.modules:
+        raise SystemExit("--eager-child: torch_pjrt is imported (run with TORCH_DEVICE_BACKEND_AUTOLOAD=0)")
+    (_, build, data, make_opt, loss_fn, clip), = [c for c in cases(False, matmul=True) if c[0] == name]
+    torch.manual_seed(0)
+    backends = {"eager": eager_backend(build, data, make_opt, loss_fn, clip, args.warmup, args.eager_device)}
+    if not args.no_inductor:
+        try:
+            backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup,
+                                                    args.eager_device)
+        except Exception as e:  # inductor needs a working C++ toolchain
+            print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+    time_rounds(list(backends.values()), args.rounds, args.block_s)
+    ind = backends.get("inductor")
+    print(json.dumps({"eager_step_s": backends["eager"].best, "inductor_step_s": ind.best if ind else None,
+                      "inductor_first_step_s": ind.first if ind else None}))
+    return 0
+
+
 def matmul_peak_tflops(device: str) -> float:
     """TFLOP/s of a square bfloat16 matrix product on the eager device (8192
     on a GPU, 1024 on the CPU): the reference the matmul-bound step is held to."""
@@ -417,9 +469,13 @@ def main(argv=None) -> int:
                         "product of the eager device")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.json"))
     p.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)
+    p.add_argument("--eager-child", metavar="MODEL", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="lazy", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if args.eager_child:
+        return run_eager_child(args.eager_child, args)
+    import_pjrt()
     if args.first_step:
         return run_first_step(args.first_step, args.mode)
 
@@ -441,21 +497,21 @@ def main(argv=None) -> int:
     for name, build, data, make_opt, loss_fn, clip in cases(args.quick, args.matmul):
         torch.manual_seed(0)
         torch._dynamo.reset()
-        backends = {"eager": eager_backend(build, data, make_opt, loss_fn, clip, args.warmup, args.eager_device)}
-        if not args.no_inductor:
-            try:
-                backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup,
-                                                        args.eager_device)
-            except Exception as e:  # inductor needs a working C++ toolchain
-                print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
+        backends = {}
+        if args.eager_device == "cpu":
+            backends["eager"] = eager_backend(build, data, make_opt, loss_fn, clip, args.warmup)
+            if not args.no_inductor:
+                try:
+                    backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup)
+                except Exception as e:  # inductor needs a working C++ toolchain
+                    print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
         backends["lazy"] = lazy_backend(build, data, make_opt, loss_fn, clip, args.warmup)
         backends["unchecked"] = lazy_backend(build, data, make_opt, loss_fn, clip, args.warmup, checks=False)
         backends["compile"] = dynamo_backend(build, data, make_opt, loss_fn, clip, args.warmup)
         backends["compile_opt"] = dynamo_backend(build, data, make_opt, loss_fn, clip, args.warmup, compile_step=True)
         time_rounds(list(backends.values()), args.rounds, args.block_s)
-        eager = backends["eager"].best
-        ind = backends["inductor"].best if "inductor" in backends else None
-        ind_first = backends["inductor"].first if "inductor" in backends else None
+        base = baselines(name, args, backends)
+        eager, ind, ind_first = base["eager_step_s"], base["inductor_step_s"], base["inductor_first_step_s"]
         pj = lazy_stats(backends["lazy"], EXEC_STEPS)
         unchecked = {"step_s": backends["unchecked"].best}
         dyn = dynamo_stats(backends["compile"], EXEC_STEPS)

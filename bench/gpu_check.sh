@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # The GPU check, one script for a short lease of an NVIDIA machine that has
 # torch (CUDA build), CMake, Ninja and jax-cuda13-pjrt installed but no
-# network: builds torch-pjrt against that torch, checks the plugin and the
-# float32 product precision, runs the demo, `bench/bench.py` against eager
-# CUDA (with the matmul-bound bfloat16 step) and a subset of the Python
-# tests, all with PJRT_DEVICE=CUDA. Each part has its own time limit, so a
-# hang costs that part only.
+# network: builds torch-pjrt against that torch with the system's g++ (CXX:
+# GPU_CHECK_CXX, default /usr/bin/g++), checks the plugin and the float32
+# product precision, runs the demo, `bench/bench.py` against eager CUDA
+# (with the matmul-bound bfloat16 step) and a subset of the Python tests,
+# all with PJRT_DEVICE=CUDA. Each part has its own time limit, so a hang
+# costs that part only.
 #
 #     bench/gpu_check.sh OUT_DIR        (README.md, "On a GPU", has its results)
 #
-# Writes OUT_DIR/parts.log (every part's output), OUT_DIR/tests.log (the
-# test shards'), OUT_DIR/results.json and .png (the bench) and prints each
-# part's tail. Environment: PYTHON (default python3), BENCH_S,
-# TESTS_S (seconds for those two parts), TEST_FILES, SHARDS.
+# Writes OUT_DIR/parts.log (every part's output), OUT_DIR/tests.log (the test
+# shards'), OUT_DIR/results.json and .png (the bench) and prints each part's
+# tail. Environment: PYTHON (default python3), BENCH_S and TESTS_S (seconds
+# for those two parts), TEST_FILES, SHARDS.
 set -u
 OUT=${1:?usage: bench/gpu_check.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -20,6 +21,9 @@ PY=$(command -v "${PYTHON:-python3}")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PJRT_DEVICE=CUDA PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 PYTHONPATH=$ROOT/python
+# The system's g++: the GPU machine's default CXX links libstdc++ statically
+# into shared libraries, which CMake refuses (CMakeLists.txt says why).
+export CXX=${GPU_CHECK_CXX:-/usr/bin/g++}
 start=$(date +%s)
 
 LOGS=$(mktemp -d)
@@ -69,13 +73,16 @@ EOF
 
 part demo 120 "$PY" examples/demo.py --steps 200
 
-TAIL=40 part bench "${BENCH_S:-200}" "$PY" bench/bench.py --quick --no-inductor --eager-device cuda --matmul \
-  --out "$OUT/results.json"
+# No inductor and no new-process first steps: XLA GPU's first compiles take
+# seconds each, and the lease is short.
+TAIL=40 part bench "${BENCH_S:-240}" "$PY" bench/bench.py --quick --no-inductor --no-first-step --eager-device cuda \
+  --matmul --rounds 3 --out "$OUT/results.json"
 
-files=${TEST_FILES:-test_ops test_views_inplace test_training_parity test_dynamo test_replay test_autocast \
-  test_generation test_sequence_blocks test_vision_blocks test_dtype_edges test_rnn test_linalg test_models}
+# A subset: on the GPU the tests are bound by XLA's compiles (13 files did
+# not finish in 100 s on 8 shards).
+files=${TEST_FILES:-test_training_parity test_dynamo test_autocast test_replay test_generation}
 paths=$(for f in $files; do printf 'tests/python/%s.py ' "$f"; done)
-TAIL=60 part tests "${TESTS_S:-180}" "$PY" tests/run_pytest.py --shards "${SHARDS:-8}" --log-dir "$LOGS" -q \
+TAIL=60 part tests "${TESTS_S:-240}" "$PY" tests/run_pytest.py --shards "${SHARDS:-5}" --log-dir "$LOGS" -q -rf \
   -p no:cacheprovider --timeout 120 $paths
 for f in "$LOGS"/pytest-shard-*.log; do
   echo "--- $f" | tee -a "$OUT/tests.log"; cat "$f" >> "$OUT/tests.log"; grep -E "passed|failed|error" "$f" | tail -3
