@@ -10,14 +10,14 @@
 #
 #     bench/gpu_check.sh OUT_DIR        (README.md, "On a GPU", has its results)
 #
-# Writes OUT_DIR/parts.log (every part's output), OUT_DIR/tests.log (the test
-# shards'), OUT_DIR/results.json and .png (the bench) and prints each part's
+# Writes OUT_DIR/parts.log (every part's output, the first test shard's
+# too), OUT_DIR/tests.log (the other test shards'), OUT_DIR/results.json and .png (the bench) and prints each part's
 # tail. Environment: PYTHON (default python3), BENCH_S and TESTS_S (seconds
 # for those two parts), TEST_FILES, SHARDS.
 set -u
 OUT=${1:?usage: bench/gpu_check.sh OUT_DIR}
 mkdir -p "$OUT"
-PY=$(command -v "${PYTHON:-python3}")
+PY=$(command -v "${PYTHON:-python3}") || { echo "no ${PYTHON:-python3} on PATH"; exit 1; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PJRT_DEVICE=CUDA PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 PYTHONPATH=$ROOT/python
@@ -25,6 +25,7 @@ export PJRT_DEVICE=CUDA PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 PYTHONPATH=$ROOT
 # into shared libraries, which CMake refuses (CMakeLists.txt says why).
 export CXX=${GPU_CHECK_CXX:-/usr/bin/g++}
 start=$(date +%s)
+failed=""
 
 LOGS=$(mktemp -d)
 part() {  # part NAME SECONDS COMMAND...: runs it, its log appended to $OUT/parts.log
@@ -36,12 +37,15 @@ part() {  # part NAME SECONDS COMMAND...: runs it, its log appended to $OUT/part
   { echo "=== $name: exit $rc"; cat "$LOGS/$name.log"; } >> "$OUT/parts.log"
   tail -n "${TAIL:-25}" "$LOGS/$name.log"
   echo "=== $name: exit $rc after +$(( $(date +%s) - start ))s"
+  [ "$rc" = 0 ] || failed="$failed $name"
   return $rc
 }
 
 part info 60 bash -c "nvidia-smi -L; nproc; $PY -c 'import sys, torch; print(sys.version); print(torch.__version__, torch.cuda.is_available(), torch.cuda.get_device_name())'; $PY -m pip list 2>/dev/null | grep -i -E '^(jax|torch|triton|pytest)'"
 
-part build 300 bash -c "cmake -S . -B build-gpu -G Ninja -DPython3_EXECUTABLE=$PY -DTPJ_BUILD_TESTS=OFF && cmake --build build-gpu -j $(nproc)" || exit 1
+# CMAKE_CXX_COMPILER too: a build-gpu/ configured before keeps its compiler otherwise.
+part build 300 bash -c "cmake -S . -B build-gpu -G Ninja -DPython3_EXECUTABLE=$PY -DCMAKE_CXX_COMPILER=$CXX \
+  -DTPJ_BUILD_TESTS=OFF && cmake --build build-gpu -j $(nproc)" || exit 1
 
 TAIL=40 part plugin 120 "$PY" - <<'EOF' || exit 1
 import time
@@ -82,9 +86,11 @@ TAIL=40 part bench "${BENCH_S:-240}" "$PY" bench/bench.py --quick --no-inductor 
 # not finish in 100 s on 8 shards).
 files=${TEST_FILES:-test_training_parity test_dynamo test_autocast test_replay test_generation}
 paths=$(for f in $files; do printf 'tests/python/%s.py ' "$f"; done)
+timeout_arg=$("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout 120")  # a hung test fails alone
 TAIL=60 part tests "${TESTS_S:-240}" "$PY" tests/run_pytest.py --shards "${SHARDS:-5}" --log-dir "$LOGS" -q -rf \
-  -p no:cacheprovider --timeout 120 $paths
+  -p no:cacheprovider $timeout_arg $paths
 for f in "$LOGS"/pytest-shard-*.log; do
   echo "--- $f" | tee -a "$OUT/tests.log"; cat "$f" >> "$OUT/tests.log"; grep -E "passed|failed|error" "$f" | tail -3
 done
-echo "=== all parts done at +$(( $(date +%s) - start ))s"
+echo "=== all parts done at +$(( $(date +%s) - start ))s${failed:+; failed:$failed}"
+[ -z "$failed" ]

@@ -38,8 +38,9 @@ inline at::ScalarType FloatType(at::ScalarType t) {
 }
 
 // The precision of a product (dot_general, convolution) of operands of type
-// `t` (ops_reduce.cc): float32 and complex64 in full precision unless torch
-// allows TF32 for CUDA's float32 matmuls; other types the plugin's default.
+// `t` (ops_reduce.cc): for float32 and complex64, what torch's float32 matmul
+// precision asks of CUDA (full precision by default); other types the
+// plugin's default.
 ir::Precision ProductPrecision(ir::DType t);
 
 // Two operands broadcast to one shape in one dtype.

@@ -170,29 +170,37 @@ at::Tensor min_all(const at::Tensor& a) {
 
 }  // namespace
 
-// float32 and complex64 products ask for full precision (HIGHEST) while torch
-// computes CUDA's float32 matmuls in IEEE float32, its default; where the user
-// allows TF32 there (torch.set_float32_matmul_precision("high"), or
-// torch.backends.cuda.matmul.fp32_precision = "tf32", or the generic
-// torch.backends.fp32_precision it inherits) the plugin chooses, as XLA GPU
-// then uses TF32, as CUDA does. Convolutions follow the same setting, not
+// The precision of float32 and complex64 products follows torch's float32
+// matmul precision for CUDA, the device the plugin's GPU stands in for:
+// "highest" (torch's default; torch.backends.cuda.matmul.fp32_precision
+// "ieee") asks for full precision (HIGHEST), the CPU's answer; "high" ("tf32")
+// for HIGH, which XLA GPU computes in TF32, as CUDA then does (torch 2.9
+// and later read "medium" as TF32 for CUDA too); "bf16", and "medium" before
+// 2.9, leave it to the plugin. Convolutions follow the same setting, not
 // cuDNN's (TF32 by default): the CPU, the oracle, computes them in float32.
 // torch 2.10 keys the setting by backend and op with enums, 2.9 with
 // strings; older torch has only the legacy setting (which 2.9 and later
-// refuse to read once the new API was used).
+// refuse to read once the new API was used). A compiled graph keeps the
+// precision it was traced under, as inductor's do.
 ir::Precision ProductPrecision(ir::DType t) {
   if (t != ir::DType::F32 && t != ir::DType::C64) return ir::Precision::Default;
   const at::Context& ctx = at::globalContext();
 #if TPJ_TORCH_VERSION_NUM >= 210
-  const at::Float32Precision p = ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL);
-  const bool full = p == at::Float32Precision::IEEE || p == at::Float32Precision::NONE;
+  switch (ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL)) {
+    case at::Float32Precision::TF32: return ir::Precision::High;
+    case at::Float32Precision::BF16: return ir::Precision::Default;
+    default: return ir::Precision::Highest;  // IEEE, or NONE (inherited, none set)
+  }
 #elif TPJ_TORCH_VERSION_NUM >= 209
   const std::string p = ctx.float32Precision("cuda", "matmul");
-  const bool full = p == "ieee" || p == "none";
+  return p == "tf32" ? ir::Precision::High : p == "bf16" ? ir::Precision::Default : ir::Precision::Highest;
 #else
-  const bool full = ctx.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+  switch (ctx.float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGH: return ir::Precision::High;
+    case at::Float32MatmulPrecision::MEDIUM: return ir::Precision::Default;
+    default: return ir::Precision::Highest;
+  }
 #endif
-  return full ? ir::Precision::Highest : ir::Precision::Default;
 }
 
 ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t dim, bool is_max, at::ScalarType t,

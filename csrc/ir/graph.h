@@ -40,9 +40,10 @@ const char* FftTypeName(FftType t);  // "FFT", ...
 
 // The operand precision of a dot_general or convolution (StableHLO's
 // precision_config). Default lets the plugin choose (XLA GPU uses TF32 for
-// float32, TPU bfloat16 passes); Highest asks for the operands' full
-// precision, which PyTorch's default float32 matmul precision means.
-enum class Precision : uint8_t { Default, Highest };
+// float32, TPU one bfloat16 pass); High asks for more (TPU: three bfloat16
+// passes; XLA GPU still TF32); Highest for the operands' full precision,
+// which PyTorch's default float32 matmul precision means.
+enum class Precision : uint8_t { Default, High, Highest };
 
 // Attributes: one struct per op that has any; ops without use std::monostate.
 // Each struct names its op in kOp (the Builder takes the op from it, so no

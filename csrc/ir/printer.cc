@@ -388,7 +388,8 @@ class Printer {
   // Both operands' precision_config, when not the plugin's default.
   static std::string PrecisionConfig(Precision p) {
     if (p == Precision::Default) return "";
-    return ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+    const std::string one = p == Precision::High ? "#stablehlo<precision HIGH>" : "#stablehlo<precision HIGHEST>";
+    return ", precision_config = [" + one + ", " + one + "]";
   }
   Parts Text(const DotGeneralAttrs& a, const Shapes&, const Shape&) {
     const DotDims& d = a.dims;
