@@ -94,11 +94,38 @@ def register() -> None:
     _default_autocast_dtype()
     _refuse_sharing_between_processes()
     _refuse_dlpack_export()
+    _warn_when_cuda_starts()
     if _extension.is_loaded(_C):
         _configure_once()  # stores the search directories only; the runtime starts at first use
         _ensure_location_provider()
         _C._set_warning_sink(_warn)
     _registered = True
+
+
+CUDA_AUTOGRAD_WARNING = (
+    "CUDA started in a process that imported torch_pjrt: torch allows one accelerator per process, and it is "
+    "pjrt here, so a backward pass through CUDA tensors fails inside torch's autograd (torch 2.11: "
+    "'opt_ready_stream && opt_parent_stream INTERNAL ASSERT FAILED'); forward CUDA ops work. Train with eager "
+    "CUDA and with pjrt in separate processes (docs/semantics.md, 'One accelerator per process').")
+
+
+def _warn_when_cuda_starts() -> None:
+    """Says once, when CUDA starts in this process (at once if it has), that
+    CUDA autograd fails beside pjrt: torch's own error is an internal assert
+    that names neither. Nothing on a torch built without CUDA."""
+    if not torch.backends.cuda.is_built():
+        return
+
+    def warn():
+        try:
+            _warn(CUDA_AUTOGRAD_WARNING)
+        except Warning:  # warnings as errors: CUDA's start must not fail for this
+            pass
+
+    if torch.cuda.is_initialized():
+        warn()
+    else:
+        torch.cuda._lazy_call(warn)  # run by CUDA's lazy init, as its seeding is
 
 
 def _refused_in_this_process(message: str):

@@ -460,3 +460,29 @@ def test_reading_a_small_part_of_a_large_tensor_moves_that_part():
     assert torch_pjrt.metrics.counters()["bytes_to_host"] <= 64  # not 4 MiB per read
     z = torch.randn(600, 600, dtype=torch.complex64)
     assert torch.equal(z.to(DEV).conj()[3].cpu(), z.conj()[3])  # the conjugate bit applied on the way
+
+
+def test_cuda_starting_beside_pjrt_warns_that_its_autograd_fails():
+    # torch makes pjrt the process's one accelerator; CUDA's backward then
+    # fails with an internal assert (docs/semantics.md). The warning is queued
+    # for CUDA's lazy start; this torch may have no CUDA, so the test says it
+    # was built with it and runs the queued calls itself.
+    r = run_python("""
+import warnings
+import torch
+torch.backends.cuda.is_built = lambda: True
+import torch_pjrt
+from torch_pjrt import _device
+calls = [c for c, _ in torch.cuda._queued_calls if getattr(c, "__qualname__", "").startswith("_warn_when_cuda_starts")]
+print(len(calls))
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    calls[0]()
+print(w[0].category.__name__, w[0].message.args[0] == _device.CUDA_AUTOGRAD_WARNING)
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    calls[0]()  # as an error it is dropped: CUDA's start must go on
+print("started")
+""", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "PjrtWarning", "True", "started"]
