@@ -205,13 +205,18 @@ std::array<uint64_t, 2> Runtime::RngState(int device) {
   }
   std::array<uint64_t, 2> out{};
   try {
-    CopyToHost(state, out.data(), sizeof(out));  // outside the lock, interruptible
-  } catch (const std::exception&) {
+    // Outside the lock, interruptible. Not `reported`: a failure here is
+    // mostly absorbed below, so sync(wait=True) must still raise it.
+    CopyToHost(state, out.data(), sizeof(out), /*reported=*/false);
+  } catch (const std::exception& e) {
     {
       // the program that wrote the state failed: a new stream (RestartLostRng)
       std::lock_guard<std::recursive_mutex> l(mu_);
       if (traces_[device].rng_buffer == state) RestartLostRng(device);
-      if (traces_[device].rng_buffer == state) throw;
+      if (traces_[device].rng_buffer == state) {
+        ForgetReportedFailures(e.what());  // raised to the user here after all
+        throw;
+      }
     }
     return RngState(device);
   }

@@ -243,6 +243,8 @@ class Runtime {
     bool rng_pending = false;
     uint64_t seed = 0;
     uint64_t rng_restarts = 0;  // random states lost with a failed program (RngStateValue)
+    // Nothing traced and not yet launched: no pending storage, no pending draw.
+    bool idle() const { return pending.empty() && !rng_pending; }
     // Programs launched since the last wait: Sync(wait=true) waits for all
     // of them (programs without data dependencies may run concurrently, so
     // the last one alone says nothing) and reads their checks. Events, not
@@ -310,7 +312,10 @@ class Runtime {
   DeviceBuffer Materialize(Storage& s);
   // Replaces the storage's contents by `buffer` (drops a pending value).
   void SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype);
-  void CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes);
+  // Waits for `buffer` and copies it to `dst`. A failure of the program that
+  // wrote it is thrown; when `reported` (it reaches the user) the next
+  // sync(wait=True) does not raise it again (ForgetReportedFailures).
+  void CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes, bool reported = true);
   // Builds, compiles and launches device's pending work. Caller holds mu().
   void SyncDevice(int device);
   // Raises the lost value or failed check of a program (reads its flag);
@@ -345,6 +350,9 @@ class Runtime {
   // The threefry state as a value of `device`'s trace (pending, or read
   // from its buffer, uploading the seeded state when there is none).
   ir::Value RngStateValue(int device);
+  // `device`'s random state buffer (not pending): restarted when lost, the
+  // seeded state uploaded when there is none. Caller holds mu_.
+  const DeviceBuffer& RngBuffer(int device);
   // Drops a state that a failed program left as its error (when that
   // program has finished): the next draw starts the stream {seed, n} for
   // the n-th such failure. Caller holds mu_.

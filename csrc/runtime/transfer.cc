@@ -19,11 +19,11 @@ DeviceBuffer Runtime::Upload(const void* data, ir::DType dtype, const std::vecto
   return buffer;
 }
 
-void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes) {
+void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes, bool reported) {
   try {
     buffer->AwaitReady(WaitCheckFn());  // interruptible; throws the producer's error
   } catch (const pjrt::Error& e) {
-    ForgetReportedFailures(e.what());
+    if (reported) ForgetReportedFailures(e.what());
     // the program ran out of memory while it ran: torch.OutOfMemoryError
     if (e.out_of_memory()) throw TensorError(ErrorKind::kOutOfMemory, e.what());
     throw;

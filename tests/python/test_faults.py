@@ -188,6 +188,21 @@ def test_out_of_memory_while_running_is_out_of_memory_and_random_numbers_go_on()
     assert not torch.equal(first[0], first[1])  # a stream, not a repeated state
 
 
+def test_a_failure_absorbed_by_reading_the_random_state_is_still_raised_by_the_next_wait():
+    # get_rng_state after a failed program that drew random numbers returns
+    # the restarted stream's state instead of raising: the failure has not
+    # reached the user, so sync(wait=True) raises it.
+    torch.manual_seed(0)
+    x = torch.rand(2**26, 1000, device=DEV)  # with the product below, over a TiB
+    y = (x @ torch.rand(1000, 4000, device=DEV)).sum()
+    torch_pjrt.sync()
+    state = torch.pjrt.get_rng_state()
+    assert state.dtype == torch.uint8 and state.numel() == 16
+    with pytest.raises(torch.OutOfMemoryError, match="[Oo]ut of memory"):
+        torch_pjrt.sync(wait=True)
+    del y
+
+
 # ------------------------------------------------------- Ctrl-C and fork
 
 _LONG = textwrap.dedent("""
