@@ -113,8 +113,8 @@ class DerivedKernel final : public c10::OperatorKernel {
       for (const c10::IValue& v : call) inplace[k] = inplace[k] || (v.isTensor() && v.toTensor().is_same(outs[k]));
     }
     if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) call[*plan_.dtype_from_out] = outs[0].scalar_type();
-    std::vector<c10::IValue> call_inputs;  // the functional's arguments, before its results replace them
-    if (plan_.meta_check) call_inputs = call;
+    std::vector<c10::IValue> original;  // the call as the user made it, for MetaCheck
+    if (plan_.meta_check) original.assign(args.begin(), args.end());
     torch::jit::drop(*stack, n);
     // An input that partly overlaps an output (torch.exp(x[:-1], out=x[1:]))
     // is refused with the CPU's error (TensorIterator's check): its answer
@@ -137,10 +137,10 @@ class DerivedKernel final : public c10::OperatorKernel {
         if (r.numel() > 0) Assign(outs[k], Val(r));
       }
     };
-    std::vector<at::Tensor> results;
     bool other_dtype = false;
     {
-      // One traced op: the functional's trace time and the write count once.
+      // One traced op: the functional's trace time and the write count once
+      // (a Meta-checked call writes in a second scope, after the check).
       TraceScope scope;
       plan_.functional->callBoxed(call);
       TORCH_INTERNAL_ASSERT(call.size() == outs.size(), op.schema().name(), ": ", call.size(), " results for ",
@@ -149,7 +149,6 @@ class DerivedKernel final : public c10::OperatorKernel {
       for (size_t k = 0; k < outs.size(); ++k) {
         const at::Tensor r = Result(call[k]);
         const at::Tensor& o = outs[k];
-        results.push_back(r);
         if (!r.defined()) continue;
         TORCH_CHECK(IsPjrt(o), op.schema().name(), ": expected the output on pjrt:", DeviceIndex(r), ", got one on ",
                     o.device());
@@ -169,9 +168,8 @@ class DerivedKernel final : public c10::OperatorKernel {
     if (plan_.meta_check && other_dtype) {
       // Outside the runtime's lock: a Meta kernel may be Python (the GIL).
       // Costs ~100 us, so only where an index output is not int64.
-      std::vector<c10::IValue> original(n);
-      for (size_t i = 0; i < plan_.inputs.size(); ++i) original[plan_.inputs[i]] = call_inputs[i];
-      for (size_t k = 0; k < plan_.outs.size(); ++k) original[plan_.outs[k]] = outs[k];
+      std::vector<at::Tensor> results;
+      for (const c10::IValue& r : call) results.push_back(Result(r));
       MetaCheck(op, original, plan_.outs, results);
       TraceScope scope;
       write();

@@ -23,7 +23,7 @@ RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& 
   Trace& t = traces_[device];
   // The recorded program must be the graph's alone: earlier pending work
   // (inputs computed lazily, e.g. by an optimizer step) launches first.
-  if (t.rng_pending || !t.pending.empty()) SyncDevice(device);
+  if (!t.idle()) SyncDevice(device);
   RecordingStart start;
   start.device = device;
   for (Storage* s : inputs) {
@@ -60,7 +60,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
                   "size): the program holds what was read");
   }
-  if (t.pending.empty() && !t.rng_pending) return refuse("the graph computes nothing on the device");
+  if (t.idle()) return refuse("the graph computes nothing on the device");
   if (inputs.size() != start.buffers.size()) return refuse("the inputs changed");
   for (size_t i = 0; i < inputs.size(); ++i) {
     Storage* s = inputs[i];
@@ -256,7 +256,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
     SyncDevice(p.device);  // joined once already: the trace so far is one call's worth
     pending = false;
   }
-  const bool busy = !t.pending.empty() || t.rng_pending;
+  const bool busy = !t.idle();
   joins = joins && (join == ReplayJoin::kAlways || busy);
   if (!joins && (pending || (uses_rng && t.rng_pending))) SyncDevice(p.device);
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -309,15 +309,12 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
           args[k] = zero.get();
         }
         break;
-      case ReplayProgram::Source::kRng:
-        RestartLostRng(p.device);
-        if (!t.rng_buffer) {
-          const uint64_t key[2] = {t.seed, t.rng_restarts};
-          t.rng_buffer = Upload(key, ir::DType::U64, {2}, p.device);
-        }
-        if (a.donated && t.rng_buffer.use_count() != 1) return false;
-        args[k] = t.rng_buffer.get();
+      case ReplayProgram::Source::kRng: {
+        const DeviceBuffer& rng = RngBuffer(p.device);
+        if (a.donated && rng.use_count() != 1) return false;
+        args[k] = rng.get();
         break;
+      }
       case ReplayProgram::Source::kConst:
         args[k] = a.constant.get();
         break;

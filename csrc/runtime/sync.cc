@@ -188,7 +188,7 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
 
 void Runtime::SyncDevice(int device) {
   Trace& t = traces_.at(device);
-  if (t.pending.empty() && !t.rng_pending) {
+  if (t.idle()) {
     // Nothing to compute: ops whose results were all dropped leave nodes
     // (and parameters that hold their inputs' buffers) behind; drop them
     // too, or a loop of discarded work grows the trace without end.
@@ -471,7 +471,7 @@ void Runtime::ForgetReportedFailures(const std::string& what) {
 bool Runtime::Idle(int device) {
   std::lock_guard<std::recursive_mutex> l(mu_);
   const Trace& t = traces_.at(static_cast<size_t>(device));
-  return t.pending.empty() && !t.rng_pending;
+  return t.idle();
 }
 
 }  // namespace tpj::runtime

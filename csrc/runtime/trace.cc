@@ -177,9 +177,8 @@ void Runtime::RestartLostRng(int device) {
   }
 }
 
-ir::Value Runtime::RngStateValue(int device) {
+const DeviceBuffer& Runtime::RngBuffer(int device) {
   Trace& t = traces_[device];
-  if (t.rng_pending) return t.rng_value;
   RestartLostRng(device);
   if (!t.rng_buffer) {
     // The seeded state is uploaded, not a constant: programs that draw
@@ -187,7 +186,13 @@ ir::Value Runtime::RngStateValue(int device) {
     const uint64_t key[2] = {t.seed, t.rng_restarts};
     t.rng_buffer = Upload(key, ir::DType::U64, {2}, device);
   }
-  return BufferParam(device, t.rng_buffer, ir::DType::U64);
+  return t.rng_buffer;
+}
+
+ir::Value Runtime::RngStateValue(int device) {
+  Trace& t = traces_[device];
+  if (t.rng_pending) return t.rng_value;
+  return BufferParam(device, RngBuffer(device), ir::DType::U64);
 }
 
 ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
