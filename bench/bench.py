@@ -367,6 +367,26 @@ def run_first_step(name: str, mode: str) -> int:
     return 0
 
 
+def baseline_backends(name, build, data, make_opt, loss_fn, clip, args, out=None) -> dict:
+    """The eager backend of a case on --eager-device, and inductor's unless
+    --no-inductor (a failure to compile is reported on `out`, default stdout,
+    and skipped)."""
+    backends = {"eager": eager_backend(build, data, make_opt, loss_fn, clip, args.warmup, args.eager_device)}
+    if not args.no_inductor:
+        try:
+            backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup,
+                                                    args.eager_device)
+        except Exception as e:  # inductor needs a working C++ toolchain
+            print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0], file=out)
+    return backends
+
+
+def baseline_times(backends) -> dict:
+    ind = backends.get("inductor")
+    return {"eager_step_s": backends["eager"].best, "inductor_step_s": ind.best if ind else None,
+            "inductor_first_step_s": ind.first if ind else None}
+
+
 def baselines(name: str, args, backends) -> dict:
     """Eager (and inductor) step times of `name` on --eager-device: timed in
     the rounds of the pjrt backends (`backends`) on the CPU, in a child
@@ -385,9 +405,7 @@ def baselines(name: str, args, backends) -> dict:
             raise RuntimeError(f"eager {args.eager_device} baseline of {name} failed: "
                                f"{out.stderr.strip().splitlines()[-1:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
-    ind = backends.get("inductor")
-    return {"eager_step_s": backends["eager"].best, "inductor_step_s": ind.best if ind else None,
-            "inductor_first_step_s": ind.first if ind else None}
+    return baseline_times(backends)
 
 
 def run_eager_child(name: str, args) -> int:
@@ -397,17 +415,9 @@ def run_eager_child(name: str, args) -> int:
         raise SystemExit("--eager-child: torch_pjrt is imported (run with TORCH_DEVICE_BACKEND_AUTOLOAD=0)")
     (_, build, data, make_opt, loss_fn, clip), = [c for c in cases(False, name == "matmul-bf16") if c[0] == name]
     torch.manual_seed(0)
-    backends = {"eager": eager_backend(build, data, make_opt, loss_fn, clip, args.warmup, args.eager_device)}
-    if not args.no_inductor:
-        try:
-            backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup,
-                                                    args.eager_device)
-        except Exception as e:  # inductor needs a working C++ toolchain
-            print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+    backends = baseline_backends(name, build, data, make_opt, loss_fn, clip, args, out=sys.stderr)
     time_rounds(list(backends.values()), args.rounds, args.block_s)
-    ind = backends.get("inductor")
-    print(json.dumps({"eager_step_s": backends["eager"].best, "inductor_step_s": ind.best if ind else None,
-                      "inductor_first_step_s": ind.first if ind else None}))
+    print(json.dumps(baseline_times(backends)))
     return 0
 
 
@@ -503,14 +513,9 @@ def main(argv=None) -> int:
     for name, build, data, make_opt, loss_fn, clip in cases(args.quick, args.matmul):
         torch.manual_seed(0)
         torch._dynamo.reset()
-        backends = {}
-        if args.eager_device == "cpu":
-            backends["eager"] = eager_backend(build, data, make_opt, loss_fn, clip, args.warmup)
-            if not args.no_inductor:
-                try:
-                    backends["inductor"] = inductor_backend(build, data, make_opt, loss_fn, clip, args.warmup)
-                except Exception as e:  # inductor needs a working C++ toolchain
-                    print(f"  inductor failed on {name}: {type(e).__name__}: {e}".splitlines()[0])
+        # On an accelerator the baselines run in a child process (baselines()).
+        backends = baseline_backends(name, build, data, make_opt, loss_fn, clip, args) \
+            if args.eager_device == "cpu" else {}
         backends["lazy"] = lazy_backend(build, data, make_opt, loss_fn, clip, args.warmup)
         backends["unchecked"] = lazy_backend(build, data, make_opt, loss_fn, clip, args.warmup, checks=False)
         backends["compile"] = dynamo_backend(build, data, make_opt, loss_fn, clip, args.warmup)

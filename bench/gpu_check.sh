@@ -51,7 +51,7 @@ TAIL=40 part plugin 120 "$PY" - <<'EOF' || exit 1
 import time
 import torch, torch_pjrt
 print(torch_pjrt.runtime.plugin_info())
-print("devices:", torch_pjrt.device_count(), torch_pjrt.runtime.devices() if hasattr(torch_pjrt.runtime, "devices") else "")
+print("devices:", torch_pjrt.runtime.devices())
 g = torch.Generator().manual_seed(0)
 a, b = torch.randn(1024, 1024, generator=g), torch.randn(1024, 1024, generator=g)
 exact = a.double() @ b.double()
