@@ -147,6 +147,35 @@ class Backend:
 EXEC_STEPS = 10  # steps of the execute-only run
 
 
+def op_chain_us(device, rounds: int = 5, steps: int = 30) -> float:
+    """Microseconds per op of a chain of 600 tiny ops (8x8 mm, add_, relu) on
+    `device`: the host's per-op floor. Eager CPU's is PyTorch's own dispatch
+    from Python; pjrt's is the same dispatch plus tracing, sync once per chain
+    included. Best of `rounds`."""
+    dev = torch.device(device)
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(0)).to(dev)
+    w = (torch.eye(8) * 0.5).to(dev)
+    finish = (lambda: torch_pjrt.sync()) if dev.type == "pjrt" else (lambda: None)
+
+    def chain():
+        y = x
+        for _ in range(200):
+            y = torch.mm(y, w).add_(1.0).relu()
+        finish()
+
+    for _ in range(3):
+        chain()
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(steps):
+            chain()
+        if dev.type == "pjrt":
+            torch_pjrt.sync(wait=True)
+        best = min(best, (time.perf_counter() - t) / steps / 600 * 1e6)
+    return best
+
+
 def time_rounds(backends, rounds, block_s):
     """Each backend's seconds per steady step: `rounds` rounds, each timing
     one block of every backend in turn, the fastest block of each kept (its
@@ -602,11 +631,17 @@ def main(argv=None) -> int:
     }
     if mm:
         targets["matmul_bf16_at_least_60_percent_of_peak"] = mm[0]["pjrt_dynamo_opt_tflops"] >= 0.6 * peak
+    # The per-op floor next to the traced steps' us/op: what PyTorch's own
+    # dispatch from Python costs on the eager CPU, and pjrt's on the same chain.
+    chain = {"eager_cpu": op_chain_us("cpu"), "pjrt": op_chain_us(torch_pjrt.device())}
+    print(f"per-op floor, a chain of 600 tiny ops (8x8 mm, add_, relu): eager CPU {chain['eager_cpu']:.2f} us/op,"
+          f" pjrt lazy {chain['pjrt']:.2f} us/op (tracing and one sync per chain)")
     print("targets:", ", ".join(f"{k}={'not measured' if v is None else 'yes' if v else 'NO'}" for k, v in targets.items()))
     with open(args.out, "w") as f:
         json.dump({"torch": torch.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
                    "eager_device": args.eager_device, "gpu": gpu, "matmul_peak_tflops": peak,
-                   "plugin": torch_pjrt.runtime.plugin_info(), "rows": rows, "targets": targets}, f, indent=2)
+                   "plugin": torch_pjrt.runtime.plugin_info(), "rows": rows, "op_chain_us": chain,
+                   "targets": targets}, f, indent=2)
     print(f"wrote {args.out}")
     chart(rows, os.path.splitext(args.out)[0] + ".png", eager_name)
     return 0
