@@ -524,6 +524,10 @@ def main(argv=None) -> int:
     if args.first_step:
         return run_first_step(args.first_step, args.mode)
 
+    # The per-op floor next to the traced steps' us/op: what PyTorch's own
+    # dispatch from Python costs on the eager CPU, and pjrt's on the same
+    # chain; timed first, in a process that has run nothing else yet.
+    chain = {"eager_cpu": op_chain_us("cpu"), "pjrt": op_chain_us(torch_pjrt.device())}
     rows = []
     eager_name = "eager " + ("CUDA" if args.eager_device.startswith("cuda") else args.eager_device.upper())
     gpu = torch.cuda.get_device_name() if args.eager_device.startswith("cuda") else None
@@ -631,9 +635,6 @@ def main(argv=None) -> int:
     }
     if mm:
         targets["matmul_bf16_at_least_60_percent_of_peak"] = mm[0]["pjrt_dynamo_opt_tflops"] >= 0.6 * peak
-    # The per-op floor next to the traced steps' us/op: what PyTorch's own
-    # dispatch from Python costs on the eager CPU, and pjrt's on the same chain.
-    chain = {"eager_cpu": op_chain_us("cpu"), "pjrt": op_chain_us(torch_pjrt.device())}
     print(f"per-op floor, a chain of 600 tiny ops (8x8 mm, add_, relu): eager CPU {chain['eager_cpu']:.2f} us/op,"
           f" pjrt lazy {chain['pjrt']:.2f} us/op (tracing and one sync per chain)")
     print("targets:", ", ".join(f"{k}={'not measured' if v is None else 'yes' if v else 'NO'}" for k, v in targets.items()))
