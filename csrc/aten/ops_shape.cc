@@ -411,21 +411,23 @@ at::Tensor channel_shuffle(const at::Tensor& self, c10::SymInt groups_) {
 
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   at::assert_no_overlap(self, src);  // the CPU's check: a source in self's memory raises
-  at::Tensor r = tpj::aten::scatter_add(self, dim, index, src);
+  // The read and the write under one hold of the runtime's lock (a
+  // thread's op on self comes before or after, as in Inplace).
   TraceScope s;
+  at::Tensor r = tpj::aten::scatter_add(self, dim, index, src);
   Assign(self, Val(r));
   return self;
 }
 at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   at::assert_no_overlap(self, src);  // the CPU's check: a source in self's memory raises
-  at::Tensor r = tpj::aten::scatter_src(self, dim, index, src);
   TraceScope s;
+  at::Tensor r = tpj::aten::scatter_src(self, dim, index, src);
   Assign(self, Val(r));
   return self;
 }
 at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& v) {
-  at::Tensor r = tpj::aten::scatter_value(self, dim, index, v);
   TraceScope s;
+  at::Tensor r = tpj::aten::scatter_value(self, dim, index, v);
   Assign(self, Val(r));
   return self;
 }
@@ -484,8 +486,8 @@ at::Tensor index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& ind
 
 at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
   at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
-  at::Tensor r = tpj::aten::index_copy(self, dim, index, source);
   TraceScope s;
+  at::Tensor r = tpj::aten::index_copy(self, dim, index, source);
   Assign(self, Val(r));
   return self;
 }
@@ -526,8 +528,8 @@ at::Tensor index_fill_tensor(const at::Tensor& self, int64_t dim, const at::Tens
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                        const at::Scalar& alpha) {
   at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
-  at::Tensor r = tpj::aten::index_add(self, dim, index, source, alpha);
   TraceScope s;
+  at::Tensor r = tpj::aten::index_add(self, dim, index, source, alpha);
   Assign(self, Val(r));
   return self;
 }
@@ -773,14 +775,14 @@ at::Tensor TriMask(const at::Tensor& self, int64_t diagonal, bool lower) {
 at::Tensor tril(const at::Tensor& self, int64_t diagonal) { return TriMask(self, diagonal, true); }
 at::Tensor triu(const at::Tensor& self, int64_t diagonal) { return TriMask(self, diagonal, false); }
 at::Tensor& tril_(at::Tensor& self, int64_t diagonal) {
-  at::Tensor r = tpj::aten::tril(self, diagonal);
   TraceScope s;
+  at::Tensor r = tpj::aten::tril(self, diagonal);
   Assign(self, Val(r));
   return self;
 }
 at::Tensor& triu_(at::Tensor& self, int64_t diagonal) {
-  at::Tensor r = tpj::aten::triu(self, diagonal);
   TraceScope s;
+  at::Tensor r = tpj::aten::triu(self, diagonal);
   Assign(self, Val(r));
   return self;
 }

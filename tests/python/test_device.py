@@ -310,6 +310,32 @@ def test_a_pjrt_generator_is_its_own_stream():
         with pytest.raises(RuntimeError, match="generator of pjrt:1 was given to an op on pjrt:0"):
             torch.rand(3, device="pjrt:0", generator=torch.Generator(device="pjrt:1"))
 
+def test_in_place_ops_from_threads_on_one_tensor_lose_no_update():
+    # An in-place op reads its tensor's pending value and writes the result
+    # in one step under the runtime's lock: threads updating one tensor (a
+    # shared counter, a parameter averaged in place) interleave whole ops.
+    import threading
+
+    x = torch.zeros(1000, device=DEV)
+    view = x[250:750]
+    every, ones = torch.arange(1000, device=DEV), torch.ones(1000, device=DEV)
+    torch_pjrt.sync()
+
+    def work():
+        for i in range(60):
+            x.add_(1) if i % 2 else x.sub_(-1)
+            view.mul_(1)
+            x.index_add_(0, every, ones)
+        torch_pjrt.sync()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert torch.equal(x.cpu(), torch.full((1000,), 480.0))
+
+
 def test_backward_runs_on_the_calling_thread_unless_asked_otherwise():
     # docs/performance.md: a thread that creates pjrt tensors runs their
     # backward passes itself; TORCH_PJRT_AUTOGRAD_THREADS=1 keeps autograd's
