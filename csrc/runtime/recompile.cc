@@ -78,19 +78,21 @@ void Runtime::ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g,
 void Runtime::ReportDeferred() {
   std::vector<RecompileReason> reasons;
   std::vector<std::string> lines;
+  std::vector<UnlocatedCheck> checks;
   {
     std::lock_guard<std::recursive_mutex> l(mu_);
     if (unreported_.empty() && debug_lines_.empty() && unlocated_checks_.empty()) return;
     reasons.swap(unreported_);
     lines.swap(debug_lines_);
+    checks.swap(unlocated_checks_);
   }
   const std::string where = Location();  // may take the GIL: not under mu_
-  {
+  if (!checks.empty()) {
     std::lock_guard<std::recursive_mutex> l(mu_);
-    if (!where.empty()) {
-      for (int32_t id : unlocated_checks_) checks_[static_cast<size_t>(id) - 1].second += " (first traced at " + where + ")";
+    for (const UnlocatedCheck& c : checks) {
+      Trace& t = traces_.at(static_cast<size_t>(c.device));
+      if (t.epoch == c.epoch) t.AddCheckSite(c.id, where);
     }
-    unlocated_checks_.clear();
   }
   for (auto& r : reasons) {
     r.where = where;

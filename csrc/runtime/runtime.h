@@ -270,6 +270,10 @@ class Runtime {
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;
     // Folds one more check result (an i32 scalar: 0 or a failed check's id) into check_code.
+    // Where this trace's checks (and those of the unverified programs it
+    // reads) were traced, at most 64; given to its Outcome.
+    std::vector<std::pair<int32_t, std::string>> check_sites;
+    void AddCheckSite(int32_t id, const std::string& where);
     void MergeCheck(ir::Value code) {
       check_code = check_code.valid() ? builder->Binary(ir::Op::Max, check_code, code) : code;
     }
@@ -401,10 +405,16 @@ class Runtime {
   std::vector<RecompileReason> unreported_;
   std::vector<std::string> debug_lines_;
   // Check id - 1 -> what failed; ids are stable per message, so identical
-  // steps trace identical programs. Locations are added once the lock is released.
+  // steps trace identical programs. Where each check of a trace was traced
+  // is found once the lock is released (Trace::check_sites).
   std::vector<std::pair<ErrorKind, std::string>> checks_;
   std::unordered_map<std::string, int32_t> check_ids_;
-  std::vector<int32_t> unlocated_checks_;
+  struct UnlocatedCheck {
+    int device;
+    int64_t epoch;  // of the trace that added it: a trace launched since keeps no site
+    int32_t id;
+  };
+  std::vector<UnlocatedCheck> unlocated_checks_;
 };
 
 // RAII: holds Runtime::mu() and accumulates trace time in the metrics.

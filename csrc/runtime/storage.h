@@ -52,6 +52,10 @@ struct Outcome {
   std::string error;      // non-empty: the value is lost or invalid
   ErrorKind kind = ErrorKind::kFailure;
   bool reported = false;  // raised once already: sync(wait=True) does not raise it again
+  // Where the program's checks were traced: (check id, Python file:line),
+  // so a failure names the line of this program's op, not the first line
+  // that ever traced the same message.
+  std::vector<std::pair<int32_t, std::string>> check_sites;
 };
 
 // The Outcome of a program that failed to `stage` ("compile", "run"): every

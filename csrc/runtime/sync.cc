@@ -391,6 +391,7 @@ void Runtime::SyncDevice(int device) {
   if (check_output != SIZE_MAX) {
     outcome = std::make_shared<Outcome>();
     outcome->flag = shared[check_output];
+    outcome->check_sites = std::move(t.check_sites);
     t.unverified.push_back(outcome);
   }
   for (size_t i = 0; i < storages.size(); ++i) {

@@ -26,6 +26,7 @@ void Runtime::ResetTrace(Trace& t) {
   t.rng_pending = false;
   t.rng_value = ir::Value{};
   t.check_code = ir::Value{};
+  t.check_sites.clear();
   t.joined.clear();
 }
 
@@ -99,6 +100,9 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
     // invalid as s if they failed (a flag already read is 0 and costs nothing).
     ir::Value prior = BufferParam(s.device_, s.outcome_->flag, ir::DType::I32);
     t.MergeCheck(prior);
+    if (!s.outcome_->verified) {
+      for (const auto& [id, where] : s.outcome_->check_sites) t.AddCheckSite(id, where);
+    }
   }
   if (!s.dtype_) s.dtype_ = dtype;
   const ir::DType have = *s.dtype_;
@@ -209,8 +213,17 @@ int32_t Runtime::CheckId(ErrorKind kind, const std::string& what) {
   checks_.emplace_back(kind, what);
   const auto id = static_cast<int32_t>(checks_.size());
   check_ids_.emplace(what, id);
-  unlocated_checks_.push_back(id);
   return id;
+}
+
+void Runtime::Trace::AddCheckSite(int32_t id, const std::string& where) {
+  // Bounded: a loop that never syncs adds the same few sites over and over.
+  constexpr size_t kMaxCheckSites = 64;
+  if (where.empty() || check_sites.size() >= kMaxCheckSites) return;
+  for (const auto& site : check_sites) {
+    if (site.first == id && site.second == where) return;
+  }
+  check_sites.emplace_back(id, where);
 }
 
 void Runtime::SetChecks(bool enabled) {
@@ -223,6 +236,7 @@ void Runtime::AddCheck(int device, ir::Value violated, ErrorKind kind, const std
   Trace& t = traces_[device];
   ir::Builder& b = *t.builder;
   const int32_t id = CheckId(kind, what);
+  unlocated_checks_.push_back(UnlocatedCheck{device, t.epoch, id});
   ir::Value code = b.Select(violated, b.ScalarConstant(ir::DType::I32, id), b.ScalarConstant(ir::DType::I32, 0));
   t.MergeCheck(code);
 }

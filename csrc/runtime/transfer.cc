@@ -150,8 +150,15 @@ void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
     return;
   }
   const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
+  // Where this program traced the check that failed (one message may come
+  // from several lines: each is named, as the flag does not tell them apart).
+  std::string at;
+  for (const auto& [id, where] : outcome->check_sites) {
+    if (id == code) at += (at.empty() ? " (traced at " : " or at ") + where;
+  }
+  if (!at.empty()) at += ")";
   outcome->kind = kind;
-  outcome->error = what + "; every tensor the program computing this one wrote raises this error";
+  outcome->error = what + at + "; every tensor the program computing this one wrote raises this error";
   outcome->reported = true;
   throw TensorError(outcome->kind, outcome->error);
 }

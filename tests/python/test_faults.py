@@ -95,6 +95,36 @@ def test_sync_wait_raises_a_failed_check_once():
     assert y.cpu().tolist() == [0.0]
 
 
+def test_a_failed_check_names_the_line_of_its_program():
+    # One message (an index out of range) comes from many lines: the error
+    # names where the failed program traced it, also when a later program
+    # carries the unread check of the one it reads.
+    import inspect
+
+    def here():
+        return inspect.currentframe().f_back.f_lineno
+
+    def raises_at(line):
+        return pytest.raises(IndexError, match=rf"\(traced at [^ ]*test_faults.py:{line}\)")
+
+    x = torch.arange(4.0, device=DEV)
+    torch_pjrt.sync()
+    a, at_a = x[torch.tensor([9], device=DEV)], here()
+    with raises_at(at_a):
+        a.cpu()
+    b, at_b = x[torch.tensor([8], device=DEV)], here()
+    with raises_at(at_b):
+        b.cpu()
+    c, at_c = x[torch.tensor([7], device=DEV)], here()
+    torch_pjrt.sync()  # launched, its check not read yet
+    d = c + 1  # the next program reads it
+    with raises_at(at_c):
+        d.cpu()
+    with raises_at(at_c):
+        c.cpu()  # its own program failed too (read here, not left to the next wait)
+    assert len({at_a, at_b, at_c}) == 3
+
+
 @pytest.mark.parametrize("op", ["floordiv", "mod", "trunc", "floor", "remainder", "fmod"])
 def test_integer_division_by_zero_raises(op):
     a, b = torch.tensor([4, 5]), torch.tensor([1, 0])
