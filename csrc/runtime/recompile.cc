@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "runtime/runtime.h"
+#include "runtime/warnings.h"
 
 namespace tpj::runtime {
 namespace {
@@ -81,7 +82,7 @@ void Runtime::ReportDeferred() {
   std::vector<UnlocatedCheck> checks;
   {
     std::lock_guard<std::recursive_mutex> l(mu_);
-    if (unreported_.empty() && debug_lines_.empty() && unlocated_checks_.empty()) return;
+    if (unreported_.empty() && debug_lines_.empty() && unlocated_checks_.empty() && !WarningsQueued()) return;
     reasons.swap(unreported_);
     lines.swap(debug_lines_);
     checks.swap(unlocated_checks_);
@@ -104,6 +105,13 @@ void Runtime::ReportDeferred() {
   }
   for (const auto& line : lines) {
     std::fprintf(stderr, "torch_pjrt: %s%s%s\n", line.c_str(), where.empty() ? "" : " at ", where.c_str());
+  }
+  try {
+    FlushWarnings();  // an op's warnings (a trace grown long), as it returns
+  } catch (const std::exception& e) {
+    // The sink raised (Python's `-W error`), here inside the scope's
+    // destructor, which must not throw: the message goes to stderr.
+    std::fprintf(stderr, "torch_pjrt: warning: %s\n", e.what());
   }
 }
 

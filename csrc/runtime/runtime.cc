@@ -273,7 +273,8 @@ TraceScope::~TraceScope() {
   // Checked while the lock is still held: an op with nothing to report
   // (nearly all of them) does not take the lock a second time.
   Runtime& rt = Runtime::Get();
-  const bool deferred = !rt.unreported_.empty() || !rt.debug_lines_.empty() || !rt.unlocated_checks_.empty();
+  const bool deferred = !rt.unreported_.empty() || !rt.debug_lines_.empty() || !rt.unlocated_checks_.empty() ||
+                        WarningsQueued();
   lock_.unlock();
   if (deferred) rt.ReportDeferred();
 }

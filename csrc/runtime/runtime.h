@@ -415,6 +415,7 @@ class Runtime {
     int32_t id;
   };
   std::vector<UnlocatedCheck> unlocated_checks_;
+  bool long_trace_warned_ = false;  // AssignFlat's warning, once per process
 };
 
 // RAII: holds Runtime::mu() and accumulates trace time in the metrics.

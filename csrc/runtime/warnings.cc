@@ -1,5 +1,6 @@
 #include "runtime/warnings.h"
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <utility>
@@ -11,6 +12,7 @@ namespace {
 struct State {
   std::mutex mu;
   std::vector<std::string> queue;
+  std::atomic<bool> queued{false};
   std::function<void(const std::string&)> sink;
 };
 
@@ -25,7 +27,10 @@ void Warn(std::string message) {
   State& s = Get();
   std::lock_guard<std::mutex> l(s.mu);
   s.queue.push_back(std::move(message));
+  s.queued.store(true, std::memory_order_release);
 }
+
+bool WarningsQueued() { return Get().queued.load(std::memory_order_acquire); }
 
 void FlushWarnings() {
   State& s = Get();
@@ -35,6 +40,7 @@ void FlushWarnings() {
     std::lock_guard<std::mutex> l(s.mu);
     if (s.queue.empty()) return;
     queue.swap(s.queue);
+    s.queued.store(false, std::memory_order_release);
     sink = s.sink;
   }
   for (const std::string& m : queue) {

@@ -20,6 +20,9 @@ void Warn(std::string message);
 // rest of the queue is dropped.
 void FlushWarnings();
 
+// Whether Warn() queued anything not delivered yet (cheap: an atomic read).
+bool WarningsQueued();
+
 // The sink lives for the process; null restores stderr.
 void SetWarningSink(std::function<void(const std::string&)> sink);
 

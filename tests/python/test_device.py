@@ -336,6 +336,26 @@ def test_in_place_ops_from_threads_on_one_tensor_lose_no_update():
     assert torch.equal(x.cpu(), torch.full((1000,), 480.0))
 
 
+def test_a_trace_grown_far_past_a_step_warns_once_before_any_compile():
+    # A loop that never syncs: the warning comes while it runs (the compile
+    # of such a trace would take minutes and gigabytes), once per process.
+    code = """
+import warnings, torch, torch_pjrt
+x = torch.zeros(3, device=torch_pjrt.device())
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    for i in range(80000):
+        x.add_(1)
+print(len(w), w[0].category.__name__, torch_pjrt.metrics.counters().get("compiles", 0))
+print(w[0].message)
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    count, category, compiles = r.stdout.splitlines()[0].split()
+    assert (count, category, compiles) == ("1", "PjrtWarning", "0")
+    assert "has grown to 100000 nodes without a sync()" in r.stdout and "torch_pjrt.sync()" in r.stdout
+
+
 def test_backward_runs_on_the_calling_thread_unless_asked_otherwise():
     # docs/performance.md: a thread that creates pjrt tensors runs their
     # backward passes itself; TORCH_PJRT_AUTOGRAD_THREADS=1 keeps autograd's
