@@ -269,11 +269,11 @@ class Runtime {
     std::vector<std::shared_ptr<Outcome>> unverified;
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;
-    // Folds one more check result (an i32 scalar: 0 or a failed check's id) into check_code.
     // Where this trace's checks (and those of the unverified programs it
     // reads) were traced, at most 64; given to its Outcome.
     std::vector<std::pair<int32_t, std::string>> check_sites;
     void AddCheckSite(int32_t id, const std::string& where);
+    // Folds one more check result (an i32 scalar: 0 or a failed check's id) into check_code.
     void MergeCheck(ir::Value code) {
       check_code = check_code.valid() ? builder->Binary(ir::Op::Max, check_code, code) : code;
     }

@@ -136,7 +136,7 @@ def test_steady_step_lazy_is_one_program():
     c = _steady_counts(compile_model=False, compile_step=False)
     assert c["executions"] == 1 and c["replays"] == 0 and c["compiles"] == 0
     assert c["bytes_to_device"] == 0 and c["bytes_to_host"] <= 4 * c["executions"]
-    assert c["traced_ops"] > 50  # the whole step is traced
+    assert c["traced_ops"] > 30  # the whole step is traced (38 ops; an in-place op counts once)
     assert c["ir_nodes_built"] == 0  # ... over the last step's nodes
     assert c["relayouts"] == 0  # row-major in, row-major out: no layout work (aten/layout.h)
 
