@@ -310,6 +310,7 @@ def test_a_pjrt_generator_is_its_own_stream():
         with pytest.raises(RuntimeError, match="generator of pjrt:1 was given to an op on pjrt:0"):
             torch.rand(3, device="pjrt:0", generator=torch.Generator(device="pjrt:1"))
 
+
 def test_in_place_ops_from_threads_on_one_tensor_lose_no_update():
     # An in-place op reads its tensor's pending value and writes the result
     # in one step under the runtime's lock: threads updating one tensor (a
