@@ -157,4 +157,16 @@ inline void CheckInplace(const at::Tensor& self, at::ScalarType result) {
               " can't be cast to the desired output type ", self.scalar_type());
 }
 
+// An in-place op through its functional twin: `compute()` (which reads
+// self) and the write of its result into self under one hold of the
+// runtime's lock, so another thread's op on self comes before the read or
+// after the write, never in between (a lost update).
+template <class F>
+at::Tensor& WriteInto(at::Tensor& self, F compute) {
+  TraceScope s;
+  const at::Tensor r = compute();
+  Assign(self, Val(r));
+  return self;
+}
+
 }  // namespace tpj::aten

@@ -934,19 +934,17 @@ inline void NoPartialOverlap(const at::Tensor& self, const at::Tensor& operand) 
 template <class T>
 void NoPartialOverlap(const at::Tensor&, const T&) {}
 
-// In-place twins: compute functionally, then write into self, under one
-// hold of the runtime's lock: another thread's op on the same tensor comes
-// before the read or after the write, never in between (a lost update).
+// In-place twins: compute functionally, then write into self (WriteInto).
 template <class F, class... A>
 at::Tensor& Inplace(at::Tensor& self, F f, const A&... args) {
   (NoPartialOverlap(self, args), ...);
-  TraceScope s;
-  at::Tensor r = f(self, args...);
-  CheckInplace(self, r.scalar_type());
-  TORCH_CHECK(r.sizes() == self.sizes(), "output with shape ", self.sizes(), " doesn't match the broadcast shape ",
-              r.sizes());
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] {
+    at::Tensor r = f(self, args...);
+    CheckInplace(self, r.scalar_type());
+    TORCH_CHECK(r.sizes() == self.sizes(), "output with shape ", self.sizes(), " doesn't match the broadcast shape ",
+                r.sizes());
+    return r;
+  });
 }
 
 }  // namespace

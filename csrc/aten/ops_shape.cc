@@ -411,25 +411,14 @@ at::Tensor channel_shuffle(const at::Tensor& self, c10::SymInt groups_) {
 
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   at::assert_no_overlap(self, src);  // the CPU's check: a source in self's memory raises
-  // The read and the write under one hold of the runtime's lock (a
-  // thread's op on self comes before or after, as in Inplace).
-  TraceScope s;
-  at::Tensor r = tpj::aten::scatter_add(self, dim, index, src);
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] { return tpj::aten::scatter_add(self, dim, index, src); });
 }
 at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   at::assert_no_overlap(self, src);  // the CPU's check: a source in self's memory raises
-  TraceScope s;
-  at::Tensor r = tpj::aten::scatter_src(self, dim, index, src);
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] { return tpj::aten::scatter_src(self, dim, index, src); });
 }
 at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& v) {
-  TraceScope s;
-  at::Tensor r = tpj::aten::scatter_value(self, dim, index, v);
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] { return tpj::aten::scatter_value(self, dim, index, v); });
 }
 
 // index_add and index_copy: source's slices along `dim` added to (or
@@ -486,10 +475,7 @@ at::Tensor index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& ind
 
 at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
   at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
-  TraceScope s;
-  at::Tensor r = tpj::aten::index_copy(self, dim, index, source);
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] { return tpj::aten::index_copy(self, dim, index, source); });
 }
 
 // index_fill: the slices along `dim` named by `index` (negatives wrap, as
@@ -528,10 +514,7 @@ at::Tensor index_fill_tensor(const at::Tensor& self, int64_t dim, const at::Tens
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                        const at::Scalar& alpha) {
   at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
-  TraceScope s;
-  at::Tensor r = tpj::aten::index_add(self, dim, index, source, alpha);
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] { return tpj::aten::index_add(self, dim, index, source, alpha); });
 }
 
 // --------------------------------------------------------- advanced indexing
@@ -775,16 +758,10 @@ at::Tensor TriMask(const at::Tensor& self, int64_t diagonal, bool lower) {
 at::Tensor tril(const at::Tensor& self, int64_t diagonal) { return TriMask(self, diagonal, true); }
 at::Tensor triu(const at::Tensor& self, int64_t diagonal) { return TriMask(self, diagonal, false); }
 at::Tensor& tril_(at::Tensor& self, int64_t diagonal) {
-  TraceScope s;
-  at::Tensor r = tpj::aten::tril(self, diagonal);
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] { return tpj::aten::tril(self, diagonal); });
 }
 at::Tensor& triu_(at::Tensor& self, int64_t diagonal) {
-  TraceScope s;
-  at::Tensor r = tpj::aten::triu(self, diagonal);
-  Assign(self, Val(r));
-  return self;
+  return WriteInto(self, [&] { return tpj::aten::triu(self, diagonal); });
 }
 
 at::Tensor constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const at::Scalar& value) {
