@@ -61,6 +61,9 @@ std::unique_ptr<Recording> BeginRecording(const MaybeTensors& inputs) {
   if (!rec->why_not.empty()) return rec;
   for (const auto& t : inputs) {
     if (t && !t->defined()) rec->why_not = "an input is an undefined tensor";
+    // vmap's batched tensors (and the grad_outputs of is_grads_batched)
+    // wrap others and hold no storage: traced on such calls, never replayed
+    if (t && t->defined() && !t->has_storage()) rec->why_not = "an input is a batched tensor (vmap), without storage";
   }
   if (!rec->why_not.empty()) return rec;
   rec->start = RaisingTensorErrors([&] { return runtime::Runtime::Get().BeginRecording(device, StoragesOf(inputs)); });
@@ -115,7 +118,7 @@ std::optional<MaybeTensors> Replayable::Run(const MaybeTensors& inputs, runtime:
     const auto& t = inputs[i];
     if (want.has_value() != t.has_value()) return std::nullopt;
     if (!t) continue;
-    if (!IsPjrt(*t) || DeviceIndex(*t) != device || !Matches(*want, *t)) return std::nullopt;
+    if (!IsPjrt(*t) || !t->has_storage() || DeviceIndex(*t) != device || !Matches(*want, *t)) return std::nullopt;
     in[i] = &StorageOf(*t);
   }
   // Fresh storages for the new outputs, as the allocator makes them.
