@@ -244,6 +244,28 @@ def test_input_view_at_another_offset_is_traced_again():
     assert torch.equal(got, torch.arange(4.0, 8.0) * 2 + 1)
 
 
+def test_batched_grad_outputs_are_traced_not_replayed():
+    # autograd.grad(is_grads_batched=True) (jacobian(vectorize=True)) hands the
+    # backward graph vmap's batched tensors, which have no storage to replay on
+    def f(x):
+        return torch.tanh(x) * 3
+
+    def jacobian(fn, x):
+        x = x.detach().requires_grad_()
+        eye = torch.eye(4, device=x.device)
+        return torch.autograd.grad(fn(x), x, eye, is_grads_batched=True)[0]
+
+    x = torch.randn(4)
+    want = jacobian(f, x)
+    compiled = torch.compile(f, backend="pjrt")
+    for _ in range(3):  # batched calls: traced each time
+        torch.testing.assert_close(jacobian(compiled, x.to(DEV)).cpu(), want)
+    plain = x.to(DEV).requires_grad_()
+    torch.autograd.grad(compiled(plain).sum(), plain)  # recorded now: a later batched call must not replay it
+    torch.testing.assert_close(jacobian(compiled, x.to(DEV)).cpu(), want)
+    torch.testing.assert_close(torch.autograd.functional.jacobian(compiled, x.to(DEV), vectorize=True).cpu(), want)
+
+
 @torch.library.custom_op("tpj_test::scale_by_item", mutates_args=())
 def _scale_by_item(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return x * s.item()  # a host read inside the graph, as library code (grouped_mm fallbacks) does
