@@ -59,11 +59,14 @@ Coord Reflect(const Ctx& c, ir::Value x, int64_t twice_low, int64_t twice_high) 
   return {v, c.Sel(even, sign, c.b().Unary(Op::Neg, sign))};
 }
 
-// Clamps x into [0, size - 1]; the derivative is 1 strictly inside, else 0.
+// Clamps x into [0, size - 1], NaN to 0 (the CPU's kernel: a NaN grid value,
+// or an infinite one reflected, reads the first pixel); the derivative is 1
+// strictly inside, else 0.
 Coord Clip(const Ctx& c, ir::Value x, int64_t size) {
   ir::Value hi = c.F(static_cast<double>(size - 1));
-  ir::Value inside = c.b().Binary(Op::And, c.Cmp(CompareDir::GT, x, c.F(0)), c.Cmp(CompareDir::LT, x, hi));
-  ir::Value v = c.b().Binary(Op::Min, c.b().Binary(Op::Max, x, c.F(0)), hi);
+  ir::Value positive = c.Cmp(CompareDir::GT, x, c.F(0));
+  ir::Value inside = c.b().Binary(Op::And, positive, c.Cmp(CompareDir::LT, x, hi));
+  ir::Value v = c.Sel(positive, c.b().Binary(Op::Min, x, hi), c.F(0));
   return {v, c.Sel(inside, c.F(1), c.F(0))};
 }
 

@@ -237,7 +237,9 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
 
 // The indices repeat_interleave(repeats) lists: i repeated repeats[i] times.
 // The length is read from the device (with the smallest repeat, for the
-// CPU's check) unless output_size gives it; each output position finds its
+// CPU's check) unless output_size gives it: then the CPU's checks (no
+// negative repeat, output_size the sum of the repeats) are compiled into the
+// program, raised when the result is read. Each output position finds its
 // input by a search in the running sum of the repeats.
 at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
   TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
@@ -248,6 +250,15 @@ at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymIn
   int64_t total = 0;
   if (output_size) {
     total = output_size->expect_int();
+    TORCH_CHECK(total >= 0, "repeat_interleave: output_size must be non-negative, got ", total);
+    const at::Tensor negative = (repeats < 0).any();
+    const at::Tensor mismatch = cum[-1] != total;
+    TraceScope s;
+    const int d = DeviceIndex(repeats);
+    CheckNone(d, Val(negative), runtime::ErrorKind::kValue, "repeats can not be negative");
+    CheckNone(d, Val(mismatch), runtime::ErrorKind::kValue,
+              "repeat_interleave: allocated size does not match required size (output_size " + std::to_string(total) +
+                  " is not the sum of the repeats)");
   } else {
     const at::Tensor read = at::stack({cum[-1], repeats.min().to(at::kLong)}).cpu();
     total = read[0].item<int64_t>();
