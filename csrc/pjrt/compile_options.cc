@@ -59,6 +59,11 @@ std::string EncodeCompileOptions(const CompileOptions& o) {
   }
   std::string out;
   BytesField(out, 3, build);
+  std::string no, entry;
+  VarintField(no, 2, 0);  // bool_field = false
+  BytesField(entry, 1, "xla_allow_excess_precision");
+  BytesField(entry, 2, no);
+  BytesField(out, 7, entry);
   return out;
 }
 

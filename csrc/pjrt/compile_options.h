@@ -7,6 +7,15 @@
 //     num_partitions = 5, use_spmd_partitioning = 6, device_assignment = 9
 //   DeviceAssignmentProto: replica_count = 1, computation_count = 2,
 //     computation_devices = 3 { replica_device_ids = 1 }
+//   CompileOptionsProto.env_option_overrides = 7 (map<string,
+//     OptionOverrideProto>: entry key = 1, value = 2); OptionOverrideProto:
+//     bool_field = 2
+//
+// Every program is compiled with XLA's `xla_allow_excess_precision` off:
+// with it on (XLA's default), XLA may drop the rounding of a float16 or
+// bfloat16 intermediate it computes in float (1 / x rounded, then scaled),
+// where PyTorch's CPU kernels round each op's result to its dtype. Off, the
+// two agree op for op (docs/semantics.md, "Half precision").
 #pragma once
 
 #include <string>

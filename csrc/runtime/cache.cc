@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "pjrt/compile_options.h"
 #include "runtime/warnings.h"
 
 namespace tpj::runtime {
@@ -180,6 +181,10 @@ std::string CompileCache::Fingerprint(const pjrt::Plugin& plugin, const std::str
     os << st.st_size << "|" << st.st_mtime;
   }
   if (!compiler_settings.empty()) os << "|flags:" << compiler_settings;  // empty: the keys of earlier releases
+  // the fixed part of every program's compile options (the per-program
+  // part, replicas and devices, is in each key)
+  const std::string fixed = pjrt::EncodeCompileOptions(pjrt::CompileOptions{});
+  os << "|options:" << Hex(Fnv(fixed.data(), fixed.size()));
   const std::string s = os.str();
   return "xla" + plugin.attribute("xla_version") + "-" + Hex(Fnv(s.data(), s.size()));
 }

@@ -48,7 +48,8 @@ class CompileCache {
   void StoreDisk(const std::string& key, const pjrt::Executable& exe);
 
   // Fingerprint of a plugin and the compiler settings that are not in the
-  // program (`compiler_settings`: XLA_FLAGS) for disk keys.
+  // program (`compiler_settings`: XLA_FLAGS; and the option overrides every
+  // program is compiled with, pjrt/compile_options.h) for disk keys.
   static std::string Fingerprint(const pjrt::Plugin& plugin, const std::string& platform_version,
                                  const std::string& compiler_settings);
 
