@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/OpMathType.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -43,6 +44,16 @@ inline at::ScalarType FloatType(at::ScalarType t) {
 // plugin's default.
 ir::Precision ProductPrecision(ir::DType t);
 
+// The dtype a lowering of `t` computes in: float for float16 and bfloat16,
+// rounded to `t` once at the end (WrapIn), as the CPU's kernels for them
+// compute (at::opmath_type); `t` itself for every other dtype.
+inline at::ScalarType OpMath(at::ScalarType t) { return at::toOpMathType(t); }
+
+// `v`, computed in OpMath(t), as a tensor of dtype `t` on `device`.
+inline at::Tensor WrapIn(ir::Value v, at::ScalarType t, int device) {
+  return Wrap(B(device).Convert(v, ToIr(t)), device);
+}
+
 // Two operands broadcast to one shape in one dtype.
 struct Operands {
   int device;
@@ -69,15 +80,18 @@ inline Operands PrepareScalar(const at::Tensor& a, const at::Scalar& s, at::Scal
 }
 
 // A scalar broadcast to `shape`: constants for 0/1/-1 (they let XLA fold),
-// host-fed parameters for anything else.
-inline ir::Value Number(int device, const at::Scalar& s, at::ScalarType t, const std::vector<int64_t>& shape) {
+// host-fed parameters for anything else. `wrapped`: a Python number taking
+// a binary op's place of a tensor, cast as TensorIterator casts it (300 as
+// int8 is 44), not refused out of range as an op's own parameter is.
+inline ir::Value Number(int device, const at::Scalar& s, at::ScalarType t, const std::vector<int64_t>& shape,
+                        bool wrapped = false) {
   bool special = false;
   double v = 0;
   if (!s.isComplex()) {
     v = s.isBoolean() ? (s.toBool() ? 1 : 0) : s.toDouble();
-    special = v == 0 || v == 1 || v == -1;
+    special = v == 0 || v == 1 || (v == -1 && at::isSignedType(t));
   }
-  ir::Value r = special ? Const(device, v, t) : ScalarParam(device, s, t);
+  ir::Value r = special ? Const(device, v, t) : ScalarParam(device, s, t, wrapped);
   return BroadcastTo(device, r, shape);
 }
 

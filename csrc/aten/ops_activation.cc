@@ -33,7 +33,7 @@ Halves Split(const at::Tensor& self, int64_t dim) {
   h.half = h.shape;
   h.half[dim] /= 2;
   ir::Builder& b = B(h.d);
-  ir::Value x = Val(self);
+  ir::Value x = ValAs(self, OpMath(self.scalar_type()));  // half types in float, rounded once
   std::vector<int64_t> start(h.shape.size(), 0), mid = h.half, limit = h.shape;
   start[dim] = h.half[dim];
   h.a = b.Slice(x, std::vector<int64_t>(h.shape.size(), 0), mid, std::vector<int64_t>(h.shape.size(), 1));
@@ -45,7 +45,7 @@ at::Tensor glu(const at::Tensor& self, int64_t dim) {
   TraceScope s;
   Halves h = Split(self, dim);
   ir::Builder& b = B(h.d);
-  return Wrap(b.Binary(Op::Mul, h.a, b.Unary(Op::Logistic, h.b)), h.d);
+  return WrapIn(b.Binary(Op::Mul, h.a, b.Unary(Op::Logistic, h.b)), self.scalar_type(), h.d);
 }
 
 // d/da = sigmoid(b) grad; d/db = a sigmoid(b) (1 - sigmoid(b)) grad
@@ -55,12 +55,13 @@ at::Tensor glu_backward(const at::Tensor& grad, const at::Tensor& self, int64_t 
   TORCH_CHECK(grad.sizes().vec() == h.half, "glu_backward: grad of shape ", grad.sizes(), " for an output of shape ",
               at::IntArrayRef(h.half));
   ir::Builder& b = B(h.d);
-  ir::Value g = Operand(grad, h.d, self.scalar_type());
+  const at::ScalarType t = OpMath(self.scalar_type());
+  ir::Value g = Operand(grad, h.d, t);
   ir::Value sg = b.Unary(Op::Logistic, h.b);
-  ir::Value one = Fill(h.d, 1, self.scalar_type(), h.half);
+  ir::Value one = Fill(h.d, 1, t, h.half);
   ir::Value ga = b.Binary(Op::Mul, g, sg);
   ir::Value gb = b.Binary(Op::Mul, b.Binary(Op::Mul, ga, h.a), b.Binary(Op::Sub, one, sg));
-  return Wrap(b.Concatenate({ga, gb}, h.dim), h.d);
+  return WrapIn(b.Concatenate({ga, gb}, h.dim), self.scalar_type(), h.d);
 }
 
 // -------------------------------------------------------------------- prelu

@@ -46,7 +46,7 @@ at::Tensor rsub_scalar(const at::Tensor& a, const at::Scalar& b, const at::Scala
   ir::Builder& bb = B(d);
   ir::Value x = ValAs(a, t);
   if (!IsOne(alpha)) x = bb.Binary(Op::Mul, x, Number(d, alpha, t, a.sizes().vec()));
-  return Wrap(bb.Binary(Op::Sub, Number(d, b, t, a.sizes().vec()), x), d);
+  return Wrap(bb.Binary(Op::Sub, Number(d, b, t, a.sizes().vec(), /*wrapped=*/true), x), d);
 }
 
 at::Tensor Simple(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarType t) {
@@ -61,7 +61,28 @@ at::Tensor MaxMin(const at::Tensor& a, const at::Tensor& b, Op op) {
   return Wrap(MaxMinNan(o.device, op, o.x, o.y), o.device);
 }
 
-at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Mul, at::result_type(a, b)); }
+// Half and bfloat16 multiplied or divided by a one-element second operand:
+// the CPU reads that operand's own value in float and rounds the result
+// once (the reduced-float branch of its mul and true-division kernels), so a
+// float16 x * 70000.0 stays finite and a bfloat16 x * 1.003 is not x. Every
+// other case (add and sub, a one-element first operand) rounds the scalar
+// to the result's dtype first, as Prepare does.
+bool ScalarInFloat(const at::Tensor& b, at::ScalarType t) { return at::isReducedFloatingType(t) && b.numel() == 1; }
+
+at::Tensor ByScalarInFloat(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarType t) {
+  TraceScope s;
+  const int d = CommonDevice({&a, &b});
+  ir::Builder& bb = B(d);
+  const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
+  ir::Value x = bb.Convert(BroadcastTo(d, Operand(a, d, t), shape), ir::DType::F32);
+  ir::Value y = BroadcastTo(d, Operand(b, d, at::kFloat), shape);
+  return Wrap(bb.Convert(bb.Binary(op, x, y), ToIr(t)), d);
+}
+
+at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) {
+  const at::ScalarType t = at::result_type(a, b);
+  return ScalarInFloat(b, t) ? ByScalarInFloat(a, b, Op::Mul, t) : Simple(a, b, Op::Mul, t);
+}
 at::Tensor mul_scalar(const at::Tensor& a, const at::Scalar& b) { return mul_tensor(a, WrappedScalar(b)); }
 at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Max); }
 at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Min); }
@@ -103,17 +124,20 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
   const at::ScalarType rt = at::result_type(a, b);
   const bool integral = at::isIntegralType(rt, /*includeBool=*/true);
   if (!mode) {
+    if (ScalarInFloat(b, FloatType(rt))) return ByScalarInFloat(a, b, Op::Div, FloatType(rt));
     Operands o = Prepare(a, b, FloatType(rt));
     return Wrap(B(o.device).Binary(Op::Div, o.x, o.y), o.device);
   }
-  Operands o = Prepare(a, b, rt);
+  // rounded division by a one-element divisor: in float for half types, as true division
+  const at::ScalarType ct = !integral && ScalarInFloat(b, rt) ? at::kFloat : rt;
+  Operands o = Prepare(a, b, ct);
   ir::Builder& bb = B(o.device);
   if (*mode == "trunc" || *mode == "floor") CheckIntegerDivisor(o, rt);
   if (*mode == "trunc") {
     if (integral) return Wrap(bb.Binary(Op::Div, o.x, o.y), o.device);  // integer division truncates
     ir::Value q = bb.Binary(Op::Div, o.x, o.y);
-    ir::Value neg = bb.Compare(ir::CompareDir::LT, q, Fill(o.device, 0, rt, o.shape));
-    return Wrap(bb.Select(neg, bb.Unary(Op::Ceil, q), bb.Unary(Op::Floor, q)), o.device);
+    ir::Value neg = bb.Compare(ir::CompareDir::LT, q, Fill(o.device, 0, ct, o.shape));
+    return WrapIn(bb.Select(neg, bb.Unary(Op::Ceil, q), bb.Unary(Op::Floor, q)), rt, o.device);
   }
   TORCH_CHECK(*mode == "floor", "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
   if (integral) {
@@ -127,7 +151,7 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
     ir::Value adjust = bb.Binary(Op::And, inexact, signs);
     return Wrap(bb.Select(adjust, bb.Binary(Op::Sub, q, Fill(o.device, 1, rt, o.shape)), q), o.device);
   }
-  return Wrap(FloorDivFloat(o.device, o.x, o.y), o.device);
+  return WrapIn(FloorDivFloat(o.device, o.x, o.y), rt, o.device);
 }
 at::Tensor div_tensor(const at::Tensor& a, const at::Tensor& b) { return Div(a, b, std::nullopt); }
 at::Tensor div_tensor_mode(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> m) { return Div(a, b, m); }
@@ -151,6 +175,7 @@ at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
   return Wrap(bb.Select(fix, bb.Binary(Op::Add, r, o.y), r), o.device);
 }
 at::Tensor remainder_scalar(const at::Tensor& a, const at::Scalar& b) { return remainder_tensor(a, WrappedScalar(b)); }
+at::Tensor remainder_scalar_tensor(const at::Scalar& a, const at::Tensor& b) { return remainder_tensor(WrappedScalar(a), b); }
 
 // fmod: the remainder with the dividend's sign, which is stablehlo.remainder.
 at::Tensor fmod_tensor(const at::Tensor& a, const at::Tensor& b) {
@@ -161,6 +186,33 @@ at::Tensor fmod_tensor(const at::Tensor& a, const at::Tensor& b) {
   return Wrap(B(o.device).Binary(Op::Rem, o.x, o.y), o.device);
 }
 at::Tensor fmod_scalar(const at::Tensor& a, const at::Scalar& b) { return fmod_tensor(a, WrappedScalar(b)); }
+
+// x ** e in `t`. XLA's integer power is right only for exponents below 64
+// (on the CPU plugin 3 ** 64 and 2 ** 300 come out wrong; 2 ** 300 as 2 **
+// 44): the exponent is taken 6 bits at a time, x ** e being the product
+// over chunks k of (x ** 64^k) ** chunk_k, each a power XLA gets right,
+// wrapping as the CPU's repeated multiplication does. Negative exponents
+// keep XLA's answer (0, or +-1 for a base of +-1, as the CPU). `x` is e's
+// shape, or a number (rank 0) squared before it is broadcast.
+ir::Value Power(int d, ir::Value x, ir::Value e, at::ScalarType t) {
+  ir::Builder& bb = B(d);
+  const auto dims = bb.shape(e).dims;
+  ir::Value direct = bb.Binary(Op::Pow, BroadcastTo(d, x, dims), e);
+  if (!at::isIntegralType(t, /*includeBool=*/false)) return direct;
+  constexpr int64_t kBits = 6;
+  const int64_t value_bits = 8 * static_cast<int64_t>(c10::elementSize(t)) - (at::isSignedType(t) ? 1 : 0);
+  const int64_t chunks = (value_bits + kBits - 1) / kBits;
+  ir::Value r, base = x;
+  for (int64_t k = 0; k < chunks; ++k) {
+    ir::Value chunk = bb.Binary(Op::And, bb.Binary(Op::ShiftRightLogical, e, Fill(d, kBits * k, t, dims)),
+                                Fill(d, (1 << kBits) - 1, t, dims));
+    ir::Value p = bb.Binary(Op::Pow, BroadcastTo(d, base, dims), chunk);
+    r = k == 0 ? p : bb.Binary(Op::Mul, r, p);
+    for (int64_t i = 0; k + 1 < chunks && i < kBits; ++i) base = bb.Binary(Op::Mul, base, base);
+  }
+  if (!at::isSignedType(t)) return r;
+  return bb.Select(bb.Compare(ir::CompareDir::LT, e, Fill(d, 0, t, dims)), direct, r);
+}
 
 at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
   TORCH_CHECK(!(at::isIntegralType(a.scalar_type(), true) && e.isIntegral(true) && e.toLong() < 0),
@@ -178,14 +230,19 @@ at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
     if (v == 0.5 && at::isFloatingType(t)) return Wrap(bb.Unary(Op::Sqrt, x), d);
     if (v == -1 && at::isFloatingType(t)) return Wrap(bb.Binary(Op::Div, Fill(d, 1, t, a.sizes().vec()), x), d);
   }
-  return Wrap(bb.Binary(Op::Pow, x, Number(d, e, t, a.sizes().vec())), d);
+  return Wrap(Power(d, x, Number(d, e, t, a.sizes().vec()), t), d);
 }
-at::Tensor pow_tensor_tensor(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Pow, at::result_type(a, b)); }
+at::Tensor pow_tensor_tensor(const at::Tensor& a, const at::Tensor& b) {
+  TraceScope s;
+  const at::ScalarType t = at::result_type(a, b);
+  Operands o = Prepare(a, b, t);
+  return Wrap(Power(o.device, o.x, o.y, t), o.device);
+}
 at::Tensor pow_scalar(const at::Scalar& base, const at::Tensor& e) {
   TraceScope s;
   const at::ScalarType t = at::result_type(base, e);
   const int d = DeviceIndex(e);
-  return Wrap(B(d).Binary(Op::Pow, Number(d, base, t, e.sizes().vec()), ValAs(e, t)), d);
+  return Wrap(Power(d, Number(d, base, t, {}, /*wrapped=*/true), ValAs(e, t), t), d);
 }
 
 at::Tensor Logical(const at::Tensor& a, const at::Tensor& b, Op op) {
@@ -247,8 +304,9 @@ TPJ_CMP(ge, GE)
 
 at::Tensor Unary(const at::Tensor& a, Op op, bool to_float) {
   TraceScope s;
-  const at::ScalarType t = to_float ? FloatType(a.scalar_type()) : a.scalar_type();
-  return Wrap(B(DeviceIndex(a)).Unary(op, ValAs(a, t)), DeviceIndex(a));
+  if (!to_float) return Wrap(B(DeviceIndex(a)).Unary(op, Val(a)), DeviceIndex(a));
+  const at::ScalarType t = FloatType(a.scalar_type()), ct = OpMath(t);
+  return WrapIn(B(DeviceIndex(a)).Unary(op, ValAs(a, ct)), t, DeviceIndex(a));
 }
 
 #define TPJ_UNARY(name, op, to_float) \
@@ -296,6 +354,13 @@ at::Tensor IntegerSafe(const at::Tensor& a, Op op) {
 at::Tensor floor(const at::Tensor& a) { return IntegerSafe(a, Op::Floor); }
 at::Tensor ceil(const at::Tensor& a) { return IntegerSafe(a, Op::Ceil); }
 at::Tensor round(const at::Tensor& a) { return IntegerSafe(a, Op::Round); }
+// A constant divisor fed from the host: XLA rewrites a division by a
+// constant into a multiplication by its reciprocal, a rounding off the
+// CPU's (hardswish's gradient at -1.5 would be -1.5e-8, not 0).
+ir::Value Divisor(int d, double v, at::ScalarType t, const std::vector<int64_t>& shape) {
+  return BroadcastTo(d, ScalarParam(d, v, t), shape);
+}
+
 // round to `decimals` places as the CPU: nearbyint(x * 10^d) / 10^d, or
 // nearbyint(x / 10^-d) * 10^-d for negative d
 at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
@@ -308,10 +373,8 @@ at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
   const double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
   // half types in float, rounded once (the CPU's opmath)
   const at::ScalarType t = a.scalar_type(), ct = t == at::kDouble ? t : at::kFloat;
-  // fed from the host: XLA rewrites a division by a constant into a
-  // multiplication by its reciprocal, one rounding off the CPU's
-  // (-0.43 would print as -0.42999998)
-  ir::Value ten = BroadcastTo(d, ScalarParam(d, p, ct), a.sizes().vec());
+  // a Divisor: -0.43 would print as -0.42999998
+  ir::Value ten = Divisor(d, p, ct, a.sizes().vec());
   ir::Value x = ValAs(a, ct);
   ir::Value r = decimals > 0 ? b.Binary(Op::Div, b.Unary(Op::Round, b.Binary(Op::Mul, x, ten)), ten)
                              : b.Binary(Op::Mul, b.Unary(Op::Round, b.Binary(Op::Div, x, ten)), ten);
@@ -503,10 +566,12 @@ at::Tensor threshold(const at::Tensor& a, const at::Scalar& th, const at::Scalar
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   const auto shape = a.sizes().vec();
-  ir::Value x = Val(a);
+  const at::ScalarType t = OpMath(a.scalar_type());  // the numbers as half types' float, as the CPU
+  ir::Value x = ValAs(a, t);
   // x <= threshold ? value : x, as the CPU: NaN stays NaN
-  ir::Value drop = b.Compare(ir::CompareDir::LE, x, Number(d, th, a.scalar_type(), shape));
-  return Wrap(b.Select(drop, Number(d, value, a.scalar_type(), shape), x), d);
+  ir::Value drop = b.Compare(ir::CompareDir::LE, x, Number(d, th, t, shape));
+  ir::Value v = b.Convert(Number(d, value, a.scalar_type(), shape), ToIr(t));  // the value in range (the CPU's check)
+  return WrapIn(b.Select(drop, v, x), a.scalar_type(), d);
 }
 
 constexpr double kSqrt1_2 = 0.70710678118654752440;
@@ -517,10 +582,10 @@ at::Tensor gelu(const at::Tensor& a, c10::string_view approximate) {
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType t = a.scalar_type();
+  const at::ScalarType t = OpMath(a.scalar_type());
   const auto shape = a.sizes().vec();
   auto c = [&](double v) { return Fill(d, v, t, shape); };
-  ir::Value x = Val(a);
+  ir::Value x = ValAs(a, t);
   ir::Value inner;
   if (approximate == "tanh") {
     ir::Value x3 = b.Binary(Op::Mul, b.Binary(Op::Mul, x, x), x);
@@ -528,7 +593,7 @@ at::Tensor gelu(const at::Tensor& a, c10::string_view approximate) {
   } else {
     inner = ErfSaturated(d, b.Binary(Op::Mul, x, c(kSqrt1_2)));
   }
-  return Wrap(b.Binary(Op::Mul, b.Binary(Op::Mul, c(0.5), x), b.Binary(Op::Add, c(1), inner)), d);
+  return WrapIn(b.Binary(Op::Mul, b.Binary(Op::Mul, c(0.5), x), b.Binary(Op::Add, c(1), inner)), a.scalar_type(), d);
 }
 
 // The activations' backward ops broadcast grad and input against each other,
@@ -536,7 +601,7 @@ at::Tensor gelu(const at::Tensor& a, c10::string_view approximate) {
 // one of them only).
 at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = OpMath(self.scalar_type());
   Operands o = Prepare(grad, self, t);
   const int d = o.device;
   ir::Builder& b = B(d);
@@ -559,44 +624,47 @@ at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::st
                              b.Unary(Op::Exp, b.Binary(Op::Mul, c(-0.5), b.Binary(Op::Mul, x, x))));
     dx = b.Binary(Op::Add, cdf, b.Binary(Op::Mul, x, pdf));
   }
-  return Wrap(b.Binary(Op::Mul, g, dx), d);
+  return WrapIn(b.Binary(Op::Mul, g, dx), self.scalar_type(), d);
 }
 
 at::Tensor silu(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  ir::Value x = Val(a);
-  return Wrap(b.Binary(Op::Mul, x, b.Unary(Op::Logistic, x)), d);
+  ir::Value x = ValAs(a, OpMath(a.scalar_type()));
+  return WrapIn(b.Binary(Op::Mul, x, b.Unary(Op::Logistic, x)), a.scalar_type(), d);
 }
 
 at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
   TraceScope s;
-  Operands o = Prepare(grad, self, self.scalar_type());
+  const at::ScalarType t = OpMath(self.scalar_type());
+  Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
   ir::Value x = o.y;
   ir::Value sg = b.Unary(Op::Logistic, x);
-  ir::Value one = Fill(o.device, 1, self.scalar_type(), o.shape);
+  ir::Value one = Fill(o.device, 1, t, o.shape);
   ir::Value dx = b.Binary(Op::Mul, sg, b.Binary(Op::Add, one, b.Binary(Op::Mul, x, b.Binary(Op::Sub, one, sg))));
-  return Wrap(b.Binary(Op::Mul, o.x, dx), o.device);
+  return WrapIn(b.Binary(Op::Mul, o.x, dx), self.scalar_type(), o.device);
 }
 
 at::Tensor sigmoid_backward(const at::Tensor& grad, const at::Tensor& out) {
   TraceScope s;
-  Operands o = Prepare(grad, out, out.scalar_type());
+  const at::ScalarType t = OpMath(out.scalar_type());
+  Operands o = Prepare(grad, out, t);
   ir::Builder& b = B(o.device);
   ir::Value y = o.y;
-  ir::Value one = Fill(o.device, 1, out.scalar_type(), o.shape);
-  return Wrap(b.Binary(Op::Mul, o.x, b.Binary(Op::Mul, y, b.Binary(Op::Sub, one, y))), o.device);
+  ir::Value one = Fill(o.device, 1, t, o.shape);
+  return WrapIn(b.Binary(Op::Mul, o.x, b.Binary(Op::Mul, y, b.Binary(Op::Sub, one, y))), out.scalar_type(), o.device);
 }
 
 at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& out) {
   TraceScope s;
-  Operands o = Prepare(grad, out, out.scalar_type());
+  const at::ScalarType t = OpMath(out.scalar_type());
+  Operands o = Prepare(grad, out, t);
   ir::Builder& b = B(o.device);
   ir::Value y = o.y;
-  ir::Value one = Fill(o.device, 1, out.scalar_type(), o.shape);
-  return Wrap(b.Binary(Op::Mul, o.x, b.Binary(Op::Sub, one, b.Binary(Op::Mul, y, y))), o.device);
+  ir::Value one = Fill(o.device, 1, t, o.shape);
+  return WrapIn(b.Binary(Op::Mul, o.x, b.Binary(Op::Sub, one, b.Binary(Op::Mul, y, y))), out.scalar_type(), o.device);
 }
 
 at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {
@@ -604,9 +672,10 @@ at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   const auto shape = a.sizes().vec();
-  ir::Value x = Val(a);
-  ir::Value pos = b.Compare(ir::CompareDir::GT, x, Fill(d, 0, a.scalar_type(), shape));
-  return Wrap(b.Select(pos, x, b.Binary(Op::Mul, x, Number(d, slope, a.scalar_type(), shape))), d);
+  const at::ScalarType t = OpMath(a.scalar_type());
+  ir::Value x = ValAs(a, t);
+  ir::Value pos = b.Compare(ir::CompareDir::GT, x, Fill(d, 0, t, shape));
+  return WrapIn(b.Select(pos, x, b.Binary(Op::Mul, x, Number(d, slope, t, shape))), a.scalar_type(), d);
 }
 
 at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& slope, bool) {
@@ -628,6 +697,8 @@ ir::Value HardClamp(int d, ir::Value x, double lo, double hi, at::ScalarType t, 
 
 at::Tensor hardtanh(const at::Tensor& a, const at::Scalar& lo, const at::Scalar& hi) {
   TORCH_CHECK(a.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
+  RefuseOutOfRange(lo, a.scalar_type());
+  RefuseOutOfRange(hi, a.scalar_type());
   TraceScope s;
   const int d = DeviceIndex(a);
   return Wrap(HardClamp(d, Val(a), lo.toDouble(), hi.toDouble(), a.scalar_type(), a.sizes().vec()), d);
@@ -648,48 +719,50 @@ at::Tensor hardtanh_backward(const at::Tensor& grad, const at::Tensor& self, con
 ir::Value HardSigmoid(int d, ir::Value x, at::ScalarType t, const std::vector<int64_t>& shape) {
   ir::Builder& b = B(d);
   ir::Value r = HardClamp(d, b.Binary(Op::Add, x, Fill(d, 3, t, shape)), 0, 6, t, shape);
-  return b.Binary(Op::Div, r, Fill(d, 6, t, shape));
+  return b.Binary(Op::Div, r, Divisor(d, 6, t, shape));
 }
 
 at::Tensor hardsigmoid(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
-  return Wrap(HardSigmoid(d, Val(a), a.scalar_type(), a.sizes().vec()), d);
+  const at::ScalarType t = OpMath(a.scalar_type());
+  return WrapIn(HardSigmoid(d, ValAs(a, t), t, a.sizes().vec()), a.scalar_type(), d);
 }
 
 at::Tensor hardswish(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
-  ir::Value x = Val(a);
+  const at::ScalarType t = OpMath(a.scalar_type());
+  ir::Value x = ValAs(a, t);
   // x * clamp(x + 3, 0, 6) / 6, in the CPU's order of operations
   const auto shape = a.sizes().vec();
   ir::Builder& b = B(d);
-  ir::Value r = HardClamp(d, b.Binary(Op::Add, x, Fill(d, 3, a.scalar_type(), shape)), 0, 6, a.scalar_type(), shape);
-  return Wrap(b.Binary(Op::Div, b.Binary(Op::Mul, x, r), Fill(d, 6, a.scalar_type(), shape)), d);
+  ir::Value r = HardClamp(d, b.Binary(Op::Add, x, Fill(d, 3, t, shape)), 0, 6, t, shape);
+  return WrapIn(b.Binary(Op::Div, b.Binary(Op::Mul, x, r), Divisor(d, 6, t, shape)), a.scalar_type(), d);
 }
 
 at::Tensor hardsigmoid_backward(const at::Tensor& grad, const at::Tensor& self) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = OpMath(self.scalar_type());
   Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
   // -3 < x < 3: grad / 6, else 0
   ir::Value in = b.Binary(Op::And, b.Compare(ir::CompareDir::GT, o.y, Fill(o.device, -3, t, o.shape)),
                           b.Compare(ir::CompareDir::LT, o.y, Fill(o.device, 3, t, o.shape)));
-  return Wrap(b.Select(in, b.Binary(Op::Div, o.x, Fill(o.device, 6, t, o.shape)), Fill(o.device, 0, t, o.shape)),
-              o.device);
+  return WrapIn(b.Select(in, b.Binary(Op::Div, o.x, Divisor(o.device, 6, t, o.shape)), Fill(o.device, 0, t, o.shape)),
+                self.scalar_type(), o.device);
 }
 
 at::Tensor hardswish_backward(const at::Tensor& grad, const at::Tensor& self) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = OpMath(self.scalar_type());
   Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
   auto c = [&](double v) { return Fill(o.device, v, t, o.shape); };
   // x <= -3: 0; x < 3: grad * (x / 3 + 0.5); else grad (the CPU's branches)
-  ir::Value mid = b.Binary(Op::Mul, o.x, b.Binary(Op::Add, b.Binary(Op::Div, o.y, c(3)), c(0.5)));
+  ir::Value mid = b.Binary(Op::Mul, o.x, b.Binary(Op::Add, b.Binary(Op::Div, o.y, Divisor(o.device, 3, t, o.shape)), c(0.5)));
   ir::Value r = b.Select(b.Compare(ir::CompareDir::LT, o.y, c(3)), mid, o.x);
-  return Wrap(b.Select(b.Compare(ir::CompareDir::LE, o.y, c(-3)), c(0), r), o.device);
+  return WrapIn(b.Select(b.Compare(ir::CompareDir::LE, o.y, c(-3)), c(0), r), self.scalar_type(), o.device);
 }
 
 // log(1 + e^x) as the CPU's softplus and mish write it
@@ -700,24 +773,25 @@ at::Tensor softplus(const at::Tensor& a, const at::Scalar& beta, const at::Scala
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType t = a.scalar_type();
+  const at::ScalarType t = OpMath(a.scalar_type());
   const auto shape = a.sizes().vec();
-  ir::Value x = Val(a);
+  ir::Value x = ValAs(a, t);
   ir::Value bx = b.Binary(Op::Mul, x, Number(d, beta, t, shape));
   ir::Value sp = b.Binary(Op::Div, Log1pExp(b, bx), Number(d, beta, t, shape));
-  return Wrap(b.Select(b.Compare(ir::CompareDir::GT, bx, Number(d, threshold, t, shape)), x, sp), d);
+  return WrapIn(b.Select(b.Compare(ir::CompareDir::GT, bx, Number(d, threshold, t, shape)), x, sp), a.scalar_type(), d);
 }
 
 at::Tensor softplus_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& beta,
                              const at::Scalar& threshold) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = OpMath(self.scalar_type());
   Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
   ir::Value bx = b.Binary(Op::Mul, o.y, Number(o.device, beta, t, o.shape));
   ir::Value z = b.Unary(Op::Exp, bx);
   ir::Value g = b.Binary(Op::Div, b.Binary(Op::Mul, o.x, z), b.Binary(Op::Add, z, Fill(o.device, 1, t, o.shape)));
-  return Wrap(b.Select(b.Compare(ir::CompareDir::GT, bx, Number(o.device, threshold, t, o.shape)), o.x, g), o.device);
+  return WrapIn(b.Select(b.Compare(ir::CompareDir::GT, bx, Number(o.device, threshold, t, o.shape)), o.x, g),
+                self.scalar_type(), o.device);
 }
 
 // mish(x) = x * tanh(softplus(x)), as the CPU: x * tanh(log1p(exp(x)))
@@ -725,13 +799,13 @@ at::Tensor mish(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  ir::Value x = Val(a);
-  return Wrap(b.Binary(Op::Mul, x, b.Unary(Op::Tanh, Log1pExp(b, x))), d);
+  ir::Value x = ValAs(a, OpMath(a.scalar_type()));
+  return WrapIn(b.Binary(Op::Mul, x, b.Unary(Op::Tanh, Log1pExp(b, x))), a.scalar_type(), d);
 }
 
 at::Tensor mish_backward(const at::Tensor& grad, const at::Tensor& self) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = OpMath(self.scalar_type());
   Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
   ir::Value one = Fill(o.device, 1, t, o.shape);
@@ -740,7 +814,7 @@ at::Tensor mish_backward(const at::Tensor& grad, const at::Tensor& self) {
   // grad * (tanh(sp) + x * sigmoid(x) * (1 - tanh(sp)^2))
   ir::Value dx = b.Binary(Op::Add, th, b.Binary(Op::Mul, b.Binary(Op::Mul, o.y, sg),
                                                 b.Binary(Op::Sub, one, b.Binary(Op::Mul, th, th))));
-  return Wrap(b.Binary(Op::Mul, o.x, dx), o.device);
+  return WrapIn(b.Binary(Op::Mul, o.x, dx), self.scalar_type(), o.device);
 }
 
 // log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), as the CPU writes it; the
@@ -751,25 +825,25 @@ std::tuple<at::Tensor, at::Tensor> log_sigmoid_forward(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType t = a.scalar_type();
+  const at::ScalarType t = OpMath(a.scalar_type());
   const auto shape = a.sizes().vec();
-  ir::Value x = Val(a);
+  ir::Value x = ValAs(a, t);
   ir::Value z = b.Unary(Op::Exp, b.Unary(Op::Neg, b.Unary(Op::Abs, x)));
   ir::Value lo = b.Binary(Op::Min, x, Fill(d, 0, t, shape));
-  return {Wrap(b.Binary(Op::Sub, lo, b.Unary(Op::Log1p, z)), d), Wrap(z, d)};
+  return {WrapIn(b.Binary(Op::Sub, lo, b.Unary(Op::Log1p, z)), a.scalar_type(), d), WrapIn(z, a.scalar_type(), d)};
 }
 
 // d/dx = x < 0 ? 1 - z / (1 + z) : z / (1 + z), z = exp(-|x|)
 at::Tensor log_sigmoid_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& buffer) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = OpMath(self.scalar_type());
   Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
   ir::Value one = Fill(o.device, 1, t, o.shape);
   ir::Value z = b.Unary(Op::Exp, b.Unary(Op::Neg, b.Unary(Op::Abs, o.y)));
   ir::Value q = b.Binary(Op::Div, z, b.Binary(Op::Add, one, z));
   ir::Value neg = b.Compare(ir::CompareDir::LT, o.y, Fill(o.device, 0, t, o.shape));
-  return Wrap(b.Binary(Op::Mul, o.x, b.Select(neg, b.Binary(Op::Sub, one, q), q)), o.device);
+  return WrapIn(b.Binary(Op::Mul, o.x, b.Select(neg, b.Binary(Op::Sub, one, q), q)), self.scalar_type(), o.device);
 }
 
 // elu(x) = x > 0 ? scale x : scale alpha (exp(x input_scale) - 1)
@@ -777,19 +851,19 @@ at::Tensor elu(const at::Tensor& a, const at::Scalar& alpha, const at::Scalar& s
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType t = a.scalar_type();
+  const at::ScalarType t = OpMath(a.scalar_type());
   const auto shape = a.sizes().vec();
-  ir::Value x = Val(a);
+  ir::Value x = ValAs(a, t);
   ir::Value neg = b.Binary(Op::Mul, Number(d, alpha, t, shape),
                            b.Unary(Op::Expm1, b.Binary(Op::Mul, x, Number(d, input_scale, t, shape))));
   ir::Value r = b.Select(b.Compare(ir::CompareDir::GT, x, Fill(d, 0, t, shape)), x, neg);
-  return Wrap(b.Binary(Op::Mul, r, Number(d, scale, t, shape)), d);
+  return WrapIn(b.Binary(Op::Mul, r, Number(d, scale, t, shape)), a.scalar_type(), d);
 }
 
 at::Tensor elu_backward(const at::Tensor& grad, const at::Scalar& alpha, const at::Scalar& scale,
                         const at::Scalar& input_scale, bool is_result, const at::Tensor& self_or_result) {
   TraceScope s;
-  const at::ScalarType t = self_or_result.scalar_type();
+  const at::ScalarType t = OpMath(self_or_result.scalar_type());
   Operands o = Prepare(grad, self_or_result, t);
   ir::Builder& b = B(o.device);
   auto n = [&](const at::Scalar& v) { return Number(o.device, v, t, o.shape); };
@@ -804,7 +878,8 @@ at::Tensor elu_backward(const at::Tensor& grad, const at::Scalar& alpha, const a
   }
   // x <= 0 takes the negative branch: a NaN input keeps grad * scale, as the CPU
   ir::Value neg = b.Compare(ir::CompareDir::LE, o.y, Fill(o.device, 0, t, o.shape));
-  return Wrap(b.Select(neg, b.Binary(Op::Mul, o.x, neg_slope), b.Binary(Op::Mul, o.x, n(scale))), o.device);
+  return WrapIn(b.Select(neg, b.Binary(Op::Mul, o.x, neg_slope), b.Binary(Op::Mul, o.x, n(scale))),
+                self_or_result.scalar_type(), o.device);
 }
 
 // ------------------------------------------------------ clamp, where, fill
@@ -891,9 +966,12 @@ at::Tensor AddcOp(const at::Tensor& self, const at::Tensor& t1, const at::Tensor
   const int d = CommonDevice({&self, &t1, &t2});
   std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), t1.sizes()), t2.sizes());
   ir::Builder& b = B(d);
-  ir::Value prod = b.Binary(op, BroadcastTo(d, Operand(t1, d, t), shape), BroadcastTo(d, Operand(t2, d, t), shape));
-  if (!IsOne(value)) prod = b.Binary(Op::Mul, prod, Number(d, value, t, shape));
-  return Wrap(b.Binary(Op::Add, BroadcastTo(d, Operand(self, d, t), shape), prod), d);
+  // self + value * t1 op t2, in that order, half types in float (the CPU's kernels)
+  const at::ScalarType ct = OpMath(t);
+  ir::Value x1 = BroadcastTo(d, Operand(t1, d, ct), shape);
+  if (!IsOne(value)) x1 = b.Binary(Op::Mul, Number(d, value, ct, shape), x1);
+  ir::Value prod = b.Binary(op, x1, BroadcastTo(d, Operand(t2, d, ct), shape));
+  return WrapIn(b.Binary(Op::Add, BroadcastTo(d, Operand(self, d, ct), shape), prod), t, d);
 }
 at::Tensor addcmul(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
   return AddcOp(self, a, b, v, Op::Mul);
@@ -902,14 +980,30 @@ at::Tensor addcdiv(const at::Tensor& self, const at::Tensor& a, const at::Tensor
   return AddcOp(self, a, b, v, Op::Div);
 }
 
+// The CPU's lerp: x + w (y - x) where |w| < 0.5, else y - (y - x)(1 - w),
+// exact at both ends; complex weights take the first form throughout. A
+// number weight picks its form while tracing (`small`), a tensor one per
+// element.
+ir::Value Lerp(int d, ir::Value x, ir::Value y, ir::Value w, at::ScalarType t, std::optional<bool> small = {}) {
+  ir::Builder& b = B(d);
+  ir::Value diff = b.Binary(Op::Sub, y, x);
+  auto near_x = [&] { return b.Binary(Op::Add, x, b.Binary(Op::Mul, w, diff)); };
+  if (at::isComplexType(t) || small == std::optional<bool>(true)) return near_x();
+  const auto shape = b.shape(x).dims;
+  ir::Value near_y = b.Binary(Op::Sub, y, b.Binary(Op::Mul, diff, b.Binary(Op::Sub, Fill(d, 1, t, shape), w)));
+  if (small) return near_y;
+  ir::Value below = b.Compare(ir::CompareDir::LT, b.Unary(Op::Abs, w), Fill(d, 0.5, t, shape));
+  return b.Select(below, near_x(), near_y);
+}
+
 at::Tensor lerp_scalar(const at::Tensor& self, const at::Tensor& end, const at::Scalar& w) {
   TraceScope s;
   const at::ScalarType t = self.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_scalar\" not implemented for '", t, "'");
-  Operands o = Prepare(self, end, t);
-  ir::Builder& b = B(o.device);
-  ir::Value diff = b.Binary(Op::Sub, o.y, o.x);
-  return Wrap(b.Binary(Op::Add, o.x, b.Binary(Op::Mul, Number(o.device, w, t, o.shape), diff)), o.device);
+  const at::ScalarType ct = OpMath(t);
+  Operands o = Prepare(self, end, ct);
+  const bool small = w.isComplex() || std::abs(w.toDouble()) < 0.5;
+  return WrapIn(Lerp(o.device, o.x, o.y, Number(o.device, w, ct, o.shape), ct, small), t, o.device);
 }
 
 at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& w) {
@@ -918,11 +1012,10 @@ at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_tensor\" not implemented for '", t, "'");
   const int d = CommonDevice({&self, &end, &w});
   std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), end.sizes()), w.sizes());
-  ir::Builder& b = B(d);
-  ir::Value x = BroadcastTo(d, Operand(self, d, t), shape);
-  ir::Value y = BroadcastTo(d, Operand(end, d, t), shape);
-  ir::Value ww = BroadcastTo(d, Operand(w, d, t), shape);
-  return Wrap(b.Binary(Op::Add, x, b.Binary(Op::Mul, ww, b.Binary(Op::Sub, y, x))), d);
+  const at::ScalarType ct = OpMath(t);
+  ir::Value x = BroadcastTo(d, Operand(self, d, ct), shape);
+  ir::Value y = BroadcastTo(d, Operand(end, d, ct), shape);
+  return WrapIn(Lerp(d, x, y, BroadcastTo(d, Operand(w, d, ct), shape), ct), t, d);
 }
 
 // An operand that partly overlaps the tensor written (x[1:] += x[:-1]) is
@@ -1026,6 +1119,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("floor_divide", floor_divide);
   KN("floor_divide.Scalar", floor_divide_scalar);
   KN("remainder.Scalar", remainder_scalar);
+  K("remainder.Scalar_Tensor", remainder_scalar_tensor);
   K("fmod.Tensor", fmod_tensor);
   KN("fmod.Scalar", fmod_scalar);
   K("pow.Tensor_Scalar", pow_tensor_scalar);

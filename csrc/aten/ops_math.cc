@@ -46,7 +46,6 @@ struct Ctx {
 // A float-valued function of one tensor (integers and bool promote to the
 // default float dtype, as PyTorch's unary float ops do).
 // Half and bfloat16 compute in float and round once, as the CPU's opmath.
-at::ScalarType OpMath(at::ScalarType t) { return at::toOpMathType(t); }
 
 // Complex inputs run `op` on the CPU (these formulas are for real numbers).
 template <typename F>

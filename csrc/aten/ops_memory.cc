@@ -65,7 +65,8 @@ at::Tensor scalar_tensor(const at::Scalar& s, std::optional<at::ScalarType> dtyp
   const int d = TargetDevice(device);
   TraceScope scope;
   at::Tensor out = Empty({}, t, d);
-  Assign(out, ScalarParam(d, s, t));  // checked as fill_ checks it
+  // as the CPU's: an integer out of range refused, a half type's cast (inf)
+  Assign(out, ScalarParam(d, s, t, /*wrapped=*/t == at::kHalf || t == at::kBFloat16));
   return out;
 }
 

@@ -501,7 +501,8 @@ at::Tensor softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
   const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
   const auto shape = a.sizes().vec();
   if (shape.empty()) return Wrap(Fill(d, 1, t, {}), d);
-  return Wrap(Softmax(d, ValAs(a, t), shape, WrapDim(dim, a.dim()), t), d);
+  const at::ScalarType ct = OpMath(t);  // half types in float, rounded once (the CPU's kernel)
+  return WrapIn(Softmax(d, ValAs(a, ct), shape, WrapDim(dim, a.dim()), ct), t, d);
 }
 
 // softmax, with 0 for the rows that are all -inf (fully masked attention
@@ -511,14 +512,14 @@ at::Tensor safe_softmax(const at::Tensor& a, int64_t dim, std::optional<at::Scal
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType t = dtype ? *dtype : a.scalar_type();
+  const at::ScalarType ot = dtype ? *dtype : a.scalar_type(), t = OpMath(ot);
   const auto shape = a.sizes().vec();
   ir::Value x = ValAs(a, t);
   ir::Value neg_inf = b.Compare(ir::CompareDir::EQ, x, Fill(d, -INFINITY, t, shape));
-  if (shape.empty()) return Wrap(b.Select(neg_inf, Fill(d, 0, t, shape), Fill(d, 1, t, shape)), d);
+  if (shape.empty()) return WrapIn(b.Select(neg_inf, Fill(d, 0, t, shape), Fill(d, 1, t, shape)), ot, d);
   const int64_t w = WrapDim(dim, a.dim());
   ir::Value masked = BroadcastTo(d, ReduceValue(d, neg_inf, shape, {w}, ReduceKind::And, at::kBool, true), shape);
-  return Wrap(b.Select(masked, Fill(d, 0, t, shape), Softmax(d, x, shape, w, t)), d);
+  return WrapIn(b.Select(masked, Fill(d, 0, t, shape), Softmax(d, x, shape, w, t)), ot, d);
 }
 
 at::Tensor log_softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
@@ -527,7 +528,8 @@ at::Tensor log_softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
   const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
   const auto shape = a.sizes().vec();
   if (shape.empty()) return Wrap(Fill(d, 0, t, {}), d);
-  return Wrap(LogSoftmax(d, ValAs(a, t), shape, WrapDim(dim, a.dim()), t), d);
+  const at::ScalarType ct = OpMath(t);
+  return WrapIn(LogSoftmax(d, ValAs(a, ct), shape, WrapDim(dim, a.dim()), ct), t, d);
 }
 
 at::Tensor softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {
@@ -535,10 +537,10 @@ at::Tensor softmax_backward(const at::Tensor& grad, const at::Tensor& out, int64
   const int d = DeviceIndex(out);
   ir::Builder& b = B(d);
   const auto shape = out.sizes().vec();
-  const at::ScalarType t = out.scalar_type();
+  const at::ScalarType t = OpMath(out.scalar_type());
   if (shape.empty()) return Wrap(Fill(d, 0, input_dtype, {}), d);
   const int64_t w = WrapDim(dim, out.dim());
-  ir::Value y = Val(out);
+  ir::Value y = ValAs(out, t);
   ir::Value g = ValAs(grad, t);
   ir::Value gy = b.Binary(Op::Mul, g, y);
   ir::Value sum = BroadcastTo(d, ReduceValue(d, gy, shape, {w}, ReduceKind::Sum, t, true), shape);
@@ -551,12 +553,12 @@ at::Tensor log_softmax_backward(const at::Tensor& grad, const at::Tensor& out, i
   const int d = DeviceIndex(out);
   ir::Builder& b = B(d);
   const auto shape = out.sizes().vec();
-  const at::ScalarType t = out.scalar_type();
+  const at::ScalarType t = OpMath(out.scalar_type());
   if (shape.empty()) return Wrap(Fill(d, 0, input_dtype, {}), d);
   const int64_t w = WrapDim(dim, out.dim());
   ir::Value g = ValAs(grad, t);
   ir::Value sum = BroadcastTo(d, ReduceValue(d, g, shape, {w}, ReduceKind::Sum, t, true), shape);
-  return Wrap(b.Convert(b.Binary(Op::Sub, g, b.Binary(Op::Mul, b.Unary(Op::Exp, Val(out)), sum)), ToIr(input_dtype)), d);
+  return WrapIn(b.Binary(Op::Sub, g, b.Binary(Op::Mul, b.Unary(Op::Exp, ValAs(out, t)), sum)), input_dtype, d);
 }
 
 // ---------------------------------------------------------- matrix products

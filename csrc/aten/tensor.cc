@@ -537,6 +537,11 @@ T ScalarAs(const at::Scalar& s, bool wrapped) {
 
 }  // namespace
 
+void RefuseOutOfRange(const at::Scalar& s, at::ScalarType dtype) {
+  if (dtype == at::kHalf) (void)s.to<at::Half>();
+  if (dtype == at::kBFloat16) (void)s.to<at::BFloat16>();
+}
+
 ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool wrapped) {
   // The common dtypes convert on the stack; a CPU tensor per number cost an
   // allocation and a dispatch.
@@ -549,6 +554,7 @@ ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, boo
     case at::kBool: { const uint8_t v = s.to<bool>() ? 1 : 0; return rt.ScalarValue(device, ir::DType::Bool, &v); }
     default: break;
   }
+  if (!wrapped) RefuseOutOfRange(s, dtype);
   // scalar_tensor fills (checked); .to casts as TensorIterator does
   at::Tensor host = wrapped ? at::scalar_tensor(s, at::TensorOptions().dtype(s.type())).to(dtype)
                             : at::scalar_tensor(s, at::TensorOptions().dtype(dtype));

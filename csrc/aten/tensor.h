@@ -99,6 +99,12 @@ std::optional<at::Tensor> Scattered(const at::Tensor& base, const at::Tensor& pa
 // and bounds; `wrapped` casts it as TensorIterator casts a Python number
 // operand of a binary op instead (300 as uint8 is 44, 1e40 as float32 inf).
 ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, bool wrapped = false);
+// An op's own number (clamp's bounds, fill_'s value) out of float16's or
+// bfloat16's range is refused with the CPU's error, as its Scalar::to
+// refuses it; ScalarParam does it unless `wrapped` (a Python number in a
+// tensor's place, which TensorIterator casts: inf). Integers are refused by
+// the conversion itself.
+void RefuseOutOfRange(const at::Scalar& s, at::ScalarType dtype);
 // A 0-d constant (for numbers that shape the program, e.g. 0, 1, eps). `v`
 // must fit `dtype`: a double outside an integer type's range is undefined.
 ir::Value Const(int device, double v, at::ScalarType dtype);
