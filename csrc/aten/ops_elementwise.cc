@@ -283,8 +283,12 @@ at::Tensor rshift_s(const at::Tensor& a, const at::Scalar& b) { return Shift(a, 
 // ------------------------------------------------------------- comparisons
 
 at::Tensor Cmp(const at::Tensor& a, const at::Tensor& b, ir::CompareDir dir) {
+  const at::ScalarType t = at::result_type(a, b);
+  // complex numbers have no order: NotImplementedError, as the CPU's kernels
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(t) || dir == ir::CompareDir::EQ || dir == ir::CompareDir::NE,
+                              "ordering comparisons (<, <=, >, >=) are not implemented for '", t, "'");
   TraceScope s;
-  Operands o = Prepare(a, b, at::result_type(a, b));
+  Operands o = Prepare(a, b, t);
   return Wrap(B(o.device).Compare(dir, o.x, o.y), o.device);
 }
 #define TPJ_CMP(name, dir)                                                                            \

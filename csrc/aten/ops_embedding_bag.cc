@@ -63,7 +63,7 @@ ir::Value ScatterAddRows(ir::Builder& b, ir::Value into, ir::Value idx, ir::Valu
 ir::Value Indices(int d, const at::Tensor& t, int64_t size, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt, "embedding_bag: expected ", what,
               " to be int32 or int64, got ", t.scalar_type());
-  return CheckedIndex(d, Operand(t, d, t.scalar_type()), size, false, "embedding_bag");
+  return CheckedIndex(d, Operand(t, d, t.scalar_type()), size, false, "embedding_bag", runtime::ErrorKind::kValue);
 }
 
 // The bag of each of the n index positions: the number of the first `bags`
@@ -86,7 +86,7 @@ ir::Value BagIds(int d, const at::Tensor& offsets, int64_t bags, int64_t n) {
       CheckNone(d, b.Compare(CompareDir::GT, lo, hi), runtime::ErrorKind::kValue,
                 "embedding_bag: offsets must be non-decreasing");
     }
-    CheckNone(d, b.Compare(CompareDir::GT, off, I64(b, {m}, n)), runtime::ErrorKind::kIndex,
+    CheckNone(d, b.Compare(CompareDir::GT, off, I64(b, {m}, n)), runtime::ErrorKind::kValue,
               "embedding_bag: an offset is larger than the number of indices " + std::to_string(n));
   }
   if (n == 0) return b.Full(ir::DType::I64, {0}, 0);
@@ -211,7 +211,7 @@ at::Tensor DenseBackward(int d, const at::Tensor& grad, const at::Tensor& indice
   if (mode == kMax) {
     TORCH_CHECK(max_indices.dim() == 2 && max_indices.size(0) == bags,
                 "embedding_bag backward: max_indices must be [bags, dim] in max mode, got ", max_indices.sizes());
-    ir::Value which = CheckedIndex(d, b.Reshape(Val(max_indices), {bags * dim}), num_weights, false, "embedding_bag");
+    ir::Value which = CheckedIndex(d, b.Reshape(Val(max_indices), {bags * dim}), num_weights, false, "embedding_bag", runtime::ErrorKind::kValue);
     which = b.Reshape(which, {bags, dim, 1});
     ir::Value col = b.Iota({ir::DType::I64, {bags, dim, 1}}, 1);
     ir::Value filled = b.Compare(CompareDir::GT, Rows(b, b.Convert(Val(bag_size), ir::DType::I64), dim),

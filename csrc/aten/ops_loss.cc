@@ -211,7 +211,7 @@ MultiMargin MultiMarginParts(const Rows& r, const at::Tensor& target, const at::
   const std::vector<int64_t> m{r.nframe, r.dim};
   TORCH_CHECK(target.dim() <= 1 && target.numel() == r.nframe, "inconsistent target size, expected ", r.nframe,
               " but got ", target.sizes());
-  ir::Value y = b.Reshape(CheckedIndex(r.d, Val(target), r.dim, false, "multi_margin_loss"), {r.nframe});
+  ir::Value y = b.Reshape(CheckedIndex(r.d, Val(target), r.dim, false, "multi_margin_loss", runtime::ErrorKind::kValue), {r.nframe});
   MultiMargin p;
   p.is_y = b.Compare(CompareDir::EQ, b.Iota({ir::DType::I64, m}, 1), b.BroadcastInDim(y, m, {0}));
   // x[y] and weight[y] as sums of one selected element and -0.0 elsewhere
@@ -293,7 +293,7 @@ MultiLabel MultiLabelParts(const Rows& r, const at::Tensor& target) {
   ir::Value tg = b.Reshape(b.Convert(Val(target), ir::DType::I64), nk);
   ir::Value bad = b.Binary(Op::Or, b.Compare(CompareDir::LT, tg, b.Full(ir::DType::I64, nk, -1)),
                            b.Compare(CompareDir::GE, tg, b.Full(ir::DType::I64, nk, static_cast<double>(r.dim))));
-  CheckNone(r.d, bad, runtime::ErrorKind::kIndex, "multilabel_margin_loss: target out of range");
+  CheckNone(r.d, bad, runtime::ErrorKind::kValue, "multilabel_margin_loss: target out of range");
   // a row's targets end at its first negative entry
   ir::Value neg = b.Convert(b.Compare(CompareDir::LT, tg, b.Full(ir::DType::I64, nk, 0)), ir::DType::I32);
   ir::Value ended = b.ReduceWindow(neg, b.ScalarConstant(ir::DType::I32, 0), ir::ReduceKind::Max, {1, k}, {1, 1}, {}, {},

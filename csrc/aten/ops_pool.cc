@@ -158,7 +158,7 @@ at::Tensor MaxUnpool(const at::Tensor& self, const at::Tensor& indices, c10::Sym
   const at::ScalarType t = self.scalar_type();
   const auto oshape = WithSpatial(self.sizes().vec(), out);
   if (self.numel() == 0) return Wrap(Fill(d, 0, t, oshape), d);
-  ir::Value idx = CheckedIndex(d, Val(indices), Numel(out), false, op);
+  ir::Value idx = CheckedIndex(d, Val(indices), Numel(out), false, op, runtime::ErrorKind::kValue);
   return Wrap(PlaceByIndex(d, Val(self), idx, oshape, n, t, true), d);
 }
 at::Tensor max_unpool2d(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size) {

@@ -232,7 +232,8 @@ ir::Value ArgExtreme(int d, ir::Value x, const std::vector<int64_t>& shape, int6
 
 namespace {
 
-std::tuple<at::Tensor, at::Tensor> MaxMinDim(const at::Tensor& a, int64_t dim, bool keepdim, bool is_max) {
+std::tuple<at::Tensor, at::Tensor> MaxMinDim(const at::Tensor& a, int64_t dim, bool keepdim, bool is_max,
+                                             const char* op) {
   TraceScope s;
   const int d = DeviceIndex(a);
   const int64_t w = WrapDim(dim, a.dim());
@@ -241,7 +242,7 @@ std::tuple<at::Tensor, at::Tensor> MaxMinDim(const at::Tensor& a, int64_t dim, b
   if (shape.empty()) {
     return {Wrap(x, d), Wrap(Fill(d, 0, at::kLong, {}), d)};
   }
-  TORCH_CHECK(shape[w] > 0, "max/min(): Expected reduction dim ", w, " to have non-zero size.");
+  TORCH_CHECK_INDEX(shape[w] > 0, op, "(): Expected reduction dim ", w, " to have non-zero size.");
   ir::Value values;
   ir::Value idx = ArgExtreme(d, x, shape, w, is_max, a.scalar_type(), &values);
   ir::Builder& b = B(d);
@@ -253,8 +254,12 @@ std::tuple<at::Tensor, at::Tensor> MaxMinDim(const at::Tensor& a, int64_t dim, b
   }
   return {Wrap(values, d), Wrap(idx, d)};
 }
-std::tuple<at::Tensor, at::Tensor> max_dim(const at::Tensor& a, int64_t dim, bool keepdim) { return MaxMinDim(a, dim, keepdim, true); }
-std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor& a, int64_t dim, bool keepdim) { return MaxMinDim(a, dim, keepdim, false); }
+std::tuple<at::Tensor, at::Tensor> max_dim(const at::Tensor& a, int64_t dim, bool keepdim) {
+  return MaxMinDim(a, dim, keepdim, true, "max");
+}
+std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor& a, int64_t dim, bool keepdim) {
+  return MaxMinDim(a, dim, keepdim, false, "min");
+}
 
 at::Tensor ArgMaxMin(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim, bool is_max) {
   TORCH_CHECK(a.scalar_type() != at::kBool, is_max ? "argmax" : "argmin", "(): does not support bool input");
@@ -262,13 +267,14 @@ at::Tensor ArgMaxMin(const at::Tensor& a, std::optional<int64_t> dim, bool keepd
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   if (!dim) {
-    TORCH_CHECK(a.numel() > 0, "argmax/argmin(): Expected reduction dim to be specified for input.numel() == 0.");
+    TORCH_CHECK_INDEX(a.numel() > 0, is_max ? "argmax" : "argmin",
+                      "(): Expected reduction dim to be specified for input.numel() == 0.");
     ir::Value flat = b.Reshape(Val(a), {a.numel()});
     ir::Value idx = ArgExtreme(d, flat, {a.numel()}, 0, is_max, a.scalar_type(), nullptr);
     std::vector<int64_t> out = keepdim ? std::vector<int64_t>(a.dim(), 1) : std::vector<int64_t>{};
     return Wrap(b.Reshape(idx, out), d);
   }
-  auto r = MaxMinDim(a, *dim, keepdim, is_max);
+  auto r = MaxMinDim(a, *dim, keepdim, is_max, is_max ? "argmax" : "argmin");
   return std::get<1>(r);
 }
 at::Tensor argmax(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim) { return ArgMaxMin(a, dim, keepdim, true); }

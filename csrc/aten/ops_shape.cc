@@ -114,7 +114,7 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
   TORCH_CHECK(index.dim() == self.dim(), "Index tensor must have the same number of dimensions as input tensor");
   const auto ishape = index.sizes().vec();
   if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), ishape), d);
-  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), self.size(w), false, "gather()"), ishape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), self.size(w), false, "gather()", runtime::ErrorKind::kValue), ishape, w);
   ir::GatherDims g;
   for (int64_t i = 0; i < self.dim(); ++i) {
     g.collapsed_slice_dims.push_back(i);
@@ -142,7 +142,7 @@ ir::Value ScatterInto(int d, ir::Value operand, const std::vector<int64_t>& shap
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int64_t w = WrapDim(dim, rank);
   const auto ishape = index.sizes().vec();
-  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), shape[w], false, "scatter()"), ishape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), shape[w], false, "scatter()", runtime::ErrorKind::kValue), ishape, w);
   ir::ScatterDims sd;
   for (int64_t i = 0; i < rank; ++i) {
     sd.inserted_window_dims.push_back(i);

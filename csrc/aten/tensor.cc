@@ -616,7 +616,8 @@ void CheckNone(int device, ir::Value bad, runtime::ErrorKind kind, const std::st
   rt.AddCheck(device, bad, kind, what);
 }
 
-ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok, const char* op) {
+ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok, const char* op,
+                       runtime::ErrorKind kind) {
   ir::Builder& b = B(device);
   idx = b.Convert(idx, ir::DType::I64);
   const auto shape = b.shape(idx).dims;
@@ -624,7 +625,7 @@ ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok
   const int64_t lo = negative_ok ? -size : 0;
   ir::Value bad = b.Binary(ir::Op::Or, b.Compare(ir::CompareDir::LT, idx, full(lo)),
                            b.Compare(ir::CompareDir::GE, idx, full(size)));
-  CheckNone(device, bad, runtime::ErrorKind::kIndex,
+  CheckNone(device, bad, kind,
             std::string(op) + ": index out of range: an index is outside [" + std::to_string(lo) + ", " +
                 std::to_string(size) + ") for a dimension of size " + std::to_string(size));
   if (!negative_ok) return idx;

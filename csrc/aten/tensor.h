@@ -123,8 +123,11 @@ ir::Value BroadcastTo(int device, ir::Value v, const std::vector<int64_t>& to);
 void CheckNone(int device, ir::Value bad, runtime::ErrorKind kind, const std::string& what);
 // Index values (any integer dtype) as i64, negative entries wrapped by
 // `size` when `negative_ok` (advanced indexing), with a check that every one
-// is in range: [-size, size) or [0, size). `op` names the op in the error.
-ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok, const char* op);
+// is in range: [-size, size) or [0, size). `op` names the op in the error;
+// `kind` is the CPU's exception for it (IndexError for indexing, index_select
+// and embedding; RuntimeError, kValue, for gather, scatter, embedding_bag).
+ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok, const char* op,
+                       runtime::ErrorKind kind = runtime::ErrorKind::kIndex);
 
 // The device all pjrt tensors among `ts` are on; checks they agree.
 int CommonDevice(std::initializer_list<const at::Tensor*> ts);

@@ -223,6 +223,11 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("lerp of int", lambda t: t.lerp(t + 1, 0.5), torch.tensor([1, 2])),
     ("lerp of int, tensor weight", lambda t: t.lerp(t + 1, t), torch.tensor([1, 2])),
     ("vector_norm of int", lambda t: torch.linalg.vector_norm(t), torch.tensor([3, 4])),
+    # IndexError there, as on the CPU
+    ("max over an empty dim", lambda t: t.max(0), torch.empty(0, 3)),
+    ("min over an empty dim", lambda t: t.min(0), torch.empty(0, 3)),
+    ("argmax of an empty tensor", lambda t: t.argmax(), torch.empty(0, 3)),
+    ("argmin over an empty dim", lambda t: t.argmin(0), torch.empty(0, 3)),
     ("norm of int", lambda t: t.norm(), torch.tensor([3, 4])),
     # an out= form's own dtype rule (its Meta kernel's), beyond "the result castable to the output"
     ("topk into int32 indices", lambda t: torch.topk(t, 2, out=(t.new_zeros(2), t.new_zeros(2, dtype=torch.int32))),
@@ -409,3 +414,13 @@ def test_grid_sample_clips_nan_and_inf_coordinates_as_on_the_cpu(mode, padding):
         want, got = on_both(lambda i, gr: F.grid_sample(i, gr, mode=mode, padding_mode=padding, align_corners=align),
                             img, grid)
         assert torch.equal(got, want), (align, got, want)
+
+
+def test_complex_numbers_have_no_order():
+    z = torch.tensor([1j, 2.0])
+    for fn in (lambda t: t < 1, lambda t: t >= t, lambda t: t > 0):
+        with pytest.raises(NotImplementedError):
+            fn(z)
+        with pytest.raises(NotImplementedError, match="not implemented for 'ComplexFloat'"):
+            fn(z.to(DEV)).cpu()
+    same(lambda t: t == 1j, z)

@@ -52,19 +52,21 @@ def test_out_of_range_index_raises_like_the_cpu(name):
     op = INDEX_CASES[name]
     x = torch.arange(5.0)
     bad = torch.tensor([1, 7])
-    with pytest.raises((IndexError, RuntimeError)):
+    with pytest.raises((IndexError, RuntimeError)) as on_cpu:
         r = op(x, bad)
         if isinstance(r, torch.Tensor):
             r.sum().item()  # CPU kernels may check lazily too; make sure they ran
+    kind = on_cpu.type  # IndexError for indexing, RuntimeError for gather and scatter: the same here
     good = op(x, torch.tensor([1, 3]))
     xd = x.to(DEV)
     keep = (xd * 3)  # same program as the bad op
-    with pytest.raises(IndexError, match="out of"):
+    with pytest.raises(kind, match="out of") as on_pjrt:
         out = None
         out = op(xd, bad.to(DEV))  # torch itself may check on the host first (then it raises here)
         out.cpu()
+    assert on_pjrt.type is kind
     if out is not None:  # the check ran in the program
-        with pytest.raises(IndexError):
+        with pytest.raises(kind):
             keep.cpu()  # every tensor the failed program wrote raises the same error
     assert torch.equal(xd.cpu(), x)  # an input it did not write keeps its value
     ok = op(xd, torch.tensor([1, 3]).to(DEV))  # the device keeps working
