@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
-#include <ATen/OpMathType.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -47,7 +46,10 @@ ir::Precision ProductPrecision(ir::DType t);
 // The dtype a lowering of `t` computes in: float for float16 and bfloat16,
 // rounded to `t` once at the end (WrapIn), as the CPU's kernels for them
 // compute (at::opmath_type); `t` itself for every other dtype.
-inline at::ScalarType OpMath(at::ScalarType t) { return at::toOpMathType(t); }
+inline at::ScalarType OpMath(at::ScalarType t) {
+  if (t == at::kHalf || t == at::kBFloat16) return at::kFloat;
+  return t == at::kComplexHalf ? at::kComplexFloat : t;  // (at::toOpMathType asserts on the unsigned types)
+}
 
 // `v`, computed in OpMath(t), as a tensor of dtype `t` on `device`.
 inline at::Tensor WrapIn(ir::Value v, at::ScalarType t, int device) {

@@ -4,6 +4,7 @@
 // out below; every other in-place and out= form is derived (aten/derived.h).
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/TypeProperties.h>
 
 #include <cmath>
 
@@ -69,14 +70,20 @@ at::Tensor MaxMin(const at::Tensor& a, const at::Tensor& b, Op op) {
 // to the result's dtype first, as Prepare does.
 bool ScalarInFloat(const at::Tensor& b, at::ScalarType t) { return at::isReducedFloatingType(t) && b.numel() == 1; }
 
+// a in t, then in float; b read in float from its own value.
+Operands ScalarInFloatOperands(const at::Tensor& a, const at::Tensor& b, at::ScalarType t) {
+  Operands o;
+  o.device = CommonDevice({&a, &b});
+  o.shape = at::infer_size(a.sizes(), b.sizes());
+  o.x = B(o.device).Convert(BroadcastTo(o.device, Operand(a, o.device, t), o.shape), ir::DType::F32);
+  o.y = BroadcastTo(o.device, Operand(b, o.device, at::kFloat), o.shape);
+  return o;
+}
+
 at::Tensor ByScalarInFloat(const at::Tensor& a, const at::Tensor& b, Op op, at::ScalarType t) {
   TraceScope s;
-  const int d = CommonDevice({&a, &b});
-  ir::Builder& bb = B(d);
-  const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
-  ir::Value x = bb.Convert(BroadcastTo(d, Operand(a, d, t), shape), ir::DType::F32);
-  ir::Value y = BroadcastTo(d, Operand(b, d, at::kFloat), shape);
-  return Wrap(bb.Convert(bb.Binary(op, x, y), ToIr(t)), d);
+  Operands o = ScalarInFloatOperands(a, b, t);
+  return WrapIn(B(o.device).Binary(op, o.x, o.y), t, o.device);
 }
 
 at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) {
@@ -129,8 +136,9 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
     return Wrap(B(o.device).Binary(Op::Div, o.x, o.y), o.device);
   }
   // rounded division by a one-element divisor: in float for half types, as true division
-  const at::ScalarType ct = !integral && ScalarInFloat(b, rt) ? at::kFloat : rt;
-  Operands o = Prepare(a, b, ct);
+  const bool in_float = !integral && ScalarInFloat(b, rt);
+  const at::ScalarType ct = in_float ? at::kFloat : rt;
+  Operands o = in_float ? ScalarInFloatOperands(a, b, rt) : Prepare(a, b, rt);
   ir::Builder& bb = B(o.device);
   if (*mode == "trunc" || *mode == "floor") CheckIntegerDivisor(o, rt);
   if (*mode == "trunc") {
@@ -684,11 +692,12 @@ at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {
 
 at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self, const at::Scalar& slope, bool) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  const at::ScalarType t = OpMath(self.scalar_type());  // the slope read in float for half types
   Operands o = Prepare(grad, self, t);
   ir::Builder& b = B(o.device);
   ir::Value pos = b.Compare(ir::CompareDir::GT, o.y, Fill(o.device, 0, t, o.shape));
-  return Wrap(b.Select(pos, o.x, b.Binary(Op::Mul, o.x, Number(o.device, slope, t, o.shape))), o.device);
+  return WrapIn(b.Select(pos, o.x, b.Binary(Op::Mul, o.x, Number(o.device, slope, t, o.shape))), self.scalar_type(),
+                o.device);
 }
 
 // hardtanh(x) = min(max(x, lo), hi) with NaN kept (as relu6 on the CPU).
@@ -966,16 +975,20 @@ at::Tensor& masked_fill_tensor_(at::Tensor& self, const at::Tensor& mask, const 
 
 at::Tensor AddcOp(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const at::Scalar& value, Op op) {
   TraceScope s;
-  const at::ScalarType t = at::promoteTypes(at::result_type(self, t1), t2.scalar_type());
+  // PyTorch's promotion over the three (a 0-d operand does not widen the
+  // others' category, as promoteTypes of its dtype would)
+  at::native::ResultTypeState st;
+  for (const at::Tensor* x : {&self, &t1, &t2}) st = at::native::update_result_type_state(*x, st);
+  const at::ScalarType t = at::native::result_type(st);
   const int d = CommonDevice({&self, &t1, &t2});
   std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), t1.sizes()), t2.sizes());
   ir::Builder& b = B(d);
   // self + value * t1 op t2, in that order, half types in float (the CPU's kernels)
   const at::ScalarType ct = OpMath(t);
-  ir::Value x1 = BroadcastTo(d, Operand(t1, d, ct), shape);
+  auto in = [&](const at::Tensor& x) { return b.Convert(BroadcastTo(d, Operand(x, d, t), shape), ToIr(ct)); };
+  ir::Value x1 = in(t1);
   if (!IsOne(value)) x1 = b.Binary(Op::Mul, Number(d, value, ct, shape), x1);
-  ir::Value prod = b.Binary(op, x1, BroadcastTo(d, Operand(t2, d, ct), shape));
-  return WrapIn(b.Binary(Op::Add, BroadcastTo(d, Operand(self, d, ct), shape), prod), t, d);
+  return WrapIn(b.Binary(Op::Add, in(self), b.Binary(op, x1, in(t2))), t, d);
 }
 at::Tensor addcmul(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
   return AddcOp(self, a, b, v, Op::Mul);
@@ -985,7 +998,8 @@ at::Tensor addcdiv(const at::Tensor& self, const at::Tensor& a, const at::Tensor
 }
 
 // The CPU's lerp: x + w (y - x) where |w| < 0.5, else y - (y - x)(1 - w),
-// exact at both ends; complex weights take the first form throughout. A
+// exact at both ends; complex weights take the first form throughout (the
+// CPU picks by |w| for them too: not matched, as before). A
 // number weight picks its form while tracing (`small`), a tensor one per
 // element.
 ir::Value Lerp(int d, ir::Value x, ir::Value y, ir::Value w, at::ScalarType t, std::optional<bool> small = {}) {
@@ -1006,7 +1020,9 @@ at::Tensor lerp_scalar(const at::Tensor& self, const at::Tensor& end, const at::
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_scalar\" not implemented for '", t, "'");
   const at::ScalarType ct = OpMath(t);
   Operands o = Prepare(self, end, ct);
-  const bool small = w.isComplex() || std::abs(w.toDouble()) < 0.5;
+  // |w| < 0.5 in the type the CPU reads w in (float for float and half types)
+  const double wv = w.isComplex() ? 0 : w.toDouble();
+  const bool small = w.isComplex() || (ct == at::kDouble ? std::abs(wv) < 0.5 : std::abs(static_cast<float>(wv)) < 0.5f);
   return WrapIn(Lerp(o.device, o.x, o.y, Number(o.device, w, ct, o.shape), ct, small), t, o.device);
 }
 

@@ -520,7 +520,7 @@ at::Tensor safe_softmax(const at::Tensor& a, int64_t dim, std::optional<at::Scal
   ir::Builder& b = B(d);
   const at::ScalarType ot = dtype ? *dtype : a.scalar_type(), t = OpMath(ot);
   const auto shape = a.sizes().vec();
-  ir::Value x = ValAs(a, t);
+  ir::Value x = b.Convert(ValAs(a, ot), ToIr(t));  // in `dtype` first, as at::softmax converts
   ir::Value neg_inf = b.Compare(ir::CompareDir::EQ, x, Fill(d, -INFINITY, t, shape));
   if (shape.empty()) return WrapIn(b.Select(neg_inf, Fill(d, 0, t, shape), Fill(d, 1, t, shape)), ot, d);
   const int64_t w = WrapDim(dim, a.dim());

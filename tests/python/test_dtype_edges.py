@@ -287,6 +287,9 @@ def test_half_times_or_over_a_number_reads_it_in_float():
     same(lambda t: t / 1e-10, h)
     same(lambda t: t.clone().mul_(70000.0), h)
     same(lambda t: t.clone().div_(1e-10), h)
+    same(lambda t: t // torch.tensor(2.0, dtype=torch.bfloat16, device=t.device), torch.tensor([259, -259]))  # 259 is 260 in bfloat16
+    same(lambda t: torch.addcmul(t, t, torch.tensor(1.003, device=t.device)), b)  # the float32 0-d operand rounded first
+    same(lambda t: torch.softmax(t, 0, dtype=torch.bfloat16), b.float() * 1.001)  # in bfloat16 first, as at::softmax
     for fn in (lambda t: t * 1.003, lambda t: 1.003 * t, lambda t: t / 1.003, lambda t: 1.003 / t, lambda t: t // 0.3,
                lambda t: torch.div(t, 0.3, rounding_mode="trunc"), lambda t: t * torch.tensor(1.003, device=t.device)):
         same(fn, b)
@@ -357,8 +360,8 @@ def test_integer_pow_reads_the_whole_exponent(dtype):
     if wide:
         same(lambda t: t ** torch.tensor([256, 300, 62, 0, 1001, 5], dtype=dtype, device=t.device), base)
     if dtype.is_signed:  # negative exponents: 0, or +-1 for a base of +-1
-        same(lambda t: torch.tensor([1, -1, 2, 0, -1, 1], dtype=dtype, device=t.device) ** t,
-             torch.tensor([-3, -2, -1, -5, 7, 0], dtype=dtype))
+        same(lambda t: torch.tensor([1, -1, 2, 0, -1, 1, -1], dtype=dtype, device=t.device) ** t,
+             torch.tensor([-3, -2, -1, -5, 7, 0, -3], dtype=dtype))
 
 
 def test_numbers_left_of_minus_and_pow_are_cast_as_on_the_cpu():

@@ -264,6 +264,7 @@ def test_batched_grad_outputs_are_traced_not_replayed():
     torch.autograd.grad(compiled(plain).sum(), plain)  # recorded now: a later batched call must not replay it
     torch.testing.assert_close(jacobian(compiled, x.to(DEV)).cpu(), want)
     torch.testing.assert_close(torch.autograd.functional.jacobian(compiled, x.to(DEV), vectorize=True).cpu(), want)
+    assert any("batched" in why for why in pjrt_dynamo.call_stats()["refusals"])
 
 
 @torch.library.custom_op("tpj_test::scale_by_item", mutates_args=())
