@@ -25,9 +25,16 @@ at::Tensor AddSub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& al
   TraceScope s;
   Operands o = Prepare(a, b, t);
   ir::Builder& bb = B(o.device);
-  ir::Value y = o.y;
-  if (!IsOne(alpha)) y = bb.Binary(Op::Mul, y, Number(o.device, alpha, t, o.shape));
-  return Wrap(bb.Binary(sub ? Op::Sub : Op::Add, o.x, y), o.device);
+  if (!IsOne(alpha)) {
+    // x + alpha y in float for half types, rounded once, as the CPU's
+    // vectorized loop (its scalar tail rounds alpha y first: docs/semantics.md)
+    // (alpha itself refused out of the half type's range, as there)
+    const at::ScalarType ct = OpMath(t);
+    RefuseOutOfRange(alpha, t);
+    ir::Value y = bb.Binary(Op::Mul, bb.Convert(o.y, ToIr(ct)), Number(o.device, alpha, ct, o.shape));
+    return WrapIn(bb.Binary(sub ? Op::Sub : Op::Add, bb.Convert(o.x, ToIr(ct)), y), t, o.device);
+  }
+  return Wrap(bb.Binary(sub ? Op::Sub : Op::Add, o.x, o.y), o.device);
 }
 
 at::Tensor add_tensor(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return AddSub(a, b, alpha, false); }

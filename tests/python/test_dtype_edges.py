@@ -296,6 +296,16 @@ def test_half_times_or_over_a_number_reads_it_in_float():
         same(fn, b.half())
 
 
+def test_half_add_with_alpha_rounds_once_as_the_cpus_vector_loop():
+    # 64 elements: the CPU's vectorized loop, a + alpha * b in float rounded
+    # once (its scalar tail, for 16 or fewer, would round alpha * b first)
+    for dtype, (a, b) in ((torch.bfloat16, (4.5625, -1.8203125)), (torch.float16, (-2.12109375, 0.84814453125))):
+        x, y = torch.full((64,), a, dtype=dtype), torch.full((64,), b, dtype=dtype)
+        same(lambda s, t: torch.add(s, t, alpha=2.5), x, y)
+        same(lambda s, t: s.clone().sub_(t, alpha=-2.5), x, y)
+        assert torch.add(x.to(DEV), y.to(DEV), alpha=2.5)[0].item() == a + 2.5 * b  # exact in either dtype
+
+
 def _ulps_off(want, got):
     """How many elements differ, and whether any by more than a rounding or two."""
     a, b = want.float(), got.float()
