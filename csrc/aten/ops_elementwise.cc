@@ -391,7 +391,7 @@ at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
   ir::Builder& b = B(d);
   const double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
   // half types in float, rounded once (the CPU's opmath)
-  const at::ScalarType t = a.scalar_type(), ct = t == at::kDouble ? t : at::kFloat;
+  const at::ScalarType t = a.scalar_type(), ct = OpMath(t);
   // a Divisor: -0.43 would print as -0.42999998
   ir::Value ten = Divisor(d, p, ct, a.sizes().vec());
   ir::Value x = ValAs(a, ct);

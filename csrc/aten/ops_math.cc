@@ -9,7 +9,6 @@
 //
 // Their gradients are PyTorch's own formulas (derivatives.yaml) over lowered
 // ops, except logit's backward, which is an op of its own.
-#include <ATen/OpMathType.h>
 #include <ATen/native/Math.h>
 
 #include <cmath>

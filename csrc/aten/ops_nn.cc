@@ -1,6 +1,5 @@
 // Neural-network lowerings: layer and batch normalization, convolution,
 // losses, each with its backward (pooling: ops_pool.cc).
-#include <ATen/OpMathType.h>
 
 #include <algorithm>
 #include <cmath>
@@ -53,7 +52,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
   ir::Builder& b = B(d);
   // Half types normalize in float and round once, as on the CPU (a float16
   // sum of squares past 65504 is no overflow then).
-  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);
+  const at::ScalarType out = input.scalar_type(), t = OpMath(out);
   const auto shape = input.sizes().vec();
   const auto dims = Range(axis, input.dim());
   double n = 1;
@@ -80,7 +79,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
-  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);  // half types in float
+  const at::ScalarType out = input.scalar_type(), t = OpMath(out);  // half types in float
   const auto shape = input.sizes().vec();
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
   const auto norm_dims = Range(axis, input.dim());
@@ -132,7 +131,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
-  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);  // half types in float
+  const at::ScalarType out = input.scalar_type(), t = OpMath(out);  // half types in float
   const auto shape = input.sizes().vec();
   const int64_t c = shape[1];
   // Nothing to normalize: the CPU returns empty results before it looks at
@@ -213,7 +212,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
-  const at::ScalarType out = input.scalar_type(), t = at::toOpMathType(out);  // half types in float
+  const at::ScalarType out = input.scalar_type(), t = OpMath(out);  // half types in float
   const auto shape = input.sizes().vec();
   const int64_t c = shape[1];
   double n = 1;

@@ -6,7 +6,6 @@
 // grad_scale the gradients are unscaled in place, as the fused kernels
 // write them back; with found_inf every update is a select that keeps the
 // old values when it is set, instead of a host-side skip.
-#include <ATen/OpMathType.h>
 
 #include <map>
 #include <tuple>
@@ -82,7 +81,7 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
     const at::Tensor& p = params[i];
     const int d = CommonDevice({&p, &grads[i], &exp_avgs[i], &exp_avg_sqs[i], &state_steps[i]});
     ir::Builder& b = B(d);
-    const at::ScalarType t = at::toOpMathType(p.scalar_type());  // half types update in float
+    const at::ScalarType t = OpMath(p.scalar_type());  // half types update in float
     const std::vector<int64_t> shape = p.sizes().vec();
     for (const at::Tensor* x : {&grads[i], &exp_avgs[i], &exp_avg_sqs[i]}) {
       TORCH_CHECK(x->sizes() == p.sizes(), op, ": every state tensor must have its parameter's shape ", p.sizes(),
@@ -155,7 +154,7 @@ void FusedSgd(at::TensorList params, at::TensorList grads, at::TensorList bufs, 
   if (momentum != 0) CheckLists(n, {bufs.size()}, "_fused_sgd_");
   for (size_t i = 0; i < n; ++i) {
     const at::Tensor& p = params[i];
-    const at::ScalarType t = at::toOpMathType(p.scalar_type());
+    const at::ScalarType t = OpMath(p.scalar_type());
     const at::Tensor param = p.to(t);
     at::Tensor g = DecayedGrad(grads[i], param, weight_decay, maximize, grad_scale, found_inf);
     if (momentum != 0) {
@@ -179,7 +178,7 @@ void FusedAdagrad(at::TensorList params, at::TensorList grads, at::TensorList st
   CheckLists(n, {grads.size(), state_sums.size(), state_steps.size()}, "_fused_adagrad_");
   for (size_t i = 0; i < n; ++i) {
     const at::Tensor& p = params[i];
-    const at::ScalarType t = at::toOpMathType(p.scalar_type());
+    const at::ScalarType t = OpMath(p.scalar_type());
     const at::Tensor param = p.to(t);
     const at::Tensor g = DecayedGrad(grads[i], param, weight_decay, maximize, grad_scale, found_inf);
     const at::Tensor clr = lr / ((state_steps[i].to(t) - 1) * lr_decay + 1);

@@ -7,7 +7,6 @@
 //
 // Inputs are viewed as [N, spatial...] with batch and channels merged; the
 // spatial dims are 1..n of that view.
-#include <ATen/OpMathType.h>
 
 #include <algorithm>
 #include <cstring>
@@ -300,7 +299,7 @@ at::Tensor AvgPool(const at::Tensor& self, int64_t n, at::IntArrayRef k, at::Int
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type(), ct = at::toOpMathType(t);
+  const at::ScalarType t = self.scalar_type(), ct = OpMath(t);
   const auto shape = self.sizes().vec();
   ir::Value x = Batched(d, ValAs(self, ct), shape, n);
   const int64_t bsz = b.shape(x).dims[0];
@@ -326,7 +325,7 @@ at::Tensor AvgPoolBackward(const at::Tensor& grad, const at::Tensor& self, int64
   TraceScope s;
   const int d = CommonDevice({&grad, &self});
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type(), ct = at::toOpMathType(t);
+  const at::ScalarType t = self.scalar_type(), ct = OpMath(t);
   const auto shape = self.sizes().vec();
   const int64_t bsz = self.numel() / std::max<int64_t>(Numel(p.in), 1);
   std::vector<int64_t> gshape{bsz};
@@ -460,7 +459,7 @@ at::Tensor AdaptiveAvgPool(const at::Tensor& self, at::IntArrayRef output_size, 
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type(), ct = at::toOpMathType(t);
+  const at::ScalarType t = self.scalar_type(), ct = OpMath(t);
   const auto shape = self.sizes().vec();
   const auto oshape = WithSpatial(shape, out);
   if (Numel(oshape) == 0) return Wrap(Fill(d, 0, t, oshape), d);
@@ -513,7 +512,7 @@ at::Tensor AdaptiveAvgPoolBackward(const at::Tensor& grad, const at::Tensor& sel
   TraceScope s;
   const int d = CommonDevice({&grad, &self});
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type(), ct = at::toOpMathType(t);
+  const at::ScalarType t = self.scalar_type(), ct = OpMath(t);
   const auto shape = self.sizes().vec(), gshape = grad.sizes().vec();
   TORCH_CHECK(gshape.size() == shape.size(), "adaptive_avg_pool backward: grad of shape ", grad.sizes(),
               " does not fit the input's ", self.sizes());

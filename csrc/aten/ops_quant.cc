@@ -6,7 +6,6 @@
 // scale; the mask (where q was in range) is what the backward multiplies
 // the gradient by. Composed of lowered ops: no value is read to the host
 // (the CPU reads fake_quant_enabled; here it selects).
-#include <ATen/OpMathType.h>
 
 #include <cmath>
 #include <limits>
@@ -30,7 +29,7 @@ void CheckRange(int64_t quant_min, int64_t quant_max) {
 // rounding. (The qparams below are float64 as on the CPU: a few numbers.)
 std::tuple<at::Tensor, at::Tensor> FakeQuant(const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point,
                                              int64_t quant_min, int64_t quant_max, at::ScalarType pt) {
-  const at::ScalarType ct = at::toOpMathType(self.scalar_type());
+  const at::ScalarType ct = OpMath(self.scalar_type());
   const at::Tensor x = self.to(ct);
   const at::Tensor sc = scale.to(at::kFloat);
   const at::Tensor inv = sc.reciprocal().to(ct);

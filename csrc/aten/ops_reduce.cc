@@ -3,7 +3,6 @@
 // log-softmax with their backward formulas, mm/bmm/addmm/baddbmm/dot/vdot/mv,
 // the 3-vector cross product.
 #include <ATen/AccumulateType.h>
-#include <ATen/OpMathType.h>
 
 #include <cmath>
 
@@ -305,7 +304,7 @@ at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::Op
   ir::Builder& b = B(d);
   const at::ScalarType in = dtype.value_or(FloatType(a.scalar_type()));
   const at::ScalarType out = c10::toRealValueType(in);  // |z| of a complex is real
-  const at::ScalarType t = at::toOpMathType(out);       // half types in float, rounded once
+  const at::ScalarType t = OpMath(out);       // half types in float, rounded once
   const auto dims = ReduceDims(dim, a.dim());
   const auto shape = a.sizes().vec();
   ir::Value x = b.Convert(b.Unary(Op::Abs, ValAs(a, in)), ToIr(t));
@@ -354,7 +353,7 @@ at::Tensor VarStd(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::o
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const at::ScalarType out = FloatType(a.scalar_type()), t = at::toOpMathType(out);  // half types in float
+  const at::ScalarType out = FloatType(a.scalar_type()), t = OpMath(out);  // half types in float
   const auto dims = ReduceDims(dim, a.dim());
   const auto shape = a.sizes().vec();
   ir::Value x = ValAs(a, t);
