@@ -206,7 +206,7 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
           t.rng_pending = true;
           break;
         case ReplayProgram::Target::kFlag:
-          t.MergeCheck(outs[o]);
+          MergeCheck(t, outs[o]);
           break;
       }
     }

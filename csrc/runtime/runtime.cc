@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <filesystem>
 
 #include "pjrt/discovery.h"
@@ -259,9 +260,22 @@ namespace {
 thread_local int trace_depth = 0;
 }  // namespace
 
+void Runtime::MergeCheck(Trace& t, ir::Value code) {
+  if (trace_depth > 0) {
+    const int device = static_cast<int>(&t - traces_.data());
+    bool seen = false;
+    for (const CheckBefore& c : op_checks_before_) seen |= c.device == device;
+    if (!seen) op_checks_before_.push_back(CheckBefore{device, t.epoch, t.check_code});
+  }
+  t.check_code = t.check_code.valid() ? t.builder->Binary(ir::Op::Max, t.check_code, code) : code;
+}
+
 TraceScope::TraceScope() : lock_(Runtime::Get().mu()) {
   outer_ = trace_depth++ == 0;
-  start_ns_ = outer_ ? NowNs() : 0;
+  if (!outer_) return;
+  start_ns_ = NowNs();
+  uncaught_ = std::uncaught_exceptions();
+  Runtime::Get().op_unlocated_before_ = Runtime::Get().unlocated_checks_.size();
 }
 
 TraceScope::~TraceScope() {
@@ -270,9 +284,24 @@ TraceScope::~TraceScope() {
   Metrics& m = Metrics::Get();
   m.trace_ns += NowNs() - start_ns_;
   m.traced_ops += 1;
+  Runtime& rt = Runtime::Get();
+  if (!rt.op_checks_before_.empty()) {
+    if (std::uncaught_exceptions() > uncaught_) {
+      // The op threw: its checks go with it. A trace launched meanwhile
+      // (a read to the host inside the op) keeps what it launched with.
+      for (const Runtime::CheckBefore& c : rt.op_checks_before_) {
+        Runtime::Trace& t = rt.traces_[static_cast<size_t>(c.device)];
+        if (t.epoch == c.epoch) t.check_code = c.code;
+      }
+      if (rt.unlocated_checks_.size() > rt.op_unlocated_before_) {
+        rt.unlocated_checks_.erase(rt.unlocated_checks_.begin() + static_cast<std::ptrdiff_t>(rt.op_unlocated_before_),
+                                   rt.unlocated_checks_.end());
+      }
+    }
+    rt.op_checks_before_.clear();
+  }
   // Checked while the lock is still held: an op with nothing to report
   // (nearly all of them) does not take the lock a second time.
-  Runtime& rt = Runtime::Get();
   const bool deferred = !rt.unreported_.empty() || !rt.debug_lines_.empty() || !rt.unlocated_checks_.empty() ||
                         WarningsQueued();
   lock_.unlock();

@@ -273,10 +273,6 @@ class Runtime {
     // reads) were traced, at most 64; given to its Outcome.
     std::vector<std::pair<int32_t, std::string>> check_sites;
     void AddCheckSite(int32_t id, const std::string& where);
-    // Folds one more check result (an i32 scalar: 0 or a failed check's id) into check_code.
-    void MergeCheck(ir::Value code) {
-      check_code = check_code.valid() ? builder->Binary(ir::Op::Max, check_code, code) : code;
-    }
     // Recorded graphs that joined this trace (Replay), until it is launched.
     std::vector<const ReplayProgram*> joined;
     int replicas = 1;  // > 1: the trace is one program over this many devices
@@ -337,6 +333,9 @@ class Runtime {
   // Recompile reasons wait here until the runtime lock is released: their
   // Python location needs the GIL, which must never be taken under the lock.
   void ReportDeferred();
+  // Folds one more check result (an i32 scalar: 0 or a failed check's id)
+  // into t.check_code; inside an op (a TraceScope), undone if the op throws.
+  void MergeCheck(Trace& t, ir::Value code);
   // After a launch: remembers its completion event, bounds the lists.
   void TrackLaunch(Trace& t, const DeviceBuffer& first_result);
   // What SyncDevice launched, for EndRecording (set only while it records).
@@ -415,6 +414,17 @@ class Runtime {
     int32_t id;
   };
   std::vector<UnlocatedCheck> unlocated_checks_;
+  // The op being traced (the outermost TraceScope): each trace's check_code
+  // before its first MergeCheck, and unlocated_checks_' length at its start.
+  // An op that throws (a lowering refusing its operands after it compiled a
+  // check in) takes its checks back, or the next program would fail for it.
+  struct CheckBefore {
+    int device;
+    int64_t epoch;
+    ir::Value code;
+  };
+  std::vector<CheckBefore> op_checks_before_;
+  size_t op_unlocated_before_ = 0;
   bool long_trace_warned_ = false;  // AssignFlat's warning, once per process
 };
 
@@ -427,6 +437,7 @@ class TraceScope {
  private:
   std::unique_lock<std::recursive_mutex> lock_;
   int64_t start_ns_;
+  int uncaught_;  // std::uncaught_exceptions() at the start: more at the end means the op threw
   bool outer_;
 };
 

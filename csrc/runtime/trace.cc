@@ -101,7 +101,7 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
     // Checks of the program that wrote s: this program's results are as
     // invalid as s if they failed (a flag already read is 0 and costs nothing).
     ir::Value prior = BufferParam(s.device_, s.outcome_->flag, ir::DType::I32);
-    t.MergeCheck(prior);
+    MergeCheck(t, prior);
     if (!s.outcome_->verified) {
       for (const auto& [id, where] : s.outcome_->check_sites) t.AddCheckSite(id, where);
     }
@@ -251,7 +251,7 @@ void Runtime::AddCheck(int device, ir::Value violated, ErrorKind kind, const std
   const int32_t id = CheckId(kind, what);
   unlocated_checks_.push_back(UnlocatedCheck{device, t.epoch, id});
   ir::Value code = b.Select(violated, b.ScalarConstant(ir::DType::I32, id), b.ScalarConstant(ir::DType::I32, 0));
-  t.MergeCheck(code);
+  MergeCheck(t, code);
 }
 
 std::string Runtime::ProgramText(int device, const std::vector<ir::Value>& values) {

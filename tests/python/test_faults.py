@@ -147,6 +147,25 @@ def test_integer_division_by_zero_raises(op):
     assert torch.isinf((a.float().to(DEV) / 0).cpu()).all()
 
 
+def test_an_op_that_throws_takes_its_checks_with_it():
+    # remainder checks its zero divisor, then refuses the out= dtype; index_select
+    # checks its index, then refuses out=. On the CPU nothing else is affected:
+    # the next, unrelated results must not fail for the op that never ran.
+    a, z = torch.tensor([5, 6, 7], device=DEV), torch.tensor([0, 1, 2], device=DEV)
+    x, bad = torch.arange(4.0, device=DEV), torch.tensor([9], device=DEV)
+    torch_pjrt.sync()
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch.remainder(a, z, out=torch.empty(3, dtype=torch.bool, device=DEV))
+    with pytest.raises(RuntimeError):
+        torch.index_select(x, 0, bad, out=torch.empty(1, dtype=torch.int64, device=DEV))
+    y = torch.arange(3.0, device=DEV) * 2
+    assert y.cpu().tolist() == [0.0, 2.0, 4.0]
+    torch_pjrt.sync(wait=True)
+    # a check of an op that did run still fails its program
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        (a // z).cpu()
+
+
 def test_checks_can_be_turned_off():
     r = run_python(textwrap.dedent("""
         import torch, torch_pjrt
