@@ -498,21 +498,28 @@ at::Tensor bitwise_not(const at::Tensor& a) {
   return Wrap(B(DeviceIndex(a)).Unary(Op::Not, Val(a)), DeviceIndex(a));
 }
 
+// Complex values are NaN (infinite) when either part is, as on the CPU.
 at::Tensor isnan(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
-  if (!at::isFloatingType(a.scalar_type())) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
+  if (!at::isFloatingType(a.scalar_type()) && !a.is_complex()) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
+  ir::Builder& b = B(d);
+  auto nan = [&](ir::Value x) { return b.Compare(ir::CompareDir::NE, x, x); };
   ir::Value x = Val(a);
-  return Wrap(B(d).Compare(ir::CompareDir::NE, x, x), d);
+  if (!a.is_complex()) return Wrap(nan(x), d);
+  return Wrap(b.Binary(Op::Or, nan(b.Real(x)), nan(b.Imag(x))), d);
 }
 
 at::Tensor isinf(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
-  if (!at::isFloatingType(a.scalar_type())) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
+  if (!at::isFloatingType(a.scalar_type()) && !a.is_complex()) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
   ir::Builder& b = B(d);
-  ir::Value x = b.Unary(Op::Abs, Val(a));
-  return Wrap(b.Compare(ir::CompareDir::EQ, x, Fill(d, INFINITY, a.scalar_type(), a.sizes().vec())), d);
+  const ir::Value inf = Fill(d, INFINITY, c10::toRealValueType(a.scalar_type()), a.sizes().vec());
+  auto infinite = [&](ir::Value x) { return b.Compare(ir::CompareDir::EQ, b.Unary(Op::Abs, x), inf); };
+  ir::Value x = Val(a);
+  if (!a.is_complex()) return Wrap(infinite(x), d);
+  return Wrap(b.Binary(Op::Or, infinite(b.Real(x)), infinite(b.Imag(x))), d);
 }
 
 // x == +inf (or -inf); all false for non-float dtypes.

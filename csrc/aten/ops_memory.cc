@@ -191,8 +191,6 @@ void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
 ir::Value CastForCopy(const at::Tensor& src, at::ScalarType t) {
   if (src.is_complex() && !at::isComplexType(t)) {
     TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
-    ir::Builder& b = B(DeviceIndex(src));
-    return b.Convert(b.Real(Val(src)), ToIr(t));
   }
   return ValAs(src, t);
 }

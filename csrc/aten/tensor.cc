@@ -237,6 +237,17 @@ namespace {
 // 255, 300.5 is 44). XLA's convert saturates instead (NaN gives 0).
 ir::Value FloatToInt(ir::Builder& b, ir::Value x, ir::DType to) {
   using ir::DType;
+  if (to == DType::U64) {
+    // [2^63, 2^64) is in range for uint64 (the CPU converts it exactly):
+    // converted less 2^63, which is added back as an integer.
+    const std::vector<int64_t>& dims = b.shape(x).dims;
+    const DType from = b.shape(x).dtype;
+    const double half = 9223372036854775808.0;
+    ir::Value high = b.Compare(ir::CompareDir::GE, x, b.Full(from, dims, half));
+    ir::Value low = b.Convert(FloatToInt(b, b.Select(high, b.Binary(ir::Op::Sub, x, b.Full(from, dims, half)), x), DType::I64),
+                              DType::U64);
+    return b.Select(high, b.Binary(ir::Op::Add, low, b.Full(DType::U64, dims, half)), low);
+  }
   const DType via = to == DType::I64 || to == DType::U8 || to == DType::U32 || to == DType::U64 ? DType::I64 : DType::I32;
   const double limit = via == DType::I64 ? 9223372036854775808.0 : 2147483648.0;
   const std::vector<int64_t> dims = b.shape(x).dims;
@@ -254,9 +265,16 @@ ir::Value ValAs(const at::Tensor& t, at::ScalarType dtype) {
   ir::Value v = Val(t);
   ir::Builder& b = B(DeviceIndex(t));
   const ir::DType to = ToIr(dtype);
-  if (at::isFloatingType(t.scalar_type()) && at::isIntegralType(dtype, /*includeBool=*/false)) {
-    return FloatToInt(b, v, to);
+  at::ScalarType from = t.scalar_type();
+  if (at::isComplexType(from) && !at::isComplexType(dtype)) {
+    if (dtype == at::kBool) {  // z != 0, as the CPU's cast: either part nonzero (NaN included)
+      auto nonzero = [&](ir::Value x) { return b.Compare(ir::CompareDir::NE, x, b.Full(b.shape(x).dtype, b.shape(x).dims, 0)); };
+      return b.Binary(ir::Op::Or, nonzero(b.Real(v)), nonzero(b.Imag(v)));
+    }
+    v = b.Real(v);  // to a real type: the real part, then as from its real type
+    from = c10::toRealValueType(from);
   }
+  if (at::isFloatingType(from) && at::isIntegralType(dtype, /*includeBool=*/false)) return FloatToInt(b, v, to);
   return b.Convert(v, to);
 }
 

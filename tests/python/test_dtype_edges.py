@@ -152,6 +152,24 @@ print([str(w.message) for w in caught])
     assert out.returncode == 0 and "discards the imaginary part" in out.stdout, out.stderr
 
 
+def test_complex_predicates_and_casts_look_at_both_parts():
+    z = torch.tensor([complex(nan, 0), complex(0, nan), complex(inf, 0), complex(0, -inf), 1j, 0j, 2 + 0j])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # complex to real discards the imaginary part, with the CPU's warning
+        for fn in (torch.isnan, torch.isinf, torch.isfinite, lambda t: t.bool(), torch.logical_not, torch.any, torch.all,
+                   lambda t: torch.logical_and(t, t.flip(0)), lambda t: torch.logical_xor(t, t * 1j),
+                   lambda t: torch.zeros(7, dtype=torch.bool, device=t.device).copy_(t),
+                   lambda t: t.to(torch.int64), lambda t: t.to(torch.uint8), lambda t: t.to(torch.float32)):
+            same(fn, z)
+            same(fn, z.to(torch.complex128))
+
+
+def test_float_to_uint64_covers_the_upper_half():
+    x = torch.tensor([1.8e19, 9.3e18, 2.0 ** 63, 5.0, 0.0, 1.5e19])
+    same(lambda t: t.to(torch.uint64), x.double())
+    same(lambda t: t.to(torch.uint64), x)
+
+
 def test_clone_and_resolve_conj_apply_the_conjugate_bit():
     z = torch.tensor([1 + 2j, 3 - 4j], device=DEV)
     for t in (z.conj().resolve_conj(), z.conj().clone(), z._neg_view().resolve_neg(), z._neg_view().clone()):
