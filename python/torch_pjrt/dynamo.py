@@ -111,6 +111,55 @@ def _views_as_reshapes(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
+def _pjrt_device_in(args, kwargs) -> Optional[torch.device]:
+    for a in torch.utils._pytree.tree_leaves((args, kwargs)):
+        d = a.device if isinstance(a, torch.Tensor) else a if isinstance(a, torch.device) else None
+        if d is not None and d.type == "pjrt":
+            return d
+    return None
+
+
+def _run_and_save_rng_state(op, *args, **kwargs):
+    d = _pjrt_device_in(args, kwargs)
+    if d is None:
+        return torch._prims.rng_prims.run_and_save_rng_state(op, *args, **kwargs)
+    return torch.get_device_module(d).get_rng_state(d), op(*args, **kwargs)
+
+
+def _run_with_rng_state(rng_state, op, *args, **kwargs):
+    d = _pjrt_device_in(args, kwargs)
+    if d is None:
+        return torch._prims.rng_prims.run_with_rng_state(rng_state, op, *args, **kwargs)
+    m = torch.get_device_module(d)
+    now = m.get_rng_state(d)
+    m.set_rng_state(rng_state, d)
+    try:
+        return op(*args, **kwargs)
+    finally:
+        m.set_rng_state(now, d)
+
+
+def _rng_state_ops_for_pjrt(gm: torch.fx.GraphModule) -> bool:
+    """Activation checkpointing under torch.compile: AOTAutograd's
+    partitioner wraps each random op that the backward recomputes (dropout's
+    mask) in ``run_and_save_rng_state`` (forward) and ``run_with_rng_state``
+    (backward), so that both draw the same numbers. Those operators know the
+    CPU, CUDA, HPU and XPU only (an AssertionError on pjrt tensors); here
+    they save and restore the pjrt device's random state, as they do CUDA's.
+    True when the graph has them: reading the state syncs the device when it
+    is pending, so such graphs are traced on every call, not replayed."""
+    hops = {torch._prims.rng_prims.run_and_save_rng_state: _run_and_save_rng_state,
+            torch._prims.rng_prims.run_with_rng_state: _run_with_rng_state}
+    found = False
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in hops:
+            n.target = hops[n.target]
+            found = True
+    if found:
+        gm.recompile()
+    return found
+
+
 # How a replayed call runs (Runtime::Replay): launched, joining the device's
 # pending trace when it has pending work, or always joining it.
 _LAUNCH, _JOIN_WHEN_PENDING, _JOIN = 0, 1, 2
@@ -128,6 +177,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     (the loss's gradient, the gradients), and otherwise launch at once (an
     inference call whose result is read next)."""
     _views_as_reshapes(gm)
+    rng_states = _rng_state_ops_for_pjrt(gm)
     fallback = explain(gm)
     nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     _C._metrics_add("dynamo_graphs", 1)
@@ -142,9 +192,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     # call's values, so such graphs are traced on every call.
     custom = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
                      and isinstance(n.target, torch._ops.OpOverload) and n.target.namespace not in _BUILTIN_OPS})
-    record = not fallback and not custom
+    record = not fallback and not custom and not rng_states
     if custom and replay:
         why = "it calls custom ops, whose Python bodies may read state the graph does not show: " + ", ".join(custom)
+        _refusals[why] = _refusals.get(why, 0) + 1
+    if rng_states and replay:
+        why = "it saves and restores the random state around ops that checkpointing recomputes"
         _refusals[why] = _refusals.get(why, 0) + 1
 
     def fallbacks_so_far() -> int:  # a recording is kept only if none ran while the graph was traced

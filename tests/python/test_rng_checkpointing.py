@@ -72,3 +72,30 @@ def test_activation_checkpointing_recomputes_the_same_dropout_masks(reentrant):
     stale = _grads(True, reentrant, preserve_rng_state=False)
     assert not torch.equal(stale[1], plain[1])
 
+
+
+def _compiled_steps(use_checkpoint, reentrant=False):
+    block = (lambda x, w: checkpoint(_block, x, w, use_reentrant=reentrant)) if use_checkpoint else _block
+    step = torch.compile(block, backend="pjrt")
+    torch.manual_seed(11)
+    w = torch.randn(8, 8).to(DEV).requires_grad_()
+    x = torch.randn(4, 8).to(DEV).requires_grad_()
+    out = []
+    for _ in range(3):  # the first call traces, the later ones run what it compiled
+        y = step(x, w)
+        (y * y).sum().backward()
+        out += [y.detach().cpu(), w.grad.cpu(), x.grad.cpu()]
+        w.grad = x.grad = None
+    return out
+
+
+def test_compiled_checkpointing_recomputes_the_same_dropout_masks():
+    # Under torch.compile AOTAutograd saves the random state around each
+    # recomputed random op (run_and_save_rng_state); its masks must be those
+    # of the same compiled block without checkpointing, step after step.
+    torch_pjrt.metrics.reset()
+    plain = _compiled_steps(False)
+    assert (plain[0] == 0).any() and not torch.equal(plain[0], plain[3])  # dropped, and new masks each step
+    for reentrant in (False, True):
+        assert all(torch.equal(a, b) for a, b in zip(plain, _compiled_steps(True, reentrant)))
+    assert torch_pjrt.metrics.fallbacks() == {}
