@@ -9,6 +9,7 @@
 #include <ATen/AccumulateType.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/RangeUtils.h>
+#include <ATen/native/ScatterGatherChecks.h>
 
 #include "aten/layout.h"
 #include "aten/lowering.h"
@@ -67,7 +68,12 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
   TraceScope s;
   const int d = CommonDevice({&self, &index});
   ir::Builder& b = B(d);
-  if (self.dim() == 0) return Wrap(Val(self), d);
+  if (self.dim() == 0) {  // the one element, for the one index 0 (checked)
+    TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
+                " value(s)");
+    CheckedIndex(d, Operand(index, d, index.scalar_type()), 1, false, "index_select()");
+    return Wrap(Val(self), d);
+  }
   const int64_t w = WrapDim(dim, self.dim());
   const int64_t n = index.numel();
   if (n == 0) {
@@ -104,14 +110,16 @@ ir::Value Coordinates(int d, ir::Value idx, const std::vector<int64_t>& ishape, 
 }
 
 at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad) {
-  TORCH_CHECK(at::isIntegralType(index.scalar_type(), false), "gather(): Expected an integer index, got ",
-              index.scalar_type());
+  // the CPU's own checks: index dtype, rank, and no larger than self but along dim
+  const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
+  at::native::scatter_gather_dtype_check("gather", self, index);
+  at::native::gather_shape_check(self, w, index);
   TraceScope s;
   const int d = CommonDevice({&self, &index});
   ir::Builder& b = B(d);
-  if (self.dim() == 0) return Wrap(b.Reshape(Val(self), index.sizes().vec()), d);
-  const int64_t w = WrapDim(dim, self.dim());
-  TORCH_CHECK(index.dim() == self.dim(), "Index tensor must have the same number of dimensions as input tensor");
+  if (self.dim() == 0) {  // a 1-element vector for indexing purposes
+    return Wrap(b.Reshape(Val(tpj::aten::gather(self.reshape({1}), 0, index.reshape({-1}), sparse_grad)), index.sizes().vec()), d);
+  }
   const auto ishape = index.sizes().vec();
   if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), ishape), d);
   ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), self.size(w), false, "gather()", runtime::ErrorKind::kValue), ishape, w);
@@ -163,7 +171,16 @@ ir::Value SrcRegion(int d, const at::Tensor& src, const at::Tensor& index, at::S
   return b.Slice(v, zeros, index.sizes().vec(), ones);
 }
 
+// The CPU's own checks of scatter and scatter_add: dtypes, ranks, and an
+// index no larger than src, nor than self but along dim.
+void ScatterChecks(const char* what, const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                   const std::optional<at::Tensor>& src) {
+  at::native::scatter_gather_dtype_check(what, self, index, src);
+  at::native::scatter_shape_check(self, WrapDim(dim, std::max<int64_t>(self.dim(), 1)), index, src);
+}
+
 at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  ScatterChecks("scatter_add", self, dim, index, src);
   TraceScope s;
   const int d = CommonDevice({&self, &index, &src});
   if (index.numel() == 0) return Wrap(Val(self), d);
@@ -171,6 +188,7 @@ at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& in
 }
 
 at::Tensor scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  ScatterChecks("scatter", self, dim, index, src);
   TraceScope s;
   const int d = CommonDevice({&self, &index, &src});
   if (index.numel() == 0) return Wrap(Val(self), d);
@@ -178,6 +196,7 @@ at::Tensor scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& in
 }
 
 at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  ScatterChecks("scatter", self, dim, index, std::nullopt);
   TraceScope s;
   const int d = CommonDevice({&self, &index});
   if (index.numel() == 0) return Wrap(Val(self), d);
@@ -436,6 +455,17 @@ at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& i
   TORCH_CHECK(source.dim() == 0 || source.dim() == self.dim(), what,
               "(): When source and destination are not scalars, their dimensionality must match. Source "
               "dimensionality (", source.dim(), "), destination dimensionality (", self.dim(), ")");
+  for (int64_t i = 0; source.dim() > 0 && i < self.dim(); ++i) {
+    if (i == w) continue;
+    if (replace) {
+      TORCH_CHECK(self.size(i) == source.size(i), "index_copy_(): Source/destination tensor must have same slice "
+                  "shapes. Destination slice shape: ", self.size(i), " at dimension ", i < w ? i : i - 1,
+                  " and source slice shape: ", source.size(i), " at dimension ", i < w ? i : i - 1, ".");
+    } else {
+      TORCH_CHECK(self.size(i) == source.size(i), "source tensor shape must match self tensor shape, excluding the "
+                  "specified dimension. Got self.shape = ", self.sizes(), " source.shape = ", source.sizes());
+    }
+  }
   TORCH_CHECK_INDEX(index.numel() == (source.dim() == 0 ? 1 : source.size(w)), what,
                     "(): Number of indices (", index.numel(), ") should be equal to source.size(dim) (",
                     (source.dim() == 0 ? 1 : source.size(w)), ")");

@@ -247,6 +247,22 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("argmax of an empty tensor", lambda t: t.argmax(), torch.empty(0, 3)),
     ("argmin over an empty dim", lambda t: t.argmin(0), torch.empty(0, 3)),
     ("norm of int", lambda t: t.norm(), torch.tensor([3, 4])),
+    # shapes gather, scatter and index_add refuse (the CPU's own checks)
+    ("gather, index larger than self", lambda t: t.gather(1, torch.zeros(3, 2, dtype=torch.long, device=t.device)),
+     torch.zeros(2, 3)),
+    ("scatter_add, index wider than self", lambda t: t.scatter_add(0, torch.zeros(1, 4, dtype=torch.long, device=t.device),
+                                                                  torch.ones(2, 4, device=t.device)), torch.zeros(3, 3)),
+    ("scatter, index wider than self", lambda t: t.scatter(0, torch.zeros(1, 4, dtype=torch.long, device=t.device), 1.0),
+     torch.zeros(3, 3)),
+    ("scatter, src of another dtype", lambda t: t.scatter(0, torch.zeros(1, 3, dtype=torch.long, device=t.device),
+                                                          torch.ones(1, 3, dtype=torch.float64, device=t.device)),
+     torch.zeros(3, 3)),
+    ("index_add_, source rows too short", lambda t: t.index_add_(0, torch.tensor([0], device=t.device),
+                                                                torch.ones(1, 3, device=t.device)), torch.zeros(3, 4)),
+    ("index_copy_, source rows too long", lambda t: t.index_copy_(0, torch.tensor([0], device=t.device),
+                                                                 torch.ones(1, 5, device=t.device)), torch.zeros(3, 4)),
+    ("index_select of 0-d, two indices", lambda t: t.index_select(0, torch.tensor([0, 0], device=t.device)),
+     torch.tensor(1.0)),
     # an out= form's own dtype rule (its Meta kernel's), beyond "the result castable to the output"
     ("topk into int32 indices", lambda t: torch.topk(t, 2, out=(t.new_zeros(2), t.new_zeros(2, dtype=torch.int32))),
      torch.arange(6.0)),
@@ -257,6 +273,14 @@ def test_refused_as_on_the_cpu(name, fn, x):
     with pytest.raises(type(cpu.value)) as dev:
         fn(x.to(DEV)).cpu()
     assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_a_0d_tensor_is_one_element_to_index():
+    x = torch.tensor(1.5)
+    same(lambda t: t.gather(0, torch.tensor([0, 0], device=t.device)), x)
+    same(lambda t: t.index_select(0, torch.tensor([0], device=t.device)), x)
+    with pytest.raises(IndexError):
+        x.to(DEV).index_select(0, torch.tensor([1], device=DEV)).cpu()
 
 
 @pytest.mark.parametrize("fn", [torch.bernoulli, lambda p: torch.zeros_like(p).bernoulli_(p)])
