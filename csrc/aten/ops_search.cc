@@ -1,7 +1,6 @@
-// Searching sorted sequences: bucketize and searchsorted, by comparing each
-// value with every boundary and counting (exact, O(values x boundaries)
-// work, which suits the bucket tables models use; no data-dependent control),
-// and histc's equal-width bins.
+// Searching sorted sequences: bucketize and searchsorted, by the CPU's
+// binary search run for every value at once (a fixed number of steps, no
+// data-dependent control), and histc's equal-width bins.
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -9,20 +8,30 @@
 namespace tpj::aten {
 namespace {
 
-// For each value (shape [..., n], or any shape when seq is 1-d), the number
-// of boundaries below it (right: at or below it) in seq [..., m]; NaN
-// values count every boundary. (NaN boundaries are not sorted input, and
-// their count need not match the CPU's binary search.)
-at::Tensor CountBelow(const at::Tensor& seq, const at::Tensor& values, bool right, bool out_int32) {
+// For each value (shape [..., n], or any shape when seq is 1-d), its place
+// in seq [..., m] by the CPU's binary search, step for step: start and end
+// per value, mid = start + (end - start) / 2, right of mid when
+// !(seq[mid] >= value) (right: !(seq[mid] > value)). bit_length(m) steps of
+// one gather each; the same answer as the CPU's for any boundaries, NaN
+// (sorted last, or anywhere) and unsorted ones included.
+at::Tensor BinarySearch(const at::Tensor& seq, const at::Tensor& values, bool right, bool out_int32) {
   TORCH_CHECK(!at::isComplexType(seq.scalar_type()) && !at::isComplexType(values.scalar_type()),
               "searchsorted/bucketize: complex inputs are not supported");
   const at::ScalarType t = at::result_type(seq, values);
-  at::Tensor s = seq.to(t), v = values.to(t);
-  // not (b >= v), not (b > v): the CPU's binary search, which puts NaN last
-  at::Tensor b = seq.dim() <= 1 ? s.reshape({-1}) : s.unsqueeze(-2);
-  at::Tensor col = v.unsqueeze(-1);
-  at::Tensor cmp = (right ? b.gt(col) : b.ge(col)).logical_not();
-  return cmp.sum(-1, false, out_int32 ? at::kInt : at::kLong);
+  const at::Tensor s = seq.to(t), v = values.to(t);
+  const int64_t m = seq.size(-1);
+  at::Tensor start = at::zeros(v.sizes(), v.options().dtype(at::kLong));
+  at::Tensor end = at::full(v.sizes(), m, v.options().dtype(at::kLong));
+  for (int64_t left = m; left > 0; left >>= 1) {
+    const at::Tensor mid = start + at::floor_divide(end - start, 2);
+    const at::Tensor at_mid = seq.dim() <= 1 ? s.reshape({-1}).take(mid.clamp_max(m - 1))
+                                             : s.gather(-1, mid.clamp_max(m - 1));
+    const at::Tensor active = start.lt(end);
+    const at::Tensor after = (right ? at_mid.gt(v) : at_mid.ge(v)).logical_not();
+    start = at::where(active.logical_and(after), mid + 1, start);
+    end = at::where(active.logical_and(after.logical_not()), mid, end);
+  }
+  return out_int32 ? start.to(at::kInt) : start;
 }
 
 bool Right(bool right, std::optional<c10::string_view> side) {
@@ -48,7 +57,7 @@ at::Tensor searchsorted(const at::Tensor& seq, const at::Tensor& values, bool ou
                 "boundary tensor ", seq.sizes(), " and got sorter tensor ", sorter->sizes());
     sorted = seq.gather(-1, *sorter);
   }
-  return CountBelow(sorted, values, Right(right, side), out_int32);
+  return BinarySearch(sorted, values, Right(right, side), out_int32);
 }
 
 at::Tensor searchsorted_scalar(const at::Tensor& seq, const at::Scalar& value, bool out_int32, bool right,
@@ -62,7 +71,7 @@ at::Tensor searchsorted_scalar(const at::Tensor& seq, const at::Scalar& value, b
 
 at::Tensor bucketize(const at::Tensor& values, const at::Tensor& boundaries, bool out_int32, bool right) {
   TORCH_CHECK(boundaries.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(", boundaries.dim(), ")");
-  return CountBelow(boundaries, values, right, out_int32);
+  return BinarySearch(boundaries, values, right, out_int32);
 }
 
 at::Tensor bucketize_scalar(const at::Scalar& value, const at::Tensor& boundaries, bool out_int32, bool right) {
