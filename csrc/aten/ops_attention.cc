@@ -33,8 +33,16 @@ std::tuple<at::Tensor, at::Tensor> native_multi_head_attention(
   if (mask && mask->defined()) {
     at::Tensor m = mask->to(at::kBool);
     const int64_t type = mask_type.value_or(-1);
-    if (type == 0) m = m.view({1, 1, t, s});
-    else if (type == 1) m = m.view({b, 1, 1, s});
+    // the CPU's checks (its masked softmax's)
+    if (type == 0) {
+      TORCH_CHECK(m.dim() == 2 && m.size(0) == t && m.size(1) == s, "For mask_type == 0 mask shape should be (L, L)");
+      m = m.view({1, 1, t, s});
+    } else if (type == 1) {
+      TORCH_CHECK(m.dim() == 2 && m.size(0) == b && m.size(1) == s, "For mask_type == 1 mask shape should be (B, L)");
+      m = m.view({b, 1, 1, s});
+    } else if (type == 2) {
+      TORCH_CHECK(m.sizes() == scores.sizes(), "For mask_type == 2 mask shape should match input shape");
+    }
     scores = at::where(m, at::full({}, -INFINITY, scores.options()), scores);
   }
   at::Tensor p = at::softmax(scores, -1);
@@ -72,6 +80,16 @@ at::Tensor transformer_encoder_layer_fwd(
 // values where that path writes zeros (docs/semantics.md).
 bool nested_tensor_from_mask_left_aligned(const at::Tensor&, const at::Tensor&) { return false; }
 
+// The encoder built with mask_check=False skips that question and makes the
+// nested tensor at once: refused with what to do instead.
+at::Tensor nested_tensor_from_mask(const at::Tensor&, const at::Tensor&, bool) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false,
+                              "nested tensors are not supported on pjrt: nn.TransformerEncoder's inference fast path "
+                              "with mask_check=False makes one from src_key_padding_mask "
+                              "(torch._nested_tensor_from_mask). Build the encoder with enable_nested_tensor=False, "
+                              "or keep mask_check=True: on pjrt it then runs on the padded batch (docs/semantics.md)");
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -81,4 +99,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("_native_multi_head_attention", native_multi_head_attention);
   K("_transformer_encoder_layer_fwd", transformer_encoder_layer_fwd);
   K("_nested_tensor_from_mask_left_aligned", nested_tensor_from_mask_left_aligned);
+  K("_nested_tensor_from_mask", nested_tensor_from_mask);
 }

@@ -409,6 +409,25 @@ def test_transformer_encoder_inference_with_a_padding_mask():
         slow = enc(x, src_key_padding_mask=pad)
     torch.testing.assert_close(got[~pad], fast[~pad], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got, slow, rtol=1e-5, atol=1e-5)
+    # mask_check=False makes the nested tensor without asking: a clear refusal
+    dev.mask_check = False
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
+        dev(x.to(DEV), src_key_padding_mask=pad.to(DEV))
+
+
+def test_attention_fast_path_checks_mask_shapes_as_the_cpu():
+    m = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(3, 5, 8)
+    wrong = [dict(attn_mask=torch.rand(3, 5, 5) > 0.7),  # (N, L, S), not (N * heads, L, S)
+             dict(key_padding_mask=torch.zeros(3, 6, dtype=torch.bool))]
+    for masks in wrong:
+        with torch.no_grad(), pytest.raises(RuntimeError) as cpu:
+            m(x, x, x, need_weights=False, **masks)
+        d, xd = m.to(DEV), x.to(DEV)
+        with torch.no_grad(), pytest.raises(RuntimeError) as dev:
+            d(xd, xd, xd, need_weights=False, **{k: v.to(DEV) for k, v in masks.items()})[0].cpu()
+        assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+        m = m.cpu()
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
