@@ -1008,6 +1008,12 @@ at::Tensor addcmul(const at::Tensor& self, const at::Tensor& a, const at::Tensor
   return AddcOp(self, a, b, v, Op::Mul);
 }
 at::Tensor addcdiv(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  TORCH_CHECK(!at::isIntegralType(a.scalar_type(), true) || !at::isIntegralType(b.scalar_type(), true),
+              "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a "
+              "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + "
+              "value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as (input + value * "
+              "tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the latter implementation: "
+              "(input + value * tensor1 / tensor2), for all dtypes.");
   return AddcOp(self, a, b, v, Op::Div);
 }
 

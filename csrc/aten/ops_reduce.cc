@@ -108,11 +108,17 @@ at::Tensor mean_dim(const at::Tensor& a, at::OptionalIntArrayRef dim, bool keepd
 }
 at::Tensor mean_all(const at::Tensor& a, std::optional<at::ScalarType> dtype) { return mean_dim(a, std::nullopt, false, dtype); }
 
-at::Tensor Extreme(const at::Tensor& a, at::IntArrayRef dim, bool keepdim, ReduceKind k) {
+// `op` names the op in the CPU's errors: "amax()" or "amin()" by default.
+at::Tensor Extreme(const at::Tensor& a, at::IntArrayRef dim, bool keepdim, ReduceKind k, const char* op = nullptr) {
+  const char* name = op ? op : k == ReduceKind::Max ? "amax()" : "amin()";
+  TORCH_CHECK(!dim.empty() || a.numel() > 0, name, ": Expected reduction dim to be specified for input.numel() == 0. "
+              "Specify the reduction dim with the 'dim' argument.");
   TraceScope s;
   const int d = DeviceIndex(a);
   const auto dims = ReduceDims(dim, a.dim());
-  for (int64_t x : dims) TORCH_CHECK(a.dim() == 0 || a.size(x) > 0, "reduction over a zero-size dimension has no identity");
+  for (int64_t x : dims) {
+    TORCH_CHECK_INDEX(a.dim() == 0 || a.size(x) > 0, name, ": Expected reduction dim ", x, " to have non-zero size.");
+  }
   return Wrap(ReduceExtreme(d, Val(a), a.sizes().vec(), dims, k, a.scalar_type(), keepdim), d);
 }
 at::Tensor amax(const at::Tensor& a, at::IntArrayRef dim, bool keepdim) { return Extreme(a, dim, keepdim, ReduceKind::Max); }
@@ -123,7 +129,7 @@ std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& a, std::optional<in
   TORCH_CHECK(a.numel() > 0 || dim, "aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
               "identity.");
   const std::vector<int64_t> dims = dim ? std::vector<int64_t>{*dim} : std::vector<int64_t>{};
-  return {Extreme(a, dims, keepdim, ReduceKind::Min), Extreme(a, dims, keepdim, ReduceKind::Max)};
+  return {Extreme(a, dims, keepdim, ReduceKind::Min, "aminmax"), Extreme(a, dims, keepdim, ReduceKind::Max, "aminmax")};
 }
 
 // prod (integers multiply in int64, as sum)

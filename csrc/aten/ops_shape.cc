@@ -134,8 +134,16 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
 
 // `src` written into `operand` (of `shape`) where `index` points along dim:
 // overwriting (replace) or combined by `kind`.
+// How an out-of-range index of a scatter is reported: the op's name and the
+// CPU's exception for it.
+struct IndexCheck {
+  const char* what = "scatter()";
+  runtime::ErrorKind kind = runtime::ErrorKind::kValue;
+};
+
 ir::Value ScatterInto(int d, ir::Value operand, const std::vector<int64_t>& shape, int64_t dim, const at::Tensor& index,
-                      ir::Value src, bool replace, ir::ReduceKind kind = ir::ReduceKind::Sum) {
+                      ir::Value src, bool replace, ir::ReduceKind kind = ir::ReduceKind::Sum,
+                      const IndexCheck& check = {}) {
   ir::Builder& b = B(d);
   if (shape.empty()) {
     // 0-d self, index and src: one element, replaced or combined
@@ -150,7 +158,7 @@ ir::Value ScatterInto(int d, ir::Value operand, const std::vector<int64_t>& shap
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int64_t w = WrapDim(dim, rank);
   const auto ishape = index.sizes().vec();
-  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), shape[w], false, "scatter()", runtime::ErrorKind::kValue), ishape, w);
+  ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), shape[w], false, check.what, check.kind), ishape, w);
   ir::ScatterDims sd;
   for (int64_t i = 0; i < rank; ++i) {
     sd.inserted_window_dims.push_back(i);
@@ -208,8 +216,8 @@ at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& 
 // by the number of values (floor division for integers, as the CPU), and
 // positions no update reaches keep self. NaN wins amax and amin, as on the
 // CPU (StableHLO's maximum and minimum propagate it).
-at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
-                          c10::string_view reduce, bool include_self) {
+at::Tensor ScatterReduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                         c10::string_view reduce, bool include_self, const IndexCheck& check) {
   const std::string r(reduce);
   TORCH_CHECK(r == "sum" || r == "prod" || r == "mean" || r == "amax" || r == "amin",
               "reduce argument must be either sum, prod, mean, amax or amin, got ", r);
@@ -228,10 +236,10 @@ at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
                 " and to be no larger size than src ", src.sizes());
   }
   if (self.dim() == 1 && index.dim() == 0) {
-    return tpj::aten::scatter_reduce(self, dim, index.reshape({1}), src.reshape({-1}), reduce, include_self);
+    return ScatterReduce(self, dim, index.reshape({1}), src.reshape({-1}), reduce, include_self, check);
   }
   if (self.dim() == 1 && src.dim() == 0) {
-    return tpj::aten::scatter_reduce(self, dim, index, src.reshape({1}), reduce, include_self);
+    return ScatterReduce(self, dim, index, src.reshape({1}), reduce, include_self, check);
   }
   TraceScope s;
   const int d = CommonDevice({&self, &index, &src});
@@ -247,7 +255,7 @@ at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
   ir::Value count;  // values per position (self included), for mean and include_self=False
   if (r == "mean" || !include_self) {
     count = ScatterInto(d, Fill(d, include_self ? 1 : 0, t, shape), shape, dim, index, Fill(d, 1, t, index.sizes().vec()),
-                        false);
+                        false, ir::ReduceKind::Sum, check);
   }
   ir::Value base = Val(self);
   if (!include_self) {
@@ -256,10 +264,10 @@ at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
                                                        : Fill(d, kind == ir::ReduceKind::Prod ? 1 : 0, t, shape);
     base = b.Select(b.Compare(ir::CompareDir::GT, count, Fill(d, 0, t, shape)), identity, base);
   }
-  ir::Value out = ScatterInto(d, base, shape, dim, index, upd, false, kind);
+  ir::Value out = ScatterInto(d, base, shape, dim, index, upd, false, kind, check);
   if (at::isFloatingType(t) && (kind == ir::ReduceKind::Max || kind == ir::ReduceKind::Min)) {
     // XLA's scatter may drop a NaN update: mark where any lands (or self is)
-    ir::Value nan = ScatterInto(d, IsNan(d, base), shape, dim, index, IsNan(d, upd), false, ir::ReduceKind::Sum);
+    ir::Value nan = ScatterInto(d, IsNan(d, base), shape, dim, index, IsNan(d, upd), false, ir::ReduceKind::Sum, check);
     out = b.Select(nan, Fill(d, NAN, t, shape), out);
   }
   if (r == "mean") {
@@ -275,6 +283,10 @@ at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
     out = q;
   }
   return Wrap(out, d);
+}
+at::Tensor scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                          c10::string_view reduce, bool include_self) {
+  return ScatterReduce(self, dim, index, src, reduce, include_self, {});
 }
 
 // scatter(..., reduce="add" | "multiply"), the older spelling of scatter_reduce.
@@ -322,7 +334,7 @@ at::Tensor index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& i
     view[static_cast<size_t>(w)] = index.numel();
     idx = idx.reshape(view).expand(source.sizes());
   }
-  return tpj::aten::scatter_reduce(self, w, idx, source, reduce, include_self);
+  return ScatterReduce(self, w, idx, source, reduce, include_self, {"index_reduce()", runtime::ErrorKind::kIndex});
 }
 
 // take: self read as a flat vector at `index` (negative indices count from
@@ -351,7 +363,7 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
   TORCH_CHECK(index.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, but got ", index.scalar_type());
   TORCH_CHECK(self.scalar_type() == source.scalar_type(), "put_(): self and source expected to have the same dtype, but got "
               "self.dtype = ", self.scalar_type(), " and source.dtype = ", source.scalar_type());
-  TORCH_CHECK(index.numel() == source.numel(), "put_(): Expected source and index to have the same number of elements, "
+  TORCH_CHECK_INDEX(index.numel() == source.numel(), "put_(): Expected source and index to have the same number of elements, "
               "but got source.numel() = ", source.numel(), ", index.numel() = ", index.numel());
   at::assert_no_overlap(self, source);  // the CPU's check: a source in self's memory raises
   if (index.numel() == 0) return self;
@@ -483,7 +495,9 @@ at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& i
   ir::Value idx = b.BroadcastInDim(b.Reshape(Val(index), {index.numel()}), sshape, {w});
   ir::Value src = b.Reshape(ValAs(source, self.scalar_type()), sshape);
   if (!IsOne(alpha)) src = b.Binary(Op::Mul, src, Number(d, alpha, self.scalar_type(), sshape));
-  ir::Value coords = Coordinates(d, CheckedIndex(d, idx, self.size(w), false, what), sshape, w);
+  // the CPU's exception: RuntimeError from index_add's kernel over rows, IndexError otherwise
+  const runtime::ErrorKind kind = !replace && self.dim() > 1 ? runtime::ErrorKind::kValue : runtime::ErrorKind::kIndex;
+  ir::Value coords = Coordinates(d, CheckedIndex(d, idx, self.size(w), false, what, kind), sshape, w);
   ir::ScatterDims sd;
   for (int64_t i = 0; i < self.dim(); ++i) {
     sd.inserted_window_dims.push_back(i);
@@ -584,15 +598,22 @@ IndexPlan PlanIndex(const at::Tensor& self, const c10::List<std::optional<at::Te
       pos += t->dim();
       continue;
     }
-    TORCH_CHECK_INDEX(at::isIntegralType(t->scalar_type(), false), "tensors used as indices must be long, int, byte or bool tensors");
+    TORCH_CHECK_INDEX(t->scalar_type() == at::kLong || t->scalar_type() == at::kInt,
+                      "tensors used as indices must be long, int, byte or bool tensors");
     p.dims.push_back(pos++);
     p.tensors.push_back(on_cpu ? t->to(self.device()) : *t);
   }
   for (size_t i = 1; i < p.dims.size(); ++i) {
     if (p.dims[i] != p.dims[i - 1] + 1) p.adjacent = false;
   }
-  for (size_t i = 0; i < p.tensors.size(); ++i) {
-    p.bshape = i == 0 ? p.tensors[0].sizes().vec() : at::infer_size(p.bshape, p.tensors[i].sizes());
+  try {
+    for (size_t i = 0; i < p.tensors.size(); ++i) {
+      p.bshape = i == 0 ? p.tensors[0].sizes().vec() : at::infer_size(p.bshape, p.tensors[i].sizes());
+    }
+  } catch (const c10::Error&) {  // IndexError, with every index's shape, as on the CPU
+    std::string shapes;
+    for (const at::Tensor& t : p.tensors) shapes += (shapes.empty() ? "" : ", ") + c10::str(t.sizes());
+    TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together with shapes ", shapes);
   }
   return p;
 }
@@ -864,7 +885,7 @@ std::tuple<at::Tensor, at::Tensor> nanmedian_dim(const at::Tensor& self, int64_t
 }
 // The whole tensor's median: NaN when it is empty, as the CPU.
 at::Tensor MedianAll(const at::Tensor& self, bool ignore_nan) {
-  if (self.numel() == 0) return at::full({}, NAN, self.options());
+  if (self.numel() == 0) return at::full({}, NAN, self.options().dtype(at::kFloat)).to(self.scalar_type());  // as the CPU: NaN, cast
   at::Tensor flat = self.reshape({-1});
   return std::get<0>(ignore_nan ? nanmedian_dim(flat, 0, false) : median_dim(flat, 0, false));
 }

@@ -221,11 +221,15 @@ ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
 }
 
 int32_t Runtime::CheckId(ErrorKind kind, const std::string& what) {
-  auto it = check_ids_.find(what);
+  // by message and exception: one message may stand for two (index_add's
+  // RuntimeError over rows, IndexError over a vector)
+  std::string key = what;
+  key += static_cast<char>('0' + static_cast<int>(kind));
+  auto it = check_ids_.find(key);
   if (it != check_ids_.end()) return it->second;
   checks_.emplace_back(kind, what);
   const auto id = static_cast<int32_t>(checks_.size());
-  check_ids_.emplace(what, id);
+  check_ids_.emplace(std::move(key), id);
   return id;
 }
 

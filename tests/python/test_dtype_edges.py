@@ -241,12 +241,21 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("lerp of int", lambda t: t.lerp(t + 1, 0.5), torch.tensor([1, 2])),
     ("lerp of int, tensor weight", lambda t: t.lerp(t + 1, t), torch.tensor([1, 2])),
     ("vector_norm of int", lambda t: torch.linalg.vector_norm(t), torch.tensor([3, 4])),
+    ("addcdiv of ints", lambda t: torch.addcdiv(t.float(), t, t), torch.tensor([1, 2])),
     # IndexError there, as on the CPU
     ("max over an empty dim", lambda t: t.max(0), torch.empty(0, 3)),
     ("min over an empty dim", lambda t: t.min(0), torch.empty(0, 3)),
     ("argmax of an empty tensor", lambda t: t.argmax(), torch.empty(0, 3)),
     ("argmin over an empty dim", lambda t: t.argmin(0), torch.empty(0, 3)),
     ("norm of int", lambda t: t.norm(), torch.tensor([3, 4])),
+    ("amax over an empty dim", lambda t: t.amax(0), torch.empty(0, 3)),
+    ("amin of an empty tensor", lambda t: t.amin(), torch.empty(0, 3)),
+    ("aminmax over an empty dim", lambda t: t.aminmax(dim=0), torch.empty(0, 3)),
+    ("indices that do not broadcast", lambda t: t[torch.tensor([0, 1, 2], device=t.device),
+                                               torch.tensor([0, 1], device=t.device)], torch.zeros(3, 3)),
+    ("int8 indices", lambda t: t[torch.tensor([0, 1], dtype=torch.int8, device=t.device)], torch.zeros(3)),
+    ("put_ of too few values", lambda t: t.put_(torch.tensor([0, 1], device=t.device), torch.ones(1, device=t.device)),
+     torch.zeros(3)),
     # shapes gather, scatter and index_add refuse (the CPU's own checks)
     ("gather, index larger than self", lambda t: t.gather(1, torch.zeros(3, 2, dtype=torch.long, device=t.device)),
      torch.zeros(2, 3)),
@@ -273,6 +282,25 @@ def test_refused_as_on_the_cpu(name, fn, x):
     with pytest.raises(type(cpu.value)) as dev:
         fn(x.to(DEV)).cpu()
     assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8, torch.bool, torch.float32])
+def test_median_of_nothing_is_nan_cast_as_on_the_cpu(dtype):
+    same(torch.median, torch.empty(0, dtype=dtype))
+    if dtype != torch.bool:
+        same(torch.nanmedian, torch.empty(0, dtype=dtype))
+
+
+def test_an_out_of_range_index_raises_the_cpus_exception():
+    bad = torch.tensor([3])
+    cases = [(RuntimeError, lambda x, i: x.index_add_(0, i, torch.ones(1, 2, device=x.device)), (3, 2)),  # rows: RuntimeError
+             (IndexError, lambda x, i: x.index_add_(0, i, torch.ones(1, device=x.device)), (3,)),
+             (IndexError, lambda x, i: x.index_reduce_(0, i, torch.ones(1, device=x.device), "amax"), (3,))]
+    for exc, fn, shape in cases:
+        with pytest.raises(exc):
+            fn(torch.zeros(shape), bad)
+        with pytest.raises(exc):
+            fn(torch.zeros(shape, device=DEV), bad.to(DEV)).cpu()
 
 
 def test_a_0d_tensor_is_one_element_to_index():
