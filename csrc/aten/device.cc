@@ -71,7 +71,11 @@ class PinnedAllocator final : public c10::Allocator {
 };
 
 // Device and stream bookkeeping for PrivateUse1. PJRT orders work per device
-// itself, so there is one (default) stream per device and events are no-ops.
+// itself, so there is one (default) stream per device; a new stream is that
+// one. Querying a stream or recording an event launches the device's pending
+// work (lazily traced work would otherwise never finish), then looks at what
+// was launched; synchronizing waits for the device. An event's handle is its
+// device (index + 1), and it is done once all launched so far is.
 struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
   c10::DeviceType type() const override { return kType; }
@@ -90,7 +94,16 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
   c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getStream(d); }
+  c10::Stream getNewStream(c10::Device d, int) const override { return getStream(d); }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
+  bool queryStream(const c10::Stream& s) const override {
+    runtime::Runtime::Get().Sync({s.device_index()});
+    return runtime::Runtime::Get().LaunchesDone(s.device_index());
+  }
+  void synchronizeStream(const c10::Stream& s) const override {
+    runtime::Runtime::Get().Sync({s.device_index()}, {/*wait=*/true});
+  }
   c10::DeviceIndex deviceCount() const noexcept override {
     try {
       return static_cast<c10::DeviceIndex>(DeviceCount());
@@ -98,10 +111,19 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
       return 0;
     }
   }
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const override {
+    runtime::Runtime::Get().Sync({s.device_index()});
+    *event = reinterpret_cast<void*>(static_cast<uintptr_t>(s.device_index()) + 1);
+  }
+  void block(void*, const c10::Stream&) const override {}  // one stream per device: already in order
+  bool queryEvent(void* event) const override {
+    return !event || runtime::Runtime::Get().LaunchesDone(EventDevice(event));
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event) runtime::Runtime::Get().Sync({EventDevice(event)}, {/*wait=*/true});
+  }
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  static int EventDevice(void* event) { return static_cast<int>(reinterpret_cast<uintptr_t>(event) - 1); }
   void synchronizeDevice(const c10::DeviceIndex d) const override {
     runtime::Runtime::Get().Sync({d}, {/*wait=*/true});
   }

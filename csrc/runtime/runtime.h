@@ -124,6 +124,8 @@ class Runtime {
   void SetRngState(int device, const std::array<uint64_t, 2>& state);
   // Whether `device` has no pending work (a sync would launch nothing).
   bool Idle(int device);
+  // Whether every program launched on `device` has finished (looked at, not waited for).
+  bool LaunchesDone(int device);
 
   // --- transfers: the only paths between host and device memory ---
   // A device buffer of `dims` elements of `dtype` from host memory.

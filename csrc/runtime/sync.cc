@@ -475,4 +475,12 @@ bool Runtime::Idle(int device) {
   return t.idle();
 }
 
+bool Runtime::LaunchesDone(int device) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  for (const auto& e : traces_.at(static_cast<size_t>(device)).inflight) {
+    if (!e->IsReady()) return false;
+  }
+  return true;
+}
+
 }  // namespace tpj::runtime

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import struct
@@ -408,6 +409,23 @@ def _make_device_module() -> types.ModuleType:
     m.max_memory_allocated = _memory("max_memory_allocated")
     m.reset_peak_memory_stats = _memory("reset_peak_memory_stats")
     m.memory_stats = _memory("device_memory_stats")
+    # Streams: one per device (PJRT orders each device's work itself), as
+    # torch.Stream objects; the tools that ask an accelerator module for its
+    # streams (torch.distributed.checkpoint's writer) find them here.
+    def current_stream(device=None) -> torch.Stream:
+        return torch.Stream(device=torch.device("pjrt", _index(device)))
+
+    @contextlib.contextmanager
+    def stream(s):
+        if s is not None and s.device.type != "pjrt":
+            raise ValueError(f"expected a pjrt stream, got one of {s.device}")
+        yield s
+
+    m.Stream = torch.Stream
+    m.Event = torch.Event
+    m.current_stream = current_stream
+    m.default_stream = current_stream
+    m.stream = stream
     m.is_initialized = lambda: _C._initialized()
     m._is_in_bad_fork = _in_bad_fork
     m._lazy_init = lazy_init

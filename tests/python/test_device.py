@@ -464,6 +464,34 @@ def test_attention_inference_fast_paths_run_on_the_device(need_weights):
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
 
 
+def test_streams_and_events_of_the_device_module(tmp_path):
+    # one stream per device; a query or an event launches pending work, so
+    # polling ends; synchronize waits
+    s = torch.pjrt.current_stream()
+    assert s == torch.accelerator.current_stream() == torch.pjrt.Stream(device=DEV) and s.device == DEV
+    x = torch.randn(64, device=DEV) * 2
+    e = torch.pjrt.Event(device="pjrt")
+    e.record()
+    while not e.query():
+        pass
+    y = x + 1
+    while not s.query():
+        pass
+    s.synchronize()
+    with torch.pjrt.stream(s):
+        z = y * 2
+    torch.testing.assert_close(z.cpu(), (x.cpu() + 1) * 2)
+    # torch.distributed.checkpoint asks the current accelerator's module for its
+    # streams: it saves and loads with pjrt loaded, CPU and pjrt tensors alike
+    import torch.distributed.checkpoint as dcp
+    for device in ("cpu", DEV):
+        state = {"w": torch.arange(6.0, device=device), "b": torch.ones(2, 3, device=device)}
+        dcp.save(state, checkpoint_id=str(tmp_path / str(device)))
+        back = {"w": torch.zeros(6, device=device), "b": torch.zeros(2, 3, device=device)}
+        dcp.load(back, checkpoint_id=str(tmp_path / str(device)))
+        assert all(torch.equal(back[k].cpu(), state[k].cpu()) for k in state)
+
+
 def test_torch_accelerator_memory_calls_work_and_start_nothing():
     """torch_pjrt is loaded by torch's backend autoload, so pjrt is the
     current accelerator wherever it is installed: torch.accelerator's memory
