@@ -109,7 +109,13 @@ void Runtime::TypeBytes(Storage& s, ir::DType dtype) {
 }
 
 DeviceBuffer Runtime::Materialize(Storage& s) {
-  if (s.pending_) SyncDevice(s.device_);
+  try {
+    if (s.pending_) SyncDevice(s.device_);
+  } catch (const pjrt::Error& e) {
+    // the launch a read made ran out of memory: the reader's torch.OutOfMemoryError
+    if (e.out_of_memory()) throw TensorError(ErrorKind::kOutOfMemory, e.what());
+    throw;
+  }
   if (!s.buffer_) {
     const ir::DType t = s.dtype_.value_or(ir::DType::U8);
     std::vector<uint8_t> zeros(s.nbytes_, 0);

@@ -219,6 +219,17 @@ def test_a_failed_program_loses_nothing_silently():
     assert (w * 2).cpu().tolist() == [2.0] * 4
 
 
+@pytest.mark.parametrize("read", [lambda t: t.item(), lambda t: t.cpu(), lambda t: bool(t > 0), repr])
+def test_out_of_memory_launched_by_a_read_is_out_of_memory(read):
+    # a batch-size search catches torch.OutOfMemoryError wherever the failing
+    # program was launched: here by the read itself
+    big = torch.zeros(2**37, device=DEV) + 1  # 512 GiB, kept alive: the program must hold it
+    with pytest.raises(torch.OutOfMemoryError, match="RESOURCE_EXHAUSTED|[Oo]ut of memory"):
+        read(big.sum())
+    del big
+    assert (torch.arange(3.0, device=DEV) * 2).cpu().tolist() == [0.0, 2.0, 4.0]
+
+
 def test_out_of_memory_while_running_is_out_of_memory_and_random_numbers_go_on():
     # The XLA CPU plugin reports memory it cannot allocate when the program
     # runs as INTERNAL "Out of memory allocating"; the program drew random
