@@ -1,6 +1,7 @@
 #include "aten/tensor.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/CPUAllocator.h>
@@ -291,12 +292,9 @@ ir::Value Operand(const at::Tensor& t, int device, at::ScalarType dtype) {
 
 at::Tensor Empty(at::IntArrayRef sizes, at::ScalarType dtype, int device) {
   ToIr(dtype);  // refuse unsupported dtypes early
-  int64_t numel = 1;
-  for (int64_t d : sizes) {
-    TORCH_CHECK(d >= 0, "negative dimension ", d, " in size ", sizes);
-    numel *= d;
-  }
-  const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+  for (int64_t d : sizes) TORCH_CHECK(d >= 0, "negative dimension ", d, " in size ", sizes);
+  // ATen's own count, which refuses sizes whose byte count overflows
+  const size_t nbytes = at::detail::computeStorageNbytesContiguous(sizes, c10::elementSize(dtype));
   auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
                                                        Allocator::Make(device, nbytes), PjrtAllocator(), true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
