@@ -409,6 +409,12 @@ def _make_device_module() -> types.ModuleType:
     m.max_memory_allocated = _memory("max_memory_allocated")
     m.reset_peak_memory_stats = _memory("reset_peak_memory_stats")
     m.memory_stats = _memory("device_memory_stats")
+    # No cache of our own: buffers go with their tensors, so there is nothing
+    # to empty and what is reserved is what is allocated.
+    m.empty_cache = lambda: None
+    m.memory_reserved = m.memory_allocated
+    m.max_memory_reserved = m.max_memory_allocated
+    m.is_bf16_supported = lambda including_emulation=True: True
     # Streams: one per device (PJRT orders each device's work itself), as
     # torch.Stream objects; the tools that ask an accelerator module for its
     # streams (torch.distributed.checkpoint's writer) find them here.

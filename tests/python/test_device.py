@@ -490,6 +490,9 @@ def test_streams_and_events_of_the_device_module(tmp_path):
         back = {"w": torch.zeros(6, device=device), "b": torch.zeros(2, 3, device=device)}
         dcp.load(back, checkpoint_id=str(tmp_path / str(device)))
         assert all(torch.equal(back[k].cpu(), state[k].cpu()) for k in state)
+    # the memory calls such tools make: no cache of our own, so reserved is allocated
+    torch.pjrt.empty_cache()
+    assert torch.pjrt.memory_reserved() == torch.pjrt.memory_allocated() > 0 and torch.pjrt.is_bf16_supported()
 
 
 def test_torch_accelerator_memory_calls_work_and_start_nothing():
