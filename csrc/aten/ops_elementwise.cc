@@ -965,7 +965,13 @@ at::Tensor where_self(const at::Tensor& cond, const at::Tensor& a, const at::Ten
   return Wrap(B(d).Select(c, x, y), d);
 }
 
+void CheckBoolMask(const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.dtype());
+}
+
 at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  CheckBoolMask(mask);
   TraceScope s;
   const int d = CommonDevice({&self, &mask});
   const auto shape = self.sizes().vec();
@@ -977,6 +983,7 @@ at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask, const 
 at::Tensor& masked_fill_tensor_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
+  CheckBoolMask(mask);
   TraceScope s;
   const int d = CommonDevice({&self, &mask, &value});
   const auto shape = self.sizes().vec();

@@ -676,6 +676,8 @@ at::Tensor index_tensor(const at::Tensor& self, const c10::List<std::optional<at
 
 at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
                      bool accumulate) {
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, "
+              "got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
   // x[mask] = v with a full-shape mask and one value: a select, no sync.
   if (indices.size() == 1 && indices.get(0) && indices.get(0)->scalar_type() == at::kBool &&
       indices.get(0)->sizes() == self.sizes() && values.numel() == 1 && !accumulate) {

@@ -242,6 +242,11 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("lerp of int, tensor weight", lambda t: t.lerp(t + 1, t), torch.tensor([1, 2])),
     ("vector_norm of int", lambda t: torch.linalg.vector_norm(t), torch.tensor([3, 4])),
     ("addcdiv of ints", lambda t: torch.addcdiv(t.float(), t, t), torch.tensor([1, 2])),
+    ("index_put_ of another dtype", lambda t: t.index_put_((torch.tensor([0], device=t.device),),
+                                                          torch.ones(1, dtype=torch.float64, device=t.device)),
+     torch.zeros(3)),
+    ("masked_fill_ with a uint8 mask", lambda t: t.masked_fill_(torch.ones(3, dtype=torch.uint8, device=t.device), 1.0),
+     torch.zeros(3)),
     ("bytes past 2**64", lambda t: torch.empty(2**62 + 1, device=t.device), torch.tensor([1.0])),
     ("zeros of bytes past 2**64", lambda t: torch.zeros(2**31, 2**31, 4, device=t.device), torch.tensor([1.0])),
     # IndexError there, as on the CPU
