@@ -464,6 +464,7 @@ def test_attention_inference_fast_paths_run_on_the_device(need_weights):
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_streams_and_events_of_the_device_module(tmp_path):
     # one stream per device; a query or an event launches pending work, so
     # polling ends; synchronize waits

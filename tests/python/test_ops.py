@@ -813,25 +813,29 @@ def test_math_lowerings_leave_complex_inputs_to_the_cpu():
         torch.fmax(z.to(DEV), z.to(DEV))
 
 
-@pytest.mark.parametrize("m", [0, 1, 5, 16, 37])
-def test_searchsorted_is_the_cpus_binary_search(m):
+def test_searchsorted_is_the_cpus_binary_search():
     # NaN boundaries (sorted last, as torch.sort puts them, or anywhere) and
-    # unsorted ones included: the CPU's answer depends on its search path
-    g = torch.Generator().manual_seed(m)
+    # unsorted ones included: the CPU's answer depends on its search path.
+    # Every case is traced first and read after one sync (one program).
+    g = torch.Generator().manual_seed(0)
     values = torch.cat([torch.randn(40, generator=g), torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0])])
-    for seq in (torch.randn(m, generator=g).sort().values,
-                torch.cat([torch.randn(m, generator=g).sort().values, torch.full((3,), float("nan"))]),
-                torch.randn(m, generator=g)):
-        for right in (False, True):
-            want = torch.searchsorted(seq, values, right=right)
-            assert torch.equal(torch.searchsorted(seq.to(DEV), values.to(DEV), right=right).cpu(), want)
-            assert torch.equal(torch.bucketize(values.to(DEV), seq.to(DEV), right=right, out_int32=True).cpu(),
-                               want.int())
-        rows = seq.expand(3, -1).contiguous()
-        v2 = values[:12].reshape(3, 4)
-        sorter = rows.argsort(-1)
-        want = torch.searchsorted(rows, v2, sorter=sorter)
-        assert torch.equal(torch.searchsorted(rows.to(DEV), v2.to(DEV), sorter=sorter.to(DEV)).cpu(), want)
+    cases = []
+    for m in (0, 1, 5, 37):
+        for seq in (torch.randn(m, generator=g).sort().values,
+                    torch.cat([torch.randn(m, generator=g).sort().values, torch.full((3,), float("nan"))]),
+                    torch.randn(m, generator=g)):
+            for right in (False, True):
+                cases.append((torch.searchsorted(seq, values, right=right),
+                              torch.searchsorted(seq.to(DEV), values.to(DEV), right=right)))
+                cases.append((torch.bucketize(values, seq, right=right, out_int32=True),
+                              torch.bucketize(values.to(DEV), seq.to(DEV), right=right, out_int32=True)))
+            rows, v2 = seq.expand(3, -1).contiguous(), values[:12].reshape(3, 4)
+            sorter = rows.argsort(-1)
+            cases.append((torch.searchsorted(rows, v2, sorter=sorter),
+                          torch.searchsorted(rows.to(DEV), v2.to(DEV), sorter=sorter.to(DEV))))
+    torch_pjrt.sync()
+    for want, got in cases:
+        assert torch.equal(got.cpu(), want)
 
 
 def test_searchsorted_promotes_a_python_number():
