@@ -343,11 +343,31 @@ bool IsSpecial(const at::Scalar& s) {
   return v == 0.0 || v == 1.0;
 }
 
+// `v` (0-d) written to every element of self. Through an expanded view
+// (stride 0), as on the CPU: one value, so each storage element is written
+// once, through the view with those dims of size 1.
+void FillWith(at::Tensor& self, ir::Value v) {
+  const int d = DeviceIndex(self);
+  std::vector<int64_t> sizes = self.sizes().vec();
+  bool expanded = false;
+  for (int64_t k = 0; k < self.dim(); ++k) {
+    if (sizes[k] > 1 && self.stride(k) == 0) {
+      sizes[k] = 1;
+      expanded = true;
+    }
+  }
+  if (!expanded) {
+    Assign(self, BroadcastTo(d, v, sizes));
+    return;
+  }
+  at::Tensor once = self.as_strided(sizes, self.strides(), self.storage_offset());
+  Assign(once, BroadcastTo(d, v, sizes));
+}
+
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   TraceScope scope;
   const int d = DeviceIndex(self);
-  ir::Value v = IsSpecial(value) ? Const(d, value.toDouble(), self.scalar_type()) : ScalarParam(d, value, self.scalar_type());
-  Assign(self, BroadcastTo(d, v, self.sizes().vec()));
+  FillWith(self, IsSpecial(value) ? Const(d, value.toDouble(), self.scalar_type()) : ScalarParam(d, value, self.scalar_type()));
   return self;
 }
 
@@ -356,14 +376,14 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
               " dimensions.");
   TraceScope scope;
   const int d = DeviceIndex(self);
+  // not through an expanded view: the CPU refuses that for a tensor value
   Assign(self, BroadcastTo(d, Operand(value, d, self.scalar_type()), self.sizes().vec()));
   return self;
 }
 
 at::Tensor& zero_(at::Tensor& self) {
   TraceScope scope;
-  const int d = DeviceIndex(self);
-  Assign(self, BroadcastTo(d, Const(d, 0, self.scalar_type()), self.sizes().vec()));
+  FillWith(self, Const(DeviceIndex(self), 0, self.scalar_type()));
   return self;
 }
 

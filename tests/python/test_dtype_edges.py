@@ -310,6 +310,19 @@ def test_an_out_of_range_index_raises_the_cpus_exception():
             fn(torch.zeros(shape, device=DEV), bad.to(DEV)).cpu()
 
 
+def test_fill_and_zero_through_an_expanded_view_write_each_element_once():
+    for fn in (lambda v: v.fill_(2.0), lambda v: v.zero_()):
+        got, want = torch.arange(8.0, device=DEV).reshape(2, 4), torch.arange(8.0).reshape(2, 4)
+        fn(got[:1].expand(3, 4))
+        fn(want[:1].expand(3, 4))
+        fn(got[:, 1:2].expand(2, 5))
+        fn(want[:, 1:2].expand(2, 5))
+        assert torch.equal(got.cpu(), want)
+    for device in ("cpu", DEV):  # with a tensor value, refused as on the CPU
+        with pytest.raises(RuntimeError):
+            torch.zeros(1, 4, device=device).expand(3, 4).fill_(torch.tensor(3.0, device=device))
+
+
 def test_a_0d_tensor_is_one_element_to_index():
     x = torch.tensor(1.5)
     same(lambda t: t.gather(0, torch.tensor([0, 0], device=t.device)), x)
