@@ -44,6 +44,7 @@ from typing import Callable, List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.fx
+from torch._prims import rng_prims
 
 from torch_pjrt import _C, _device
 
@@ -122,14 +123,14 @@ def _pjrt_device_in(args, kwargs) -> Optional[torch.device]:
 def _run_and_save_rng_state(op, *args, **kwargs):
     d = _pjrt_device_in(args, kwargs)
     if d is None:
-        return torch._prims.rng_prims.run_and_save_rng_state(op, *args, **kwargs)
+        return rng_prims.run_and_save_rng_state(op, *args, **kwargs)
     return torch.get_device_module(d).get_rng_state(d), op(*args, **kwargs)
 
 
 def _run_with_rng_state(rng_state, op, *args, **kwargs):
     d = _pjrt_device_in(args, kwargs)
     if d is None:
-        return torch._prims.rng_prims.run_with_rng_state(rng_state, op, *args, **kwargs)
+        return rng_prims.run_with_rng_state(rng_state, op, *args, **kwargs)
     m = torch.get_device_module(d)
     now = m.get_rng_state(d)
     m.set_rng_state(rng_state, d)
@@ -148,8 +149,8 @@ def _rng_state_ops_for_pjrt(gm: torch.fx.GraphModule) -> bool:
     they save and restore the pjrt device's random state, as they do CUDA's.
     True when the graph has them: reading the state syncs the device when it
     is pending, so such graphs are traced on every call, not replayed."""
-    hops = {torch._prims.rng_prims.run_and_save_rng_state: _run_and_save_rng_state,
-            torch._prims.rng_prims.run_with_rng_state: _run_with_rng_state}
+    hops = {rng_prims.run_and_save_rng_state: _run_and_save_rng_state,
+            rng_prims.run_with_rng_state: _run_with_rng_state}
     found = False
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target in hops:
