@@ -15,7 +15,9 @@ namespace tpj::runtime {
 namespace {
 
 constexpr char kMagic[4] = {'T', 'P', 'J', 'C'};
-constexpr uint32_t kFormat = 1;
+// Format 2: the entry names its own key, so that a file copied over another
+// entry's (a merged cache directory) is never run for the other program.
+constexpr uint32_t kFormat = 2;
 
 uint64_t Fnv(const char* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
   for (size_t i = 0; i < n; ++i) {
@@ -137,8 +139,14 @@ std::shared_ptr<pjrt::Executable> CompileCache::LoadDisk(const std::string& key,
   std::memcpy(&len, data.data() + 8, 8);
   std::memcpy(&sum, data.data() + 16, 8);
   if (format != kFormat || len != data.size() - header || Fnv(data.data() + header, len) != sum) return drop();
+  // the body: the key's length (4 bytes), the key, the serialized executable
+  uint32_t key_len;
+  if (len < 4) return drop();
+  std::memcpy(&key_len, data.data() + header, 4);
+  if (key_len != key.size() || len < 4 + key_len || data.compare(header + 4, key_len, key) != 0) return drop();
   try {
-    return std::shared_ptr<pjrt::Executable>(client.Deserialize(data.substr(header), options, std::move(args)));
+    return std::shared_ptr<pjrt::Executable>(
+        client.Deserialize(data.substr(header + 4 + key_len), options, std::move(args)));
   } catch (const pjrt::Error&) {
     return drop();
   }
@@ -151,7 +159,10 @@ void CompileCache::StoreDisk(const std::string& key, const pjrt::Executable& exe
     if (dir_.empty() || readonly_) return;
     path = PathFor(key);
   }
-  const std::string payload = exe.Serialize();
+  const uint32_t key_len = static_cast<uint32_t>(key.size());
+  std::string payload(reinterpret_cast<const char*>(&key_len), 4);
+  payload += key;
+  payload += exe.Serialize();
   std::string out(kMagic, 4);
   const uint64_t len = payload.size(), sum = Fnv(payload.data(), payload.size());
   out.append(reinterpret_cast<const char*>(&kFormat), 4);

@@ -45,8 +45,8 @@ std::optional<T> Number(const char* name, Parse parse, Ok ok, const char* want) 
 std::optional<double> Seconds(const char* name, bool zero_ok) {
   return Number<double>(
       name, [](const std::string& v, size_t* used) { return std::stod(v, used); },
-      [zero_ok](double x) { return zero_ok ? x >= 0 : x > 0; },
-      zero_ok ? "a number of seconds, 0 or more" : "a positive number of seconds");
+      [zero_ok](double x) { return (zero_ok ? x >= 0 : x > 0) && x <= 1e7; },  // finite, and a deadline fits a clock
+      zero_ok ? "a number of seconds from 0 to 1e7" : "a positive number of seconds up to 1e7");
 }
 
 std::optional<int64_t> Int(const char* name, int64_t min) {
@@ -102,10 +102,11 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "1 lets a GPU plugin (CUDA, ROCm) reserve most of the GPU's memory when it starts, XLA's own default; by "
        "default it allocates as it goes, so eager CUDA tensors in the same process keep room",
        "0"},
-      {"TORCH_PJRT_DIST_TIMEOUT", "seconds a multi-process collective or rendezvous waits for a peer", "60"},
+      {"TORCH_PJRT_DIST_TIMEOUT",
+       "seconds a multi-process collective or rendezvous waits for a peer (more than 0, at most 1e7)", "60"},
       {"TORCH_PJRT_COMPILE_PROGRESS",
        "seconds after which a running compile is reported on stderr (with its op count and cache key), and again "
-       "when it ends; only with TORCH_PJRT_DEBUG=1 or TORCH_PJRT_LOG_LEVEL=info",
+       "when it ends; only with TORCH_PJRT_DEBUG=1 or TORCH_PJRT_LOG_LEVEL=info (0 to 1e7)",
        "5"},
       {"RANK", "global index of this process (set by the launcher)", "0"},
       {"WORLD_SIZE", "number of processes in the job", "`RANK` + 1"},

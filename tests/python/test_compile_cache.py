@@ -84,6 +84,20 @@ def test_flipped_byte_is_detected(tmp_path):
     assert compiles == 1 and corrupt == 1
 
 
+def test_an_entry_copied_over_another_is_not_run_for_it(tmp_path):
+    # two programs' entries, each copied over the other's file (a merged
+    # cache directory): each passes its checksum, but names another key
+    other = PROGRAM.replace("relu()", "sigmoid()")
+    v1, _, _, _ = run(tmp_path)
+    assert run_python(other, TORCH_PJRT_CACHE_DIR=str(tmp_path)).returncode == 0
+    a, b = sorted(entries(tmp_path), key=os.path.getmtime)
+    data_a, data_b = open(a, "rb").read(), open(b, "rb").read()
+    open(a, "wb").write(data_b)
+    open(b, "wb").write(data_a)
+    v2, compiles, disk, corrupt = run(tmp_path)
+    assert (v2, compiles, disk, corrupt) == (v1, 1, 0, 1)
+
+
 # An unusable directory costs one warning (torch_pjrt.PjrtWarning, from the
 # runtime through Python's warnings), never the run.
 WARNINGS_PROGRAM = (
