@@ -63,8 +63,36 @@ def init_process_group() -> None:
     if not o["master_addr"] or not o["master_port"]:
         raise RuntimeError(
             "multi-process collectives need MASTER_ADDR and MASTER_PORT: start the job with torch_pjrt.launch or torchrun")
-    _dist_call("init_process_group", lambda: dist.init_process_group(
-        "gloo", rank=runtime.process_index(), world_size=runtime.process_count(), timeout=timeout()))
+    _dist_call("init_process_group", lambda: _within_deadline(lambda: dist.init_process_group(
+        "gloo", rank=runtime.process_index(), world_size=runtime.process_count(), timeout=timeout()), o))
+
+
+def _within_deadline(fn: Callable, o: dict):
+    """``fn()`` on a thread of its own, waited for at most the timeout plus
+    5 s. TCPStore's handshake has no deadline: a rank that reaches a
+    listener which accepts and never answers (another service on
+    MASTER_PORT) would wait forever inside it. The stuck thread is left to
+    the process's exit."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="torch_pjrt rendezvous", daemon=True)
+    t.start()
+    t.join(timeout().total_seconds() + 5)
+    if t.is_alive():
+        raise RuntimeError(
+            f"the rendezvous at MASTER_ADDR={o['master_addr']} MASTER_PORT={o['master_port']} did not answer within "
+            f"{timeout().total_seconds() + 5:g}s (another service may be listening on that port)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 def _check_op(op: str) -> str:

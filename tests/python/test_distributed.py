@@ -237,6 +237,21 @@ def test_missing_peer_times_out_with_a_message():
     assert time.time() - t0 < 90
 
 
+def test_a_silent_listener_on_the_master_port_is_an_error_not_a_hang():
+    # another service holds MASTER_PORT: it accepts and never answers, and
+    # TCPStore's handshake has no deadline of its own
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        code = ("import torch, torch_pjrt\n"
+                "torch_pjrt.distributed.all_reduce(torch.ones(2, device='pjrt'))\n")
+        t0 = time.time()
+        r = run_python(code, timeout=120, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(silent.getsockname()[1]), TORCH_PJRT_DIST_TIMEOUT="1")
+    assert r.returncode != 0 and "did not answer within 6s" in r.stderr, r.stderr[-2000:]
+    assert time.time() - t0 < 60
+
+
 def test_random_stream_continues_across_replicated_regions():
     torch_pjrt.manual_seed(5)
     x = torch.rand(8, device="pjrt").cpu()
