@@ -159,8 +159,11 @@ def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
 def reduce_scatter(tensor: torch.Tensor, dim: int = 0, scale: float = 1.0) -> torch.Tensor:
     """The sum over participants, split along ``dim``; participant i keeps part i."""
     if _multiprocess():
-        full = all_reduce(tensor.detach().clone(), "sum", scale)
         n = runtime.process_count()
+        if tensor.size(dim) % n:  # as in one process (the program's own check)
+            raise ValueError(f"reduce_scatter: dimension {dim} of size {tensor.size(dim)} does not divide into "
+                             f"{n} equal parts, one per participant")
+        full = all_reduce(tensor.detach().clone(), "sum", scale)
         return full.chunk(n, dim)[runtime.process_index()].clone()
     return _C._reduce_scatter(tensor, dim, float(scale))
 
@@ -219,12 +222,30 @@ def broadcast_master_param(model: torch.nn.Module) -> None:
 
 
 def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
-    """In place: each gradient of the optimizer's parameters becomes its mean over participants."""
+    """In place: each gradient of the optimizer's parameters becomes its mean over participants.
+
+    Across processes, a parameter that some processes left unused (a branch
+    or an expert this rank's batch did not take) has no gradient there: the
+    processes first agree on which parameters have one anywhere (one small
+    all-reduce), and a missing gradient counts as zeros in the mean. A
+    parameter without a gradient on every process keeps none."""
     n = collective_size()
-    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    if n > 1:
-        for g in grads:
-            all_reduce(g, "sum", 1.0 / n)
+    if n <= 1:
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if _multiprocess():
+        import torch.distributed as dist
+
+        init_process_group()
+        have = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)
+        _dist_call("reduce_gradients", lambda: dist.all_reduce(have, dist.ReduceOp.MAX), have)
+        for p, anywhere in zip(params, have.tolist()):
+            if anywhere and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        params = [p for p, anywhere in zip(params, have.tolist()) if anywhere]
+    for p in params:
+        if p.grad is not None:
+            all_reduce(p.grad, "sum", 1.0 / n)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, **step_kwargs):

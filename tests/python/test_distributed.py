@@ -237,6 +237,46 @@ def test_missing_peer_times_out_with_a_message():
     assert time.time() - t0 < 90
 
 
+UNUSED_CHILD = """
+import torch, torch_pjrt
+from torch_pjrt import distributed as D, runtime
+rank, dev = runtime.process_index(), torch_pjrt.device()
+torch.manual_seed(0)
+m = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(4)]).to(dev)  # trunk, head a, head b, never used
+opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+for step in range(2):
+    h = m[0](torch.ones(2, 4, device=dev) * (rank + 1))
+    out = m[2](h) if step == 1 - rank else m[1](h) + m[2](h)  # each rank leaves head a out once
+    out.sum().backward()
+    D.optimizer_step(opt)
+    opt.zero_grad(set_to_none=True)
+    torch_pjrt.sync()
+assert m[3].weight.grad is None and not opt.state.get(m[3].weight)  # unused everywhere: no gradient, no step
+w = D.all_gather(torch.cat([p.detach().reshape(1, -1) for p in m[:3].parameters()], 1))
+assert torch.equal(w[0].cpu(), w[1].cpu()), "replicas diverged"
+try:  # one part per process, or an error, as in one process
+    D.reduce_scatter(torch.ones(3, device=dev))
+    raise SystemExit("reduce_scatter of 3 over 2 processes did not raise")
+except ValueError:
+    pass
+print("ok")
+"""
+
+
+def test_parameters_unused_on_some_ranks_keep_the_replicas_equal():
+    # reducing only the gradients each rank has would pair different
+    # parameters' gradients across ranks: the ranks first agree on the set
+    port = free_port()
+    env = dict(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", CPU_NUM_DEVICES="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), TORCH_PJRT_DIST_TIMEOUT="30")
+    procs = [subprocess.Popen([sys.executable, "-c", UNUSED_CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+
+
 def test_a_silent_listener_on_the_master_port_is_an_error_not_a_hang():
     # another service holds MASTER_PORT: it accepts and never answers, and
     # TCPStore's handshake has no deadline of its own
