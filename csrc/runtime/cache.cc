@@ -118,19 +118,33 @@ std::shared_ptr<pjrt::Executable> CompileCache::LoadDisk(const std::string& key,
                                                          std::vector<pjrt::ArgSpec> args, bool* corrupt) {
   *corrupt = false;
   std::string path;
+  bool readonly;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (dir_.empty()) return nullptr;
     path = PathFor(key);
+    readonly = readonly_;
+  }
+  // A bad entry is recompiled; deleted too, unless the cache is read-only.
+  auto drop = [&] {
+    *corrupt = true;
+    if (!readonly) std::remove(path.c_str());
+    return nullptr;
+  };
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return nullptr;
+  if (!S_ISREG(st.st_mode)) {  // a directory or a FIFO (whose open would block) is no entry
+    *corrupt = true;
+    return nullptr;
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return nullptr;
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto drop = [&] {
-    *corrupt = true;
-    std::remove(path.c_str());
-    return nullptr;
-  };
+  std::string data;
+  try {
+    data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception&) {  // a read error
+    return drop();
+  }
   const size_t header = 4 + 4 + 8 + 8;
   if (data.size() < header || std::memcmp(data.data(), kMagic, 4) != 0) return drop();
   uint32_t format;

@@ -98,6 +98,22 @@ def test_an_entry_copied_over_another_is_not_run_for_it(tmp_path):
     assert (v2, compiles, disk, corrupt) == (v1, 1, 0, 1)
 
 
+def test_an_entry_that_is_no_file_is_recompiled_and_a_readonly_cache_keeps_bad_entries(tmp_path):
+    v1, _, _, _ = run(tmp_path)
+    (path,) = entries(tmp_path)
+    os.remove(path)
+    os.mkdir(path)  # a directory where the entry should be (a FIFO would block an open)
+    v2, compiles, disk, corrupt = run(tmp_path)
+    assert (v2, compiles, disk, corrupt) == (v1, 1, 0, 1) and os.path.isdir(path)
+    os.rmdir(path)
+    run(tmp_path)
+    open(path, "r+b").truncate(10)
+    code = f"import torch_pjrt; torch_pjrt.runtime.initialize_cache({str(tmp_path)!r}, readonly=True)\n" + PROGRAM
+    r = run_python(code, TORCH_PJRT_CACHE_DIR=None)
+    assert r.returncode == 0 and f"value {v1}" in r.stdout, r.stderr
+    assert os.path.getsize(path) == 10  # read-only: used where good, never written nor deleted
+
+
 # An unusable directory costs one warning (torch_pjrt.PjrtWarning, from the
 # runtime through Python's warnings), never the run.
 WARNINGS_PROGRAM = (
