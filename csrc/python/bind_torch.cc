@@ -147,6 +147,11 @@ void BindTorch(py::module_& m) {
       py::gil_scoped_acquire gil;
       try {
         return py::cast<std::string>(py::handle(fn)());
+      } catch (const py::error_already_set& e) {
+        // A Ctrl-C that arrived meanwhile (during a compile) surfaces here:
+        // raised again at Python's next check, not lost with the location.
+        if (e.matches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
+        return "";
       } catch (...) {
         return "";
       }

@@ -313,6 +313,31 @@ def test_ctrl_c_interrupts_a_wait_within_a_second(wait, update):
         p.kill()
 
 
+def test_ctrl_c_during_a_compile_that_reports_a_recompile_is_not_lost():
+    # the recompile's report asks Python for the line (the GIL, and a pending
+    # Ctrl-C with it) while the compile has just returned
+    code = textwrap.dedent("""
+        import os, signal, threading, time, torch, torch_pjrt
+        def trace(n):
+            x, w = torch.zeros(n, device="pjrt"), torch.ones(n, device="pjrt")
+            for i in range(430):  # about 3000 ops: a compile of seconds
+                x = x * 0.999 + w * (i % 7) * 1e-3
+            return x
+        trace(8).cpu()  # the graph's first shape
+        x = trace(9)    # the same graph at another shape: a recompile, reported
+        threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+        try:
+            torch_pjrt.sync(wait=True)
+            time.sleep(3)
+            print("lost")
+        except KeyboardInterrupt:
+            print("interrupted")
+        print("after", (torch.ones(2, device="pjrt") * 3).cpu().tolist())
+    """)
+    r = run_python(code, timeout=170)
+    assert r.returncode == 0 and r.stdout.split("\n")[:2] == ["interrupted", "after [3.0, 3.0]"], r.stdout + r.stderr
+
+
 def test_fork_child_gets_a_clear_error_and_no_hang():
     r = run_python(textwrap.dedent("""
         import os, torch, torch_pjrt
