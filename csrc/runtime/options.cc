@@ -83,7 +83,7 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
       {"PJRT_DEVICE", "plugin kind: CPU, CUDA, ROCM, TPU or a name given to torch_pjrt.register_plugin", "CPU"},
       {"TORCH_PJRT_PLUGIN", "path of a PJRT plugin .so; wins over PJRT_DEVICE", ""},
       {"TORCH_PJRT_SEARCH_PATH", "':'-separated directories searched for installed plugins", "site-packages, sys.path"},
-      {"CPU_NUM_DEVICES", "devices of the CPU plugin in this process", "the plugin's (4)"},
+      {"CPU_NUM_DEVICES", "devices of the CPU plugin in this process (1 to 4096)", "the plugin's (4)"},
       {"TORCH_PJRT_CACHE_DIR", "directory of the persistent compile cache", "memory cache only"},
       {"TORCH_PJRT_DUMP_DIR", "directory where every compiled program is written (one .mlir file per program)", "no dumps"},
       {"TORCH_PJRT_DEBUG", "1: log compiles and recompile reasons on stderr, warn at first CPU fallbacks", "0"},
@@ -114,7 +114,7 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
       {"LOCAL_WORLD_SIZE", "processes on this host", "`LOCAL_RANK` + 1"},
       {"GROUP_RANK", "index of this host", "0"},
       {"MASTER_ADDR", "rendezvous host (torch.distributed TCPStore)", ""},
-      {"MASTER_PORT", "rendezvous port", ""},
+      {"MASTER_PORT", "rendezvous port (1 to 65535)", ""},
       {"TORCHELASTIC_RUN_ID", "set by torchrun; torch_pjrt.launch then runs the script in place", ""},
       {"TORCH_PJRT_LOG_LEVEL",
        "the PJRT plugin's own log lines shown: info, warning, error or fatal (set through TF_CPP_MIN_LOG_LEVEL)",
@@ -134,11 +134,15 @@ Options Options::FromEnvironment() {
   o.device = Upper(Get("PJRT_DEVICE"));
   o.plugin = Get("TORCH_PJRT_PLUGIN");
   o.search_path = SplitPath(Get("TORCH_PJRT_SEARCH_PATH"));
-  o.cpu_device_count = Int("CPU_NUM_DEVICES", 1);
+  // bounded: a typo of many digits would have the CPU plugin create that many devices
+  o.cpu_device_count = Number<int64_t>(
+      "CPU_NUM_DEVICES", [](const std::string& v, size_t* used) { return static_cast<int64_t>(std::stoll(v, used)); },
+      [](int64_t n) { return n >= 1 && n <= 4096; }, "an integer from 1 to 4096");
   o.cache_dir = Get("TORCH_PJRT_CACHE_DIR");
   o.dump_dir = Get("TORCH_PJRT_DUMP_DIR");
   const std::string debug = Get("TORCH_PJRT_DEBUG");
-  o.debug = !debug.empty() && debug != "0";
+  if (!debug.empty() && debug != "0" && debug != "1") Invalid("TORCH_PJRT_DEBUG", debug, "0 or 1");
+  o.debug = debug == "1";
   const std::string fallback = Get("TORCH_PJRT_FALLBACK");
   if (fallback.empty() || fallback == "allow") {
     o.fallback = FallbackMode::kAllow;
@@ -170,6 +174,11 @@ Options Options::FromEnvironment() {
   o.group_rank = Int("GROUP_RANK", 0).value_or(0);
   o.master_addr = Get("MASTER_ADDR");
   o.master_port = Get("MASTER_PORT");
+  if (!o.master_port.empty()) {
+    Number<int64_t>(
+        "MASTER_PORT", [](const std::string& v, size_t* used) { return static_cast<int64_t>(std::stoll(v, used)); },
+        [](int64_t n) { return n >= 1 && n <= 65535; }, "a port number from 1 to 65535");
+  }
   o.torchrun = !Get("TORCHELASTIC_RUN_ID").empty();
   o.plugin_log_level = LogLevel();
   o.xla_flags = Get("XLA_FLAGS");

@@ -61,7 +61,9 @@ def test_options_read_the_environment_now(monkeypatch):
 
 @pytest.mark.parametrize("name,value", [("CPU_NUM_DEVICES", "four"), ("TORCH_PJRT_FALLBACK", "maybe"),
                                         ("WORLD_SIZE", "0"), ("TORCH_PJRT_COMPILE_PROGRESS", "inf"),
-                                        ("TORCH_PJRT_DIST_TIMEOUT", "1e10")])
+                                        ("TORCH_PJRT_DIST_TIMEOUT", "1e10"), ("TORCH_PJRT_DEBUG", "yes"),
+                                        ("CPU_NUM_DEVICES", "99999999999"), ("MASTER_PORT", "99999"),
+                                        ("MASTER_PORT", "abc")])
 def test_malformed_values_name_the_variable(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(torch_pjrt.PjrtError, match=name):
