@@ -26,6 +26,34 @@ int MessageLine(const std::string& msg) {
   return 0;
 }
 
+// The first line of `text` whose types hold the dimensions the message's
+// first [...] lists ("dimensions=[2147483648, 2147483648]" names
+// tensor<2147483648x2147483648xf32>), or 0: plugins that name no line
+// often name the shape they refused.
+int LineWithDims(const std::string& text, const std::string& msg) {
+  const size_t open = msg.find('[');
+  const size_t close = open == std::string::npos ? std::string::npos : msg.find(']', open);
+  if (close == std::string::npos) return 0;
+  std::string dims;
+  for (size_t i = open + 1; i < close; ++i) {
+    const char c = msg[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      dims += c;
+    } else if (c == ',') {
+      dims += 'x';
+    } else if (c != ' ') {
+      return 0;  // not a list of sizes
+    }
+  }
+  if (dims.empty()) return 0;
+  std::istringstream is(text);
+  std::string l;
+  for (int i = 1; std::getline(is, l); ++i) {
+    if (l.find("<" + dims + "x") != std::string::npos || l.find("<" + dims + ">") != std::string::npos) return i;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string ProgramLine(const std::string& text, int line) {
@@ -61,12 +89,21 @@ CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
 std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::string& text,
                                               const pjrt::CompileOptions& options,
                                               std::vector<pjrt::ArgSpec> args) {
+  auto where = [&](const std::string& msg) {
+    const int line = MessageLine(msg);
+    return ProgramLine(text, line > 0 ? line : LineWithDims(text, msg));
+  };
   try {
     return client.Compile(text, options, std::move(args));
   } catch (const pjrt::Error& e) {
-    const std::string where = ProgramLine(text, MessageLine(e.what()));
-    if (where.empty()) throw;
-    throw pjrt::Error(e.code(), std::string(e.what()) + "\n  in StableHLO " + where);
+    const std::string at = where(e.what());
+    if (at.empty()) throw;
+    throw pjrt::Error(e.code(), std::string(e.what()) + "\n  in StableHLO " + at);
+  } catch (const std::exception& e) {
+    // a C++ exception out of the plugin's compiler (absl's "Bad StatusOr access")
+    const std::string at = where(e.what());
+    throw pjrt::Error(pjrt::Code::kInternal, std::string("the plugin failed to compile the program: ") + e.what() +
+                                                 (at.empty() ? "" : "\n  in StableHLO " + at));
   }
 }
 

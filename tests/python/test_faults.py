@@ -166,6 +166,14 @@ def test_an_op_that_throws_takes_its_checks_with_it():
         (a // z).cpu()
 
 
+def test_a_program_the_plugin_cannot_compile_names_its_stablehlo_op():
+    y = torch.ones(1, 1, device=DEV).expand(2**31, 2**31).sum(0)  # 2^62 elements: the compiler refuses
+    with pytest.raises(RuntimeError, match=r"(?s)compile.*in StableHLO line \d+: .*stablehlo.broadcast_in_dim.*"
+                                           r"tensor<2147483648x2147483648xf32>"):
+        y[:3].cpu()
+    assert (torch.ones(3, device=DEV) * 2).sum().item() == 6.0  # the device goes on
+
+
 def test_checks_can_be_turned_off():
     r = run_python(textwrap.dedent("""
         import torch, torch_pjrt
