@@ -394,8 +394,19 @@ def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, star
 
     n = nprocs or _default_nprocs()
     env = _job_env(n, o["master_addr"] or "127.0.0.1", o["master_port"] or str(_free_port()))
+    ctx = mp.start_processes(_child, args=(fn, tuple(args), env), nprocs=n, join=False, start_method=start_method)
     try:
-        mp.start_processes(_child, args=(fn, tuple(args), env), nprocs=n, join=True, start_method=start_method)
+        while not ctx.join():
+            pass
+    except KeyboardInterrupt:
+        # a SIGINT sent to this process alone (kill -INT, an IDE's stop
+        # button), not to its group as a terminal's Ctrl-C is: stop the ranks
+        for p in ctx.processes:
+            if p.is_alive():
+                p.terminate()
+        for p in ctx.processes:
+            p.join(10)
+        raise
     except mp.ProcessExitedException as e:
         raise RuntimeError(f"torch_pjrt.launch: rank {e.error_index} died (exit code {e.exit_code}); "
                            f"the other {n - 1} process(es) were stopped") from None

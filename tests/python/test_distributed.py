@@ -277,6 +277,40 @@ def test_parameters_unused_on_some_ranks_keep_the_replicas_equal():
         assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
 
 
+LAUNCH_LOOP = """
+import sys, time, torch, torch_pjrt
+from torch_pjrt import distributed as D
+def fn():
+    t = torch.ones(2, device="pjrt")
+    D.all_reduce(t)
+    print("rank started", flush=True)
+    for _ in range(600):  # a minute of steps
+        D.all_reduce(t)
+        time.sleep(0.1)
+    print("rank finished", flush=True)
+if __name__ == "__main__":
+    torch_pjrt.launch(fn, nprocs=2)
+"""
+
+
+def test_sigint_to_the_launcher_alone_stops_its_ranks(tmp_path):
+    # kill -INT <pid> (an IDE's stop button) reaches the launcher only, not
+    # its process group as a terminal's Ctrl-C does
+    script = tmp_path / "job.py"
+    script.write_text(LAUNCH_LOOP)
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, env={**os.environ, "CPU_NUM_DEVICES": "1"})
+    try:
+        assert p.stdout.readline().strip() == "rank started"
+        t0 = time.time()
+        os.kill(p.pid, signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        assert time.time() - t0 < 30 and "rank finished" not in out
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 def test_a_silent_listener_on_the_master_port_is_an_error_not_a_hang():
     # another service holds MASTER_PORT: it accepts and never answers, and
     # TCPStore's handshake has no deadline of its own
