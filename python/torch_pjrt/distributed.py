@@ -88,8 +88,10 @@ def _within_deadline(fn: Callable, o: dict):
     t.join(timeout().total_seconds() + 5)
     if t.is_alive():
         raise RuntimeError(
-            f"the rendezvous at MASTER_ADDR={o['master_addr']} MASTER_PORT={o['master_port']} did not answer within "
-            f"{timeout().total_seconds() + 5:g}s (another service may be listening on that port)")
+            f"joining the job of WORLD_SIZE={o['world_size']} at MASTER_ADDR={o['master_addr']} "
+            f"MASTER_PORT={o['master_port']} did not finish within {timeout().total_seconds() + 5:g}s: the "
+            "processes may disagree on WORLD_SIZE, one may not have started, or another service may be listening "
+            "on that port")
     if "error" in box:
         raise box["error"]
     return box.get("result")
