@@ -132,8 +132,6 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
   return Wrap(b.Gather(Val(self), coords, g, std::vector<int64_t>(self.dim(), 1)), d);
 }
 
-// `src` written into `operand` (of `shape`) where `index` points along dim:
-// overwriting (replace) or combined by `kind`.
 // How an out-of-range index of a scatter is reported: the op's name and the
 // CPU's exception for it.
 struct IndexCheck {
@@ -141,6 +139,8 @@ struct IndexCheck {
   runtime::ErrorKind kind = runtime::ErrorKind::kValue;
 };
 
+// `src` written into `operand` (of `shape`) where `index` points along dim:
+// overwriting (replace) or combined by `kind`.
 ir::Value ScatterInto(int d, ir::Value operand, const std::vector<int64_t>& shape, int64_t dim, const at::Tensor& index,
                       ir::Value src, bool replace, ir::ReduceKind kind = ir::ReduceKind::Sum,
                       const IndexCheck& check = {}) {
