@@ -455,10 +455,13 @@ void Runtime::ForgetReportedFailures(const std::string& what) {
   // batch-size search that caught it on .item() and retried would catch it
   // twice). Launches that finished with that error, or with none, leave
   // the wait list; another failure stays for the next wait to raise.
+  // Launches not finished yet are waited for: the failed program's own
+  // completion event may become ready a moment after the buffer that
+  // reported its failure (seen on a loaded machine), and a failure path may
+  // wait.
   std::lock_guard<std::recursive_mutex> l(mu_);
   for (Trace& t : traces_) {
     std::erase_if(t.inflight, [&](const std::unique_ptr<pjrt::Event>& e) {
-      if (!e->IsReady()) return false;
       try {
         e->Await();
         return true;
