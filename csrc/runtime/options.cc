@@ -1,6 +1,7 @@
 #include "runtime/options.h"
 
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -49,10 +50,15 @@ std::optional<double> Seconds(const char* name, bool zero_ok) {
       zero_ok ? "a number of seconds from 0 to 1e7" : "a positive number of seconds up to 1e7");
 }
 
-std::optional<int64_t> Int(const char* name, int64_t min) {
+// An integer in [min, max]; `want` says so in the error.
+std::optional<int64_t> IntIn(const char* name, int64_t min, int64_t max, const char* want) {
   return Number<int64_t>(
       name, [](const std::string& v, size_t* used) { return static_cast<int64_t>(std::stoll(v, used)); },
-      [min](int64_t n) { return n >= min; }, min > 0 ? "a positive integer" : "a non-negative integer");
+      [min, max](int64_t n) { return n >= min && n <= max; }, want);
+}
+
+std::optional<int64_t> Int(const char* name, int64_t min) {
+  return IntIn(name, min, INT64_MAX, min > 0 ? "a positive integer" : "a non-negative integer");
 }
 
 int LogLevel() {
@@ -135,9 +141,7 @@ Options Options::FromEnvironment() {
   o.plugin = Get("TORCH_PJRT_PLUGIN");
   o.search_path = SplitPath(Get("TORCH_PJRT_SEARCH_PATH"));
   // bounded: a typo of many digits would have the CPU plugin create that many devices
-  o.cpu_device_count = Number<int64_t>(
-      "CPU_NUM_DEVICES", [](const std::string& v, size_t* used) { return static_cast<int64_t>(std::stoll(v, used)); },
-      [](int64_t n) { return n >= 1 && n <= 4096; }, "an integer from 1 to 4096");
+  o.cpu_device_count = IntIn("CPU_NUM_DEVICES", 1, 4096, "an integer from 1 to 4096");
   o.cache_dir = Get("TORCH_PJRT_CACHE_DIR");
   o.dump_dir = Get("TORCH_PJRT_DUMP_DIR");
   const std::string debug = Get("TORCH_PJRT_DEBUG");
@@ -174,11 +178,7 @@ Options Options::FromEnvironment() {
   o.group_rank = Int("GROUP_RANK", 0).value_or(0);
   o.master_addr = Get("MASTER_ADDR");
   o.master_port = Get("MASTER_PORT");
-  if (!o.master_port.empty()) {
-    Number<int64_t>(
-        "MASTER_PORT", [](const std::string& v, size_t* used) { return static_cast<int64_t>(std::stoll(v, used)); },
-        [](int64_t n) { return n >= 1 && n <= 65535; }, "a port number from 1 to 65535");
-  }
+  IntIn("MASTER_PORT", 1, 65535, "a port number from 1 to 65535");  // checked; kept as text
   o.torchrun = !Get("TORCHELASTIC_RUN_ID").empty();
   o.plugin_log_level = LogLevel();
   o.xla_flags = Get("XLA_FLAGS");

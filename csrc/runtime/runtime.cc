@@ -275,7 +275,8 @@ TraceScope::TraceScope() : lock_(Runtime::Get().mu()) {
   if (!outer_) return;
   start_ns_ = NowNs();
   uncaught_ = std::uncaught_exceptions();
-  Runtime::Get().op_unlocated_before_ = Runtime::Get().unlocated_checks_.size();
+  Runtime& rt = Runtime::Get();
+  rt.op_unlocated_before_ = rt.unlocated_checks_.size();
 }
 
 TraceScope::~TraceScope() {
