@@ -168,9 +168,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     return a;
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
-    const runtime::Storage* s = PjrtStorage(storage.data_ptr());
-    TORCH_CHECK(s != nullptr, "not a pjrt storage");
-    TORCH_CHECK(newsize <= s->nbytes(), "growing a pjrt storage through resize is not supported");
+    ResizeStorage(storage, newsize);  // untyped_storage().resize_(n)
   }
 };
 

@@ -2,6 +2,8 @@
 // copies between the host and pjrt, item(), clone, fill.
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
@@ -31,6 +33,18 @@ int TargetDevice(std::optional<at::Device> device) {
   return CurrentDevice();
 }
 
+// Under torch.use_deterministic_algorithms(True) (with
+// torch.utils.deterministic.fill_uninitialized_memory, its default) a new
+// empty tensor holds NaN (integers: their largest value), as on the CPU.
+bool FillsUninitialized() {
+  return at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory();
+}
+
+at::Tensor FilledIfDeterministic(at::Tensor t) {
+  if (FillsUninitialized()) at::native::fill_empty_deterministic_(t);
+  return t;
+}
+
 at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
@@ -39,7 +53,7 @@ at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarTyp
   if (memory_format && *memory_format != at::MemoryFormat::Contiguous) {
     t.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);  // channels_last strides, PyTorch's checks
   }
-  return t;
+  return FilledIfDeterministic(t);
 }
 
 // Forward-mode AD and some backward formulas (sgn's) ask for a zero tensor
@@ -78,7 +92,7 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   const int64_t numel = static_cast<int64_t>(nbytes / c10::elementSize(t));
   at::Tensor flat = Empty({numel}, t, TargetDevice(device));
   flat.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
-  return flat;
+  return FilledIfDeterministic(flat);
 }
 
 at::Tensor as_strided(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
@@ -97,22 +111,31 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
   // its out before writing, and must keep writing through the view.
   if (self.sizes() == size && !format) return self;
   TraceScope scope;
-  runtime::Storage& s = StorageOf(self);
+  StorageOf(self);  // a pjrt tensor of ours
   int64_t numel = 1;
   for (int64_t d : size) numel *= d;
   const size_t need = static_cast<size_t>(numel + self.storage_offset()) * c10::elementSize(self.scalar_type());
-  if (need > s.nbytes()) {
-    // Grow in place: old contents first, then zeros (undefined in PyTorch).
-    Runtime::Get().Grow(s, need, ToIr(self.scalar_type()));
-    self.storage().unsafeGetStorageImpl()->set_nbytes(need);
-  }
+  const size_t old_nbytes = self.storage().nbytes();
+  // Grow in place: old contents first, then zeros (undefined in PyTorch).
+  if (need > old_nbytes) ResizeStorage(self.storage(), need, self.scalar_type());
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
   if (format) self.unsafeGetTensorImpl()->empty_tensor_restride(*format);
+  // use_deterministic_algorithms: the grown tail NaN (integers: their
+  // largest value), as on the CPU
+  if (FillsUninitialized()) at::native::fill_resize_deterministic_(self, static_cast<int64_t>(old_nbytes));
   return self;
 }
 
 at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, at::IntArrayRef size,
                         at::IntArrayRef stride) {
+  // A view past the storage's end grows the storage, as on the CPU: here in
+  // the runtime, before ATen's CPU resize (a memcpy of host bytes) sees it.
+  if (c10::multiply_integers(size) > 0 && PjrtStorage(source.data_ptr()) != nullptr) {
+    const size_t item = self.dtype().itemsize();
+    const size_t need = stride.data() != nullptr ? at::detail::computeStorageNbytes(size, stride, item, offset)
+                                                 : at::detail::computeStorageNbytesContiguous(size, item, offset);
+    if (need > source.nbytes()) ResizeStorage(source, need, self.scalar_type());
+  }
   at::native::set_storage_cpu_(self, std::move(source), offset, size, stride);
   // torch.load sets typed tensors on the byte storages it uploaded
   TraceScope scope;

@@ -163,6 +163,16 @@ runtime::Storage* PjrtStorage(const c10::DataPtr& p) {
   return nullptr;  // another deleter's memory, e.g. a DLPack capsule's
 }
 
+void ResizeStorage(const c10::Storage& storage, size_t nbytes, at::ScalarType type) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+  runtime::Storage* s = PjrtStorage(storage.data_ptr());
+  TORCH_CHECK(s != nullptr, "a pjrt storage that torch-pjrt did not allocate cannot be resized");
+  runtime::TraceScope scope;
+  runtime::Runtime::Get().Resize(*s, nbytes, ToIr(type));
+  impl->set_nbytes(nbytes);
+}
+
 runtime::StridedView ViewOf(const at::Tensor& t) {
   return {t.sizes().vec(), t.strides().vec(), t.storage_offset()};
 }
@@ -207,6 +217,19 @@ std::optional<ir::Value> OffsetParam(const runtime::Storage& s, const runtime::S
   return rt.ScalarValue(s.device(), ir::DType::I64, &offset);
 }
 
+// A tensor must lie within its storage: untyped_storage().resize_ shrinks
+// or frees (FSDP, offloading) the memory under live tensors, where the CPU
+// would read freed memory. Refused, with PyTorch's message for the freed case.
+void CheckWithinStorage(const at::Tensor& t, const runtime::Storage& s) {
+  if (t.numel() == 0) return;
+  const size_t need = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize(), t.storage_offset());
+  if (need <= s.nbytes()) return;
+  TORCH_CHECK(s.nbytes() != 0, "The tensor has a non-zero number of elements, but its data is not allocated yet: its "
+              "storage was resized to 0 bytes (untyped_storage().resize_); resize it again before using the tensor");
+  TORCH_CHECK(false, "a pjrt tensor of ", need, " bytes (with its offset) reaches past the end of its storage of ",
+              s.nbytes(), " bytes (shrunk by untyped_storage().resize_)");
+}
+
 }  // namespace
 
 ir::Value ValMemory(const at::Tensor& t) {
@@ -224,6 +247,7 @@ ir::Value ValMemory(const at::Tensor& t) {
   if (t.is_contiguous() && t.storage_offset() == 0 && t.numel() > 0 && t.numel() == b.shape(flat).dims.at(0)) {
     return b.Reshape(flat, t.sizes().vec());
   }
+  CheckWithinStorage(t, s);
   const runtime::StridedView view = ViewOf(t);
   const std::optional<ir::Value> o = OffsetParam(s, view);
   return runtime::ReadStrided(b, flat, view, o ? &*o : nullptr);
@@ -494,6 +518,7 @@ void Assign(const at::Tensor& dst, ir::Value v) {
       return;
     }
   }
+  CheckWithinStorage(dst, s);
   rt.AssignFlat(s, WrittenFlat(s, dt, view, v));
 }
 

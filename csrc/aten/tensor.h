@@ -48,6 +48,10 @@ runtime::Storage& StorageOf(const at::Tensor& t);
 // The runtime storage behind a pjrt storage's data pointer; null when
 // torch-pjrt did not allocate it (a DLPack import, from_blob with a deleter).
 runtime::Storage* PjrtStorage(const c10::DataPtr& p);
+// Resizes a pjrt storage to `nbytes` with the CPU's semantics (its first
+// bytes kept, a grown tail of zeros, 0 frees its memory); `type` types a
+// storage never written. Sets the StorageImpl's size.
+void ResizeStorage(const c10::Storage& storage, size_t nbytes, at::ScalarType type = at::kByte);
 runtime::StridedView ViewOf(const at::Tensor& t);
 ir::Builder& B(int device);
 

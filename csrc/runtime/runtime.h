@@ -70,8 +70,9 @@ class Runtime {
   ir::Value ReadFlat(Storage& s, ir::DType dtype);
   // Makes `flat` (rank 1, all elements) the storage's pending contents.
   void AssignFlat(Storage& s, ir::Value flat);
-  // Grows the storage to `nbytes`: old contents first, then zeros.
-  void Grow(Storage& s, size_t nbytes, ir::DType dtype);
+  // Resizes the storage to `nbytes`: its first bytes kept, a grown tail
+  // zeros; 0 frees its memory. `dtype` types a storage never written.
+  void Resize(Storage& s, size_t nbytes, ir::DType dtype);
   // Names the tensor shape a storage's parameter was read as (e.g.
   // "float32[4,16]"): recompile reasons name inputs so. Once per parameter.
   void DescribeRead(Storage& s, ir::Value flat, const std::function<std::string()>& description);

@@ -155,19 +155,36 @@ void Runtime::AssignFlat(Storage& s, ir::Value flat) {
   }
 }
 
-void Runtime::Grow(Storage& s, size_t nbytes, ir::DType dtype) {
-  if (nbytes <= s.nbytes_) return;
+void Runtime::Resize(Storage& s, size_t nbytes, ir::DType dtype) {
+  if (nbytes == s.nbytes_) return;
+  Trace& t = traces_[s.device_];
+  if (nbytes == 0) {  // storage.resize_(0) frees the memory (FSDP, offloading)
+    if (s.pending_) t.pending.erase(&s);
+    s.pending_ = false;
+    s.nbytes_ = 0;
+    s.buffer_.reset();
+    s.replicas_.clear();
+    s.sharding_.reset();
+    return;
+  }
   ir::Builder& b = builder(s.device_);
-  ir::Value flat = ReadFlat(s, dtype);
-  const size_t item = ir::ByteSize(*s.dtype_);
+  // By elements of `dtype` (or of the storage's own type) when both sizes are
+  // whole elements, else by bytes.
+  const ir::DType want_type = s.dtype_.value_or(dtype);
+  const ir::DType by = s.nbytes_ % ir::ByteSize(want_type) == 0 && nbytes % ir::ByteSize(want_type) == 0
+                           ? want_type
+                           : ir::DType::U8;
+  ir::Value flat = ReadFlat(s, by);
+  const size_t item = ir::ByteSize(by);
   const int64_t have = static_cast<int64_t>(s.nbytes_ / item);
   const int64_t want = static_cast<int64_t>(nbytes / item);
-  ir::Value grown = b.Pad(flat, b.ScalarConstant(b.shape(flat).dtype, 0), {0}, {want - have}, {0});
+  ir::Value resized = want > have ? b.Pad(flat, b.ScalarConstant(by, 0), {0}, {want - have}, {0})
+                                  : b.Slice(flat, {0}, {want}, {1});
   s.nbytes_ = nbytes;
   s.buffer_.reset();
   s.replicas_.clear();
   s.sharding_.reset();
-  AssignFlat(s, grown);
+  AssignFlat(s, resized);
 }
 
 void Runtime::Unregister(Storage* s) {

@@ -495,3 +495,53 @@ def test_a_graph_viewing_a_scattered_transpose_runs_as_traced():
     got = torch.compile(f, backend="aot_eager")(xd, v.to(DEV))
     torch.testing.assert_close(got.cpu(), want)
     torch.testing.assert_close(xd.cpu(), x.t().index_copy(0, torch.tensor([1, 2]), v).t())
+
+
+def test_set_past_the_storage_end_grows_it_keeping_its_contents():
+    # torch.Tensor.set_ with a view past the end grows the storage, as on the
+    # CPU; the bytes it had stay (it once lost them, zeroing the other tensor).
+    for d in ("cpu", DEV):
+        a = torch.arange(6.0, device=d)
+        b = torch.empty(0, device=d).set_(a.untyped_storage(), 4, (4,), (1,))
+        assert b.untyped_storage().nbytes() == 32
+        assert b[:2].tolist() == [4.0, 5.0] and a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert b.cpu().shape == (4,)
+
+
+def test_storage_resize_frees_regrows_and_shrinks_as_on_the_cpu():
+    # untyped_storage().resize_(0) and back (FSDP's and offloading's pattern)
+    a = torch.arange(4.0, device=DEV)
+    s = a.untyped_storage()
+    s.resize_(0)
+    assert s.nbytes() == 0
+    # the CPU reads freed memory here (or crashes); pjrt refuses every use
+    for use in (lambda: a + 1, lambda: a.sum(), lambda: a.fill_(1), lambda: a.view(2, 2).mul_(2), lambda: a.tolist()):
+        with pytest.raises(RuntimeError, match="not allocated|out of bounds"):
+            use()
+    s.resize_(16)
+    a.copy_(torch.full((4,), 3.0))
+    assert a.tolist() == [3.0] * 4
+    s.resize_(32)  # grown: the first bytes kept, as on the CPU
+    b = torch.empty(0, device=DEV).set_(s, 0, (8,), (1,))
+    assert b[:4].tolist() == [3.0] * 4 and s.nbytes() == 32
+    s.resize_(8)  # shrunk: the first bytes kept; a no longer fits
+    assert torch.empty(0, device=DEV).set_(s, 0, (2,), (1,)).tolist() == [3.0, 3.0]
+    with pytest.raises(RuntimeError, match="reaches past the end of its storage"):
+        a + 1
+
+
+def test_deterministic_mode_fills_uninitialized_memory_as_the_cpu():
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        got = {}
+        for d in ("cpu", DEV):
+            r = torch.ones(2, device=d)
+            r.resize_(4)
+            got[str(d)] = (torch.empty(3, device=d).tolist(), torch.empty(2, dtype=torch.int32, device=d).tolist(),
+                           torch.empty_strided((2, 2), (1, 2), device=d).isnan().all().item(), r[2:].tolist())
+        cpu, dev = got["cpu"], got[str(DEV)]
+        assert str(dev) == str(cpu)  # NaN, the int's largest value, NaN, the grown tail NaN
+        assert dev[1] == [2**31 - 1] * 2 and dev[2] is True
+    finally:
+        torch.use_deterministic_algorithms(was)
