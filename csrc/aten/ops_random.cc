@@ -3,6 +3,8 @@
 // randperm, multinomial and dropout, from the runtime's per-device Threefry state
 // (seeded by torch_pjrt.manual_seed / torch.manual_seed), or from a
 // torch.Generator(device="pjrt") passed to the op (aten/generator.h).
+#include <ATen/Dispatch.h>
+
 #include <cmath>
 #include <limits>
 
@@ -36,12 +38,28 @@ ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) 
 }
 
 at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  if (self.is_complex()) {  // real and imaginary parts drawn alike, as on the CPU
+    at::Tensor parts = at::view_as_real(self);
+    uniform_(parts, from, to, std::move(gen));
+    return self;
+  }
   GeneratorScope scope(gen);
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "uniform_ expects a floating point tensor, got ", self.scalar_type());
+  // The CPU's checks of the bounds (check_uniform_bounds), with its messages
+  const at::ScalarType t = self.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), "\"check_uniform_bounds\" not implemented for '", t, "'");
+  double lowest = 0, max = 0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t, "check_uniform_bounds", [&] {
+    lowest = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
+    max = static_cast<double>(std::numeric_limits<scalar_t>::max());
+  });
+  TORCH_CHECK(from >= lowest && from <= max, "from is out of bounds for ", self.dtype());
+  TORCH_CHECK(to >= lowest && to <= max, "to is out of bounds for ", self.dtype());
+  TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+  TORCH_CHECK(to - from <= max, "uniform_ expects to-from <= std::numeric_limits<", t, ">::max(), but found to=", to,
+              " and from=", from, " which result in to-from to exceed the limit");
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type();
   const auto shape = self.sizes().vec();
   ir::Value u = Uniform01(d, shape, t);
   if (from != 0 || to != 1) {

@@ -1,5 +1,7 @@
 """The pjrt device: registration, transfers, sync semantics, RNG, bad input."""
 
+import re
+
 import pytest
 import torch
 
@@ -227,6 +229,27 @@ def test_manual_seed_makes_device_rng_deterministic():
     y = torch.nn.functional.dropout(x, 0.25, training=True).cpu()
     kept = (y != 0).float().mean().item()
     assert abs(kept - 0.75) < 0.03 and torch.allclose(y[y != 0], torch.tensor(1 / 0.75))
+
+
+@pytest.mark.parametrize("call", [lambda t: t.uniform_(2, 1), lambda t: t.uniform_(0, float("inf")),
+                                  lambda t: t.uniform_(float("-inf"), 0), lambda t: t.uniform_(float("nan"), 1),
+                                  lambda t: t.uniform_(-3e38, 3e38), lambda t: torch.nn.init.trunc_normal_(t, a=2, b=1),
+                                  lambda t: torch.rand(3, dtype=torch.int64, device=t.device)],
+                         ids=["from>to", "inf", "-inf", "nan", "span", "trunc_normal", "int"])
+def test_uniform_refuses_the_bounds_the_cpu_refuses(call):
+    # they once drew from (to, from), or filled inf or NaN
+    with pytest.raises(Exception) as cpu:
+        call(torch.empty(4))
+    with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value))):
+        call(torch.empty(4, device=DEV))
+
+
+def test_uniform_of_complex_draws_both_parts_as_the_cpu():
+    z = torch.empty(4000, dtype=torch.complex64, device=DEV).uniform_(2, 3).cpu()
+    assert z.dtype == torch.complex64
+    for part in (z.real, z.imag):
+        assert 2 <= part.min() and part.max() < 3 and abs(part.mean().item() - 2.5) < 0.05
+    assert not torch.equal(z.real, z.imag)
 
 
 def test_autoload_through_torch_backends_entry_point():
