@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include <ATen/AccumulateType.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/RangeUtils.h>
 #include <ATen/native/ScatterGatherChecks.h>
@@ -678,16 +679,31 @@ at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>
                      bool accumulate) {
   TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, "
               "got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
-  // x[mask] = v with a full-shape mask and one value: a select, no sync.
+  // x[mask] = v with a mask over self's leading dims and a value without a
+  // dim per selected element (one number, or one row broadcast to every
+  // selected one: SpecAugment's hidden_states[mask] = embedding): a select,
+  // without reading the count of true elements, so no sync and one program
+  // for every mask.
   if (indices.size() == 1 && indices.get(0) && indices.get(0)->scalar_type() == at::kBool &&
-      indices.get(0)->sizes() == self.sizes() && values.numel() == 1 && !accumulate) {
-    TraceScope s;
-    const int d = DeviceIndex(self);
-    const auto shape = self.sizes().vec();
-    ir::Value m = Operand(*indices.get(0), d, at::kBool);
-    ir::Value v = BroadcastTo(d, B(d).Reshape(Operand(values, d, self.scalar_type()), {}), shape);
-    Assign(self, B(d).Select(m, v, Val(self)));
-    return self;
+      indices.get(0)->dim() <= self.dim() && indices.get(0)->sizes() == self.sizes().slice(0, indices.get(0)->dim())) {
+    const at::Tensor mask = *indices.get(0);
+    const at::IntArrayRef rest = self.sizes().slice(mask.dim());
+    at::IntArrayRef row = values.sizes();
+    if (row.size() == rest.size() + 1 && row[0] == 1) row = row.slice(1);
+    if (row.size() <= rest.size() && at::is_expandable_to(row, rest)) {
+      TraceScope s;
+      const int d = DeviceIndex(self);
+      ir::Builder& b = B(d);
+      const auto shape = self.sizes().vec();
+      std::vector<int64_t> mask_dims = mask.sizes().vec();
+      mask_dims.resize(shape.size(), 1);  // leading dims: the mask's, then ones
+      ir::Value m = BroadcastTo(d, b.Reshape(Operand(IsPjrt(mask) ? mask : mask.to(self.device()), d, at::kBool), mask_dims),
+                                shape);
+      ir::Value v = BroadcastTo(d, b.Reshape(Operand(values, d, self.scalar_type()), row.vec()), shape);
+      ir::Value old = Val(self);
+      Assign(self, b.Select(m, accumulate ? b.Binary(ir::Op::Add, old, v) : v, old));
+      return self;
+    }
   }
   IndexPlan p = PlanIndex(self, indices);
   TraceScope s;
@@ -701,6 +717,8 @@ at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>
   const std::vector<int64_t> out = IndexResultShape(self, p, &offset_dims);
   int64_t numel = 1;
   for (int64_t x : out) numel *= x;
+  TORCH_CHECK(at::is_expandable_to(values.sizes(), out), "shape mismatch: value tensor of shape ", values.sizes(),
+              " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(out));
   if (numel == 0) return self;
   ir::Value upd = BroadcastTo(d, Operand(values, d, self.scalar_type()), out);
   ir::ScatterDims sd;

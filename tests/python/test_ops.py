@@ -764,6 +764,39 @@ def test_mask_indexing_runs_on_the_device():
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
 
 
+@pytest.mark.parametrize("value_shape", [(), (1,), (3,), (1, 3)], ids=str)
+def test_mask_assignment_of_one_row_reads_no_count(value_shape):
+    # x[mask] = row (SpecAugment's hidden_states[mask] = embedding), for a
+    # device mask and a host one, = and +=: a select, the same program for
+    # every mask; a value with a row per selected element still reads the count
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 3)
+    v = torch.randn(value_shape)
+    for i, mask in enumerate(torch.rand(3, 2, 5).unbind()):
+        for on_device in (True, False):
+            for accumulate in (False, True):
+                got = x.to(DEV)
+                torch_pjrt.sync(wait=True)
+                torch_pjrt.metrics.reset()
+                m = (mask.to(DEV) < 0.5) if on_device else mask < 0.5
+                got.index_put_((m,), v.to(DEV), accumulate=accumulate)
+                want = x.clone()
+                want.index_put_((mask < 0.5,), v, accumulate=accumulate)
+                assert torch_pjrt.metrics.counters().get("bytes_to_host", 0) == 0  # no count read
+                assert torch.equal(got.cpu(), want)
+                assert i == 0 or torch_pjrt.metrics.counters().get("compiles", 0) == 0
+    mask = torch.rand(2, 5) < 0.5
+    rows = torch.randn(int(mask.sum()), 3)
+    want, got = x.clone(), x.to(DEV)
+    want[mask], got[mask.to(DEV)] = rows, rows.to(DEV)
+    assert torch.equal(got.cpu(), want)
+    for bad in (torch.randn(4), torch.randn(2, 1, 3)):  # the CPU's shape errors
+        with pytest.raises(RuntimeError, match="shape mismatch"):
+            x.clone()[mask] = bad
+        with pytest.raises(RuntimeError, match="shape mismatch"):
+            x.to(DEV)[mask.to(DEV)] = bad.to(DEV)
+
+
 def test_nonzero_static_reads_nothing_from_the_device():
     x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
     d = x.to(DEV)
