@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include <ATen/AccumulateType.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/RangeUtils.h>
@@ -675,35 +676,46 @@ at::Tensor index_tensor(const at::Tensor& self, const c10::List<std::optional<at
   return Wrap(b.Reshape(r, out), d);
 }
 
+// x[mask] = v with a bool mask over self's leading dims and a value without
+// a dim per selected element (one number, or one row broadcast to every
+// selected one: SpecAugment's hidden_states[mask] = embedding in wav2vec 2.0
+// and HuBERT): a select, without reading the count of true elements, so no
+// sync and one program for every mask. The mask on the device, reshaped to
+// self's rank (its dims, then ones), and the row's dims.
+struct MaskRow {
+  at::Tensor mask;
+  std::vector<int64_t> mask_dims;
+  std::vector<int64_t> row;
+};
+
+std::optional<MaskRow> AsMaskRow(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                                 const at::Tensor& values) {
+  if (indices.size() != 1 || !indices.get(0) || indices.get(0)->scalar_type() != at::kBool) return std::nullopt;
+  const at::Tensor mask = *indices.get(0);
+  if (mask.dim() > self.dim() || mask.sizes() != self.sizes().slice(0, mask.dim())) return std::nullopt;
+  const at::IntArrayRef rest = self.sizes().slice(mask.dim());
+  at::IntArrayRef row = values.sizes();
+  if (row.size() == rest.size() + 1 && row[0] == 1) row = row.slice(1);
+  if (row.size() > rest.size() || !at::is_expandable_to(row, rest)) return std::nullopt;
+  MaskRow r{IsPjrt(mask) ? mask : mask.to(self.device()), mask.sizes().vec(), row.vec()};
+  r.mask_dims.resize(static_cast<size_t>(self.dim()), 1);
+  return r;
+}
+
 at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
                      bool accumulate) {
   TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, "
               "got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
-  // x[mask] = v with a mask over self's leading dims and a value without a
-  // dim per selected element (one number, or one row broadcast to every
-  // selected one: SpecAugment's hidden_states[mask] = embedding): a select,
-  // without reading the count of true elements, so no sync and one program
-  // for every mask.
-  if (indices.size() == 1 && indices.get(0) && indices.get(0)->scalar_type() == at::kBool &&
-      indices.get(0)->dim() <= self.dim() && indices.get(0)->sizes() == self.sizes().slice(0, indices.get(0)->dim())) {
-    const at::Tensor mask = *indices.get(0);
-    const at::IntArrayRef rest = self.sizes().slice(mask.dim());
-    at::IntArrayRef row = values.sizes();
-    if (row.size() == rest.size() + 1 && row[0] == 1) row = row.slice(1);
-    if (row.size() <= rest.size() && at::is_expandable_to(row, rest)) {
-      TraceScope s;
-      const int d = DeviceIndex(self);
-      ir::Builder& b = B(d);
-      const auto shape = self.sizes().vec();
-      std::vector<int64_t> mask_dims = mask.sizes().vec();
-      mask_dims.resize(shape.size(), 1);  // leading dims: the mask's, then ones
-      ir::Value m = BroadcastTo(d, b.Reshape(Operand(IsPjrt(mask) ? mask : mask.to(self.device()), d, at::kBool), mask_dims),
-                                shape);
-      ir::Value v = BroadcastTo(d, b.Reshape(Operand(values, d, self.scalar_type()), row.vec()), shape);
-      ir::Value old = Val(self);
-      Assign(self, b.Select(m, accumulate ? b.Binary(ir::Op::Add, old, v) : v, old));
-      return self;
-    }
+  if (const std::optional<MaskRow> r = AsMaskRow(self, indices, values)) {
+    TraceScope s;
+    const int d = DeviceIndex(self);
+    ir::Builder& b = B(d);
+    const auto shape = self.sizes().vec();
+    ir::Value m = BroadcastTo(d, b.Reshape(Operand(r->mask, d, at::kBool), r->mask_dims), shape);
+    ir::Value v = BroadcastTo(d, b.Reshape(Operand(values, d, self.scalar_type()), r->row), shape);
+    ir::Value old = Val(self);
+    Assign(self, b.Select(m, accumulate ? b.Binary(ir::Op::Add, old, v) : v, old));
+    return self;
   }
   IndexPlan p = PlanIndex(self, indices);
   TraceScope s;
@@ -749,6 +761,27 @@ at::Tensor index_put(const at::Tensor& self, const c10::List<std::optional<at::T
   at::Tensor copy = self.clone();
   IndexPut(copy, indices, values, accumulate);
   return copy;
+}
+
+// Autograd of index_put_ on pjrt. PyTorch's formula takes a row's gradient
+// as grad[mask] summed: a shape per count of true elements, so training with
+// x[mask] = row (SpecAugment) compiled a program per count. A mask row
+// assigned with gradients is where(mask, row, x) copied into x here, whose
+// gradients (where(mask, grad, 0) summed to the row, where(mask, 0, grad))
+// keep their shapes. Everything else goes to _index_put_impl_, whose autograd
+// formula is index_put_'s.
+at::Tensor& index_put_autograd(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                               const at::Tensor& values, bool accumulate) {
+  const bool grads = at::GradMode::is_enabled() && (self.requires_grad() || values.requires_grad());
+  const std::optional<MaskRow> r = grads && values.scalar_type() == self.scalar_type()
+                                       ? AsMaskRow(self, indices, values)
+                                       : std::nullopt;
+  if (!r) return at::_index_put_impl_(self, indices, values, accumulate, /*unsafe=*/false);
+  at::assert_no_overlap(self, values);  // the CPU's check: a source in self's memory raises
+  const at::Tensor m = r->mask.reshape(r->mask_dims);
+  const at::Tensor v = values.reshape(r->row);
+  self.copy_(at::where(m, accumulate ? self + v : v, self));
+  return self;
 }
 
 // nn.Embedding(max_norm=...): each row that `indices` names and whose
@@ -1031,6 +1064,8 @@ at::Tensor roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef 
 }  // namespace tpj::aten
 
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { K("index_put_", index_put_autograd); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("cat", cat);

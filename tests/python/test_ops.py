@@ -797,6 +797,41 @@ def test_mask_assignment_of_one_row_reads_no_count(value_shape):
             x.to(DEV)[mask.to(DEV)] = bad.to(DEV)
 
 
+def test_mask_row_assignment_trains_with_one_program_for_every_mask():
+    # SpecAugment: hidden[mask] = embedding in training. PyTorch's gradient
+    # of the row, grad[mask] summed, had a shape per count of true elements.
+    torch.manual_seed(0)
+    h, emb = torch.randn(2, 6, 3), torch.randn(3)
+    for step, mask in enumerate(torch.rand(4, 2, 6).unbind()):
+        grads = []
+        for dev in ("cpu", DEV):
+            e = emb.detach().to(dev).requires_grad_()
+            x = h.detach().to(dev).requires_grad_()
+            y = x * 2
+            y[mask.to(dev) < 0.5] = e
+            y.index_put_((mask.to(dev) > 0.8,), e * 3, accumulate=True)
+            (y * torch.arange(36.0).reshape(2, 6, 3).to(dev)).sum().backward()
+            grads.append((y.detach().cpu(), e.grad.cpu(), x.grad.cpu()))
+            if dev == DEV and step > 1:
+                assert torch_pjrt.metrics.counters().get("compiles", 0) == 0
+            torch_pjrt.sync(wait=True)
+            torch_pjrt.metrics.reset()
+        for a, b in zip(*grads):
+            torch.testing.assert_close(b, a)
+    # a value per selected element keeps PyTorch's formula, as do integer indices
+    for dev in ("cpu", DEV):
+        mask = torch.tensor([True, False, True]).to(dev)
+        v = torch.tensor([1.0, 2.0], device=dev, requires_grad=True)
+        w = torch.tensor([5.0], device=dev, requires_grad=True)
+        y = torch.zeros(3, device=dev)
+        y[mask] = v * 2
+        y[torch.tensor([1]).to(dev)] = w
+        (y * torch.tensor([1.0, 10.0, 100.0], device=dev)).sum().backward()
+        assert v.grad.tolist() == [2.0, 200.0] and w.grad.tolist() == [10.0]
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            torch.zeros(3, device=dev, requires_grad=True)[mask] = v
+
+
 def test_nonzero_static_reads_nothing_from_the_device():
     x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
     d = x.to(DEV)
