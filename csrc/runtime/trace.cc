@@ -165,6 +165,7 @@ void Runtime::Resize(Storage& s, size_t nbytes, ir::DType dtype) {
     s.buffer_.reset();
     s.replicas_.clear();
     s.sharding_.reset();
+    s.outcome_.reset();
     return;
   }
   ir::Builder& b = builder(s.device_);

@@ -524,6 +524,20 @@ def _map_tensors(x, fn):
 _ignored_options_warned: set = set()
 
 
+@functools.cache
+def _decompositions() -> dict:
+    """PyTorch's core ATen decompositions, less those whose result loses the
+    CPU's error: nll_loss as a gather raised gather's RuntimeError for a
+    target out of range where the CPU (and pjrt's own nll_loss kernels)
+    raise IndexError."""
+    from torch._decomp import core_aten_decompositions
+
+    aten = torch.ops.aten
+    keep = {aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default,
+            aten.nll_loss2d_backward.default}
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
+
+
 def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
     """The Dynamo backend registered as ``"pjrt"``. ``torch.compile``'s
     ``mode`` and ``options`` (Inductor's settings) are accepted and ignored,
@@ -538,7 +552,6 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
             warnings.warn(f"torch.compile(backend='pjrt') ignores {', '.join(f'{k}={v!r}' for k, v in options.items())}: "
                           "those are Inductor's settings; the pjrt backend compiles each graph to one XLA program and "
                           "replays it", stacklevel=2)
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     # keep_inference_input_mutations: in-place updates of inputs (BatchNorm's
@@ -546,7 +559,7 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
     # program, which donates the inputs' buffers to their new values.
     return aot_autograd(fw_compiler=functools.partial(_compile_graph, mode=_JOIN),
                         bw_compiler=_compile_graph, inference_compiler=_compile_graph,
-                        decompositions=core_aten_decompositions(),
+                        decompositions=_decompositions(),
                         keep_inference_input_mutations=True)(gm, example_inputs)
 
 

@@ -217,3 +217,26 @@ def test_longformer_writes_into_an_earlier_graphs_output():
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
     for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_compiled_cross_entropy_matches_the_cpu_and_its_index_error():
+    # nll_loss stays one op in the graph: as core ATen's gather it raised
+    # gather's RuntimeError for a target out of range, where the CPU raises IndexError
+    torch.manual_seed(0)
+    w = torch.rand(5)
+
+    def f(x, t, t2):
+        a = torch.nn.functional.cross_entropy(x, t, weight=w.to(x.device), ignore_index=2, label_smoothing=0.1)
+        return a + torch.nn.functional.cross_entropy(x.reshape(2, 2, 5).permute(0, 2, 1)[..., None], t2[..., None])
+
+    x, t, t2 = torch.randn(4, 5), torch.tensor([0, 2, 4, 1]), torch.tensor([[3, 0], [1, 4]])
+    xc, xd = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    want = f(xc, t, t2)
+    got = torch.compile(f, backend="pjrt")(xd, t.to(DEV), t2.to(DEV))
+    want.backward()
+    got.backward()
+    torch.testing.assert_close(got.cpu(), want.detach())
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    g = torch.compile(lambda x, t: torch.nn.functional.cross_entropy(x, t, weight=w.to(x.device)), backend="pjrt")
+    with pytest.raises(IndexError, match="out of bounds"):
+        g(x.to(DEV), torch.tensor([0, 7, 1, 1]).to(DEV)).cpu()
