@@ -231,10 +231,16 @@ def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
     processes first agree on which parameters have one anywhere (one small
     all-reduce), and a missing gradient counts as zeros in the mean. A
     parameter without a gradient on every process keeps none."""
+    reduce_parameter_gradients([p for group in optimizer.param_groups for p in group["params"]])
+
+
+def reduce_parameter_gradients(params: Sequence[torch.Tensor]) -> None:
+    """:func:`reduce_gradients` for a list of parameters (a module's, for a
+    strategy that averages after each backward, as DDP does)."""
     n = collective_size()
     if n <= 1:
         return
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+    params = list(params)
     if _multiprocess():
         import torch.distributed as dist
 

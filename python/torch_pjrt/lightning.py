@@ -23,8 +23,8 @@ registers them: the accelerator ``"pjrt"`` and the strategy
   trained weights and logged metrics come back to the calling process); each
   process enters the job as ``torch_pjrt.launch`` starts its processes (the
   torchrun environment, one device each). Gradients are averaged over the
-  processes by ``torch_pjrt.distributed`` (gloo on host copies) between the
-  closure's backward and the optimizer's update; logged values with
+  processes by ``torch_pjrt.distributed`` (gloo on host copies) after each
+  backward, as DDP does, and each step starts from rank 0's buffers; logged values with
   ``sync_dist=True``, ``all_gather`` and barriers go through the same gloo
   group. No ``DistributedDataParallel`` wrapper: it cannot reduce pjrt
   tensors. Fabric with N > 1 is refused; docs/lightning.md.
@@ -35,6 +35,7 @@ of this process, whether a plugin is installed).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Dict, List, Optional, Union
 
 import torch
@@ -245,9 +246,9 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
     Lightning's DDP strategy without ``DistributedDataParallel`` (which
     reduces through torch.distributed and cannot reduce pjrt tensors): rank
     0's weights are broadcast at setup, the gradients are averaged over the
-    processes by :func:`torch_pjrt.distributed.reduce_gradients` after the
-    closure's backward, before the optimizer's update, and the step ends with
-    ``torch_pjrt.sync()``. Reductions of logged values, ``all_gather`` and
+    processes after each backward (outside gradient accumulation's
+    ``no_sync``), every training step starts from rank 0's buffers, and the
+    step ends with ``torch_pjrt.sync()``. Reductions of logged values, ``all_gather`` and
     barriers use the job's gloo group on host copies."""
 
     strategy_name = DDP_STRATEGY
@@ -257,7 +258,10 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
         if start_method != "spawn":
             raise ValueError(f"strategy 'pjrt_ddp' starts its processes with 'spawn', got start_method={start_method!r}: "
                              "a process forked after the PJRT plugin started cannot use it")
+        # the job's timeout (TORCH_PJRT_DIST_TIMEOUT), not Lightning's 30 minutes
+        kwargs.setdefault("timeout", distributed.timeout())
         super().__init__(start_method="spawn", **kwargs)
+        self._sync_gradients = True
 
     @_PlDDP.precision_plugin.setter
     def precision_plugin(self, precision_plugin) -> None:
@@ -268,8 +272,15 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
         return torch.device(NAME, 0)  # each process's one device
 
     def _configure_launcher(self) -> None:
-        # Under torchrun the processes exist already, with their environment.
-        self._launcher = None if self.cluster_environment.creates_processes_externally else _PjrtLauncher(self)
+        # Under torchrun the processes exist already, with their environment:
+        # their number must be the devices asked for (Lightning's check, which
+        # its own launcher for such processes makes), or the sampler splits
+        # the data for processes that do not exist.
+        if self.cluster_environment.creates_processes_externally:
+            self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+            self._launcher = None
+        else:
+            self._launcher = _PjrtLauncher(self)
 
     def setup_distributed(self) -> None:
         # DDP's, without its device_id (torch.distributed has no pjrt backend): gloo.
@@ -292,13 +303,43 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
         if trainer.state.fn == TrainerFn.FITTING:
             _optimizers_to_device(self.optimizers, self.root_device)
 
-    def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
-        def closure_then_reduce():
-            out = closure()
-            distributed.reduce_gradients(optimizer)
-            return out
+    @contextlib.contextmanager
+    def block_backward_sync(self):
+        """Gradient accumulation's backward passes before the last one (and
+        manual optimization's ``toggle_model(sync_grad=False)``) leave the
+        gradients local, as DDP's ``no_sync``."""
+        was, self._sync_gradients = self._sync_gradients, False
+        try:
+            yield
+        finally:
+            self._sync_gradients = was
 
-        out = super().optimizer_step(optimizer, closure_then_reduce, model, **kwargs)
+    def post_backward(self, closure_loss) -> None:
+        # Averaged after each backward, as DDP does: what runs between the
+        # backward and the step (on_after_backward, manual optimization's
+        # clip_gradients) sees the mean gradients. Accumulated gradients stay
+        # right: the mean of a sum is the sum of the means.
+        super().post_backward(closure_loss)
+        if self._sync_gradients:
+            distributed.reduce_parameter_gradients([p for p in self.lightning_module.parameters() if p.requires_grad])
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        # DDP's broadcast_buffers: every process runs the forward with rank
+        # 0's buffers (BatchNorm's running statistics), so that evaluation and
+        # the logged metrics agree across processes
+        # (one broadcast per dtype of buffers)
+        by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
+        for b in self.lightning_module.buffers():
+            by_dtype.setdefault(b.dtype, []).append(b)
+        with torch.no_grad():
+            for group in by_dtype.values():
+                flat = distributed.broadcast(torch.cat([b.reshape(-1) for b in group]), 0)
+                for b, v in zip(group, flat.split([b.numel() for b in group])):
+                    b.copy_(v.view_as(b))
+        return super().training_step(*args, **kwargs)
+
+    def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
+        out = super().optimizer_step(optimizer, closure, model, **kwargs)
         torch_pjrt.sync()
         return out
 
@@ -388,6 +429,27 @@ def _patch_auto_strategy(connector_cls, strategy_cls, ddp_cls=None) -> None:
     connector_cls._choose_strategy = _choose_strategy
 
 
+def _patch_strategy_check(connector_cls, allowed: tuple, names: str) -> None:
+    """A strategy named explicitly with the pjrt accelerator (``"ddp"``,
+    ``"ddp_spawn"``, ``"fsdp"``) failed only in its processes, at their
+    first collective ("No backend type associated with device type pjrt"):
+    refused when the Trainer or Fabric is made."""
+    original = connector_cls._init_strategy
+    if getattr(original, "_torch_pjrt", False):
+        return
+
+    def _init_strategy(self):
+        original(self)
+        strategy = self.strategy
+        if _is_pjrt(self._accelerator_flag) and not isinstance(strategy, allowed):
+            name = self._strategy_flag if isinstance(self._strategy_flag, str) else type(strategy).__name__
+            raise ValueError(f"strategy {name!r} does not run on the pjrt accelerator (it reduces pjrt tensors through "
+                             f"torch.distributed, which has no pjrt backend): use {names}; docs/lightning.md")
+
+    _init_strategy._torch_pjrt = True
+    connector_cls._init_strategy = _init_strategy
+
+
 def register() -> None:
     """Registers the accelerator and strategies with lightning.pytorch and
     lightning.fabric (done on import; calling it again changes nothing)."""
@@ -406,6 +468,10 @@ def register() -> None:
         PjrtDDPStrategy.register_strategies(_PL_STRATEGIES)
     _patch_auto_strategy(_AcceleratorConnector, PjrtSingleDeviceStrategy, PjrtDDPStrategy)
     _patch_auto_strategy(_Connector, PjrtFabricSingleDeviceStrategy)
+    _patch_strategy_check(_AcceleratorConnector, (PjrtSingleDeviceStrategy, PjrtDDPStrategy),
+                          f"strategy={STRATEGY!r} (one device) or {DDP_STRATEGY!r} (devices=N), or leave it unset")
+    _patch_strategy_check(_Connector, (PjrtFabricSingleDeviceStrategy,),
+                          f"strategy={STRATEGY!r} (Fabric runs one pjrt device per process), or leave it unset")
 
 
 register()

@@ -260,6 +260,57 @@ def test_two_processes_match_one_device(cpu_20, tmp_path):
         assert torch.allclose(preds[rank], want[rank::2], rtol=1e-5, atol=1e-5)
 
 
+class ManualClipNet(SplitNet):
+    """Manual optimization that clips between the backward and the step (a
+    gradient mean is what DDP clips), and a buffer each process counts up by
+    its rank + 1 per step: DDP's broadcast_buffers gives every step rank 0's."""
+
+    def __init__(self):
+        super().__init__(sgd=True)
+        self.automatic_optimization = False
+        self.register_buffer("counter", torch.zeros(()))
+
+    def training_step(self, batch, _):
+        opt = self.optimizers()
+        self.counter += self.global_rank + 1
+        loss = super().training_step(batch, _)
+        self.manual_backward(loss)
+        self.clip_gradients(opt, gradient_clip_val=0.05, gradient_clip_algorithm="norm")
+        opt.step()
+        opt.zero_grad()
+
+    def on_train_end(self):
+        if hasattr(self, "out_dir"):
+            torch.save(self.counter.cpu(), f"{self.out_dir}/counter{self.global_rank}.pt")
+
+
+def test_two_processes_clip_mean_gradients_and_share_rank_zeros_buffers(tmp_path):
+    one = ManualClipNet()
+    _trainer("cpu", max_steps=10).fit(one, _loader())
+    model = ManualClipNet()
+    model.out_dir = str(tmp_path)
+    trainer = pl.Trainer(accelerator="pjrt", devices=2, max_steps=10, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         use_distributed_sampler=False)
+    assert trainer.strategy._timeout == torch_pjrt.distributed.timeout()  # TORCH_PJRT_DIST_TIMEOUT, not 30 minutes
+    trainer.fit(model)
+    # clipped local gradients ended 3e-3 away before the gradients were averaged after each backward
+    assert _max_diff({k: v for k, v in _weights(model).items() if k != "counter"},
+                     {k: v for k, v in _weights(one).items() if k != "counter"}) < 1e-5
+    # each step starts from rank 0's buffer: 9 steps of +1, then the last step's own +1 or +2
+    assert [torch.load(tmp_path / f"counter{r}.pt").item() for r in (0, 1)] == [10.0, 11.0]
+
+
+def test_devices_other_than_torchruns_processes_are_refused(monkeypatch):
+    # under torchrun the processes exist: devices=3 with 2 of them split the
+    # data for a process that does not exist (a third of every epoch unseen)
+    for k, v in {"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0",
+                 "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=r"devices=3.*does not match the world size \(2\)"):
+        pl.Trainer(accelerator="pjrt", devices=3, logger=False)
+
+
 def test_bad_device_lists_are_refused_with_what_to_do():
     with pytest.raises(ValueError, match="runs process i on device i.*devices=2"):
         pl.Trainer(accelerator="pjrt", devices=[1, 3])
@@ -268,6 +319,14 @@ def test_bad_device_lists_are_refused_with_what_to_do():
     with pytest.raises(ValueError, match="start_method='fork'"):
         tpl.PjrtDDPStrategy(start_method="fork")
     assert pl.Trainer(accelerator="pjrt", logger=False).strategy.root_device == torch.device("pjrt", 0)  # devices="auto"
+    # Lightning's own DDP strategies failed in their processes, at their first collective
+    for strategy in ("ddp", "ddp_spawn"):
+        with pytest.raises(ValueError, match=f"strategy '{strategy}' does not run on the pjrt accelerator.*pjrt_ddp"):
+            pl.Trainer(accelerator="pjrt", devices=2, strategy=strategy, logger=False)
+    with pytest.raises(ValueError, match="does not run on the pjrt accelerator.*pjrt_single"):
+        Fabric(accelerator="pjrt", devices=1, strategy="ddp")
+    assert isinstance(pl.Trainer(accelerator="pjrt", devices=2, strategy="pjrt_ddp", logger=False).strategy,
+                      tpl.PjrtDDPStrategy)
 
 
 def test_fabric_matches_the_cpu():
