@@ -53,6 +53,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as _FABRIC_ACCELERATORS
 from lightning.fabric.plugins.precision import MixedPrecision as _FabricMixedPrecision
 from lightning.fabric.strategies import STRATEGY_REGISTRY as _FABRIC_STRATEGIES
+from lightning.fabric.strategies import ParallelStrategy as _FabricParallel
 from lightning.fabric.strategies import SingleDeviceStrategy as _FabricSingleDevice
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.distributed import _init_dist_connection
@@ -61,6 +62,7 @@ from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.accelerators import AcceleratorRegistry as _PL_ACCELERATORS
 from lightning.pytorch.plugins.precision import MixedPrecision as _PlMixedPrecision
 from lightning.pytorch.strategies import DDPStrategy as _PlDDP
+from lightning.pytorch.strategies import ParallelStrategy as _PlParallel
 from lightning.pytorch.strategies import SingleDeviceStrategy as _PlSingleDevice
 from lightning.pytorch.strategies import StrategyRegistry as _PL_STRATEGIES
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
@@ -429,11 +431,11 @@ def _patch_auto_strategy(connector_cls, strategy_cls, ddp_cls=None) -> None:
     connector_cls._choose_strategy = _choose_strategy
 
 
-def _patch_strategy_check(connector_cls, allowed: tuple, names: str) -> None:
-    """A strategy named explicitly with the pjrt accelerator (``"ddp"``,
-    ``"ddp_spawn"``, ``"fsdp"``) failed only in its processes, at their
-    first collective ("No backend type associated with device type pjrt"):
-    refused when the Trainer or Fabric is made."""
+def _patch_strategy_check(connector_cls, parallel_cls, allowed: tuple, names: str) -> None:
+    """A parallel strategy of Lightning's named explicitly with the pjrt
+    accelerator (``"ddp"``, ``"ddp_spawn"``, ``"fsdp"``) failed only in its
+    processes, at their first collective ("No backend type associated with
+    device type pjrt"): refused when the Trainer or Fabric is made."""
     original = connector_cls._init_strategy
     if getattr(original, "_torch_pjrt", False):
         return
@@ -441,7 +443,7 @@ def _patch_strategy_check(connector_cls, allowed: tuple, names: str) -> None:
     def _init_strategy(self):
         original(self)
         strategy = self.strategy
-        if _is_pjrt(self._accelerator_flag) and not isinstance(strategy, allowed):
+        if _is_pjrt(self._accelerator_flag) and isinstance(strategy, parallel_cls) and not isinstance(strategy, allowed):
             name = self._strategy_flag if isinstance(self._strategy_flag, str) else type(strategy).__name__
             raise ValueError(f"strategy {name!r} does not run on the pjrt accelerator (it reduces pjrt tensors through "
                              f"torch.distributed, which has no pjrt backend): use {names}; docs/lightning.md")
@@ -468,9 +470,9 @@ def register() -> None:
         PjrtDDPStrategy.register_strategies(_PL_STRATEGIES)
     _patch_auto_strategy(_AcceleratorConnector, PjrtSingleDeviceStrategy, PjrtDDPStrategy)
     _patch_auto_strategy(_Connector, PjrtFabricSingleDeviceStrategy)
-    _patch_strategy_check(_AcceleratorConnector, (PjrtSingleDeviceStrategy, PjrtDDPStrategy),
-                          f"strategy={STRATEGY!r} (one device) or {DDP_STRATEGY!r} (devices=N), or leave it unset")
-    _patch_strategy_check(_Connector, (PjrtFabricSingleDeviceStrategy,),
+    _patch_strategy_check(_AcceleratorConnector, _PlParallel, (PjrtDDPStrategy,),
+                          f"strategy={DDP_STRATEGY!r} (devices=N), or leave it unset")
+    _patch_strategy_check(_Connector, _FabricParallel, (),
                           f"strategy={STRATEGY!r} (Fabric runs one pjrt device per process), or leave it unset")
 
 

@@ -327,6 +327,8 @@ def test_bad_device_lists_are_refused_with_what_to_do():
         Fabric(accelerator="pjrt", devices=1, strategy="ddp")
     assert isinstance(pl.Trainer(accelerator="pjrt", devices=2, strategy="pjrt_ddp", logger=False).strategy,
                       tpl.PjrtDDPStrategy)
+    assert isinstance(pl.Trainer(accelerator="pjrt", devices=1, strategy="pjrt_single", logger=False).strategy,
+                      tpl.PjrtSingleDeviceStrategy)
 
 
 def test_fabric_matches_the_cpu():
