@@ -7,7 +7,6 @@
 #include <numeric>
 
 #include <ATen/AccumulateType.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/RangeUtils.h>
@@ -702,8 +701,46 @@ std::optional<MaskRow> AsMaskRow(const at::Tensor& self, const c10::List<std::op
   return r;
 }
 
+// The CPU's and CUDA's shortcut (canDispatchToMaskedFill): without
+// accumulate, one bool or uint8 mask on self's device (after any leading
+// full slices) and a one-element value on the CPU make x[mask] = v
+// masked_fill_ with v's number: v's dtype is not checked (x[mask] =
+// torch.tensor(0) into floats), and a uint8 mask is refused as masked_fill_
+// refuses it. The mask, with trailing dims of one; undefined otherwise.
+at::Tensor MaskedFillMask(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                          const at::Tensor& values, bool accumulate) {
+  if (accumulate || values.numel() != 1 || !values.device().is_cpu()) return {};
+  int64_t dims = 0;
+  at::Tensor mask;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::optional<at::Tensor> t = indices.get(i);
+    if (!t || !t->defined()) {
+      ++dims;
+      continue;
+    }
+    if ((t->scalar_type() != at::kBool && t->scalar_type() != at::kByte) || t->device() != self.device() ||
+        mask.defined()) {
+      return {};
+    }
+    for (int64_t k = 0; k < t->dim(); ++k) {
+      TORCH_CHECK_INDEX(dims + k < self.dim() && t->size(k) == self.size(dims + k), "The shape of the mask ",
+                        t->sizes(), " at index ", k, " does not match the shape of the indexed tensor ", self.sizes(),
+                        " at index ", dims + k);
+    }
+    mask = *t;
+    dims += t->dim();
+  }
+  if (!mask.defined()) return {};
+  std::vector<int64_t> shape = mask.sizes().vec();
+  shape.resize(static_cast<size_t>(std::max<int64_t>(self.dim() - (dims - mask.dim()), mask.dim())), 1);
+  return mask.reshape(shape);
+}
+
 at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
                      bool accumulate) {
+  if (const at::Tensor mask = MaskedFillMask(self, indices, values, accumulate); mask.defined()) {
+    return self.masked_fill_(mask, values.item());
+  }
   TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, "
               "got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
   if (const std::optional<MaskRow> r = AsMaskRow(self, indices, values)) {
@@ -765,17 +802,15 @@ at::Tensor index_put(const at::Tensor& self, const c10::List<std::optional<at::T
 
 // Autograd of index_put_ on pjrt. PyTorch's formula takes a row's gradient
 // as grad[mask] summed: a shape per count of true elements, so training with
-// x[mask] = row (SpecAugment) compiled a program per count. A mask row
-// assigned with gradients is where(mask, row, x) copied into x here, whose
-// gradients (where(mask, grad, 0) summed to the row, where(mask, 0, grad))
-// keep their shapes. Everything else goes to _index_put_impl_, whose autograd
-// formula is index_put_'s.
+// x[mask] = row (SpecAugment) compiled a program per count. A mask row is
+// where(mask, row, x) copied into x here, whose gradients (where(mask, grad,
+// 0) summed to the row, where(mask, 0, grad)) keep their shapes, and whose
+// forward-mode tangents batch (jacfwd). Everything else goes to
+// _index_put_impl_, whose autograd formula is index_put_'s.
 at::Tensor& index_put_autograd(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                                const at::Tensor& values, bool accumulate) {
-  const bool grads = at::GradMode::is_enabled() && (self.requires_grad() || values.requires_grad());
-  const std::optional<MaskRow> r = grads && values.scalar_type() == self.scalar_type()
-                                       ? AsMaskRow(self, indices, values)
-                                       : std::nullopt;
+  const std::optional<MaskRow> r = values.scalar_type() == self.scalar_type() ? AsMaskRow(self, indices, values)
+                                                                              : std::nullopt;
   if (!r) return at::_index_put_impl_(self, indices, values, accumulate, /*unsafe=*/false);
   at::assert_no_overlap(self, values);  // the CPU's check: a source in self's memory raises
   const at::Tensor m = r->mask.reshape(r->mask_dims);

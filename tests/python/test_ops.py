@@ -832,6 +832,35 @@ def test_mask_row_assignment_trains_with_one_program_for_every_mask():
             torch.zeros(3, device=dev, requires_grad=True)[mask] = v
 
 
+def test_mask_assignment_of_a_host_number_is_masked_fill_as_on_the_cpu():
+    # the CPU's (and CUDA's) shortcut: a one-element value on the CPU is
+    # masked_fill_ with its number, whatever its dtype (x[mask] = torch.tensor(0))
+    x = torch.arange(6.0).reshape(3, 2)
+    for mask in (torch.tensor([True, False, True]), x > 2):
+        for v in (torch.tensor(3), torch.tensor(3.5, dtype=torch.float64)):
+            want, got = x.clone(), x.to(DEV)
+            want[mask] = v
+            got[mask.to(DEV)] = v
+            assert torch.equal(got.cpu(), want)
+    for dev in ("cpu", DEV):  # a uint8 mask then meets masked_fill_'s refusal
+        with pytest.raises(RuntimeError, match="masked_fill_ only supports boolean masks"):
+            x.to(dev).index_put_(((x > 2).to(torch.uint8).to(dev),), torch.tensor(3.0))
+
+
+def test_forward_mode_batches_through_a_mask_row_assignment():
+    mask = torch.tensor([True, False, True, False])
+
+    def f(v, m):
+        y = torch.zeros(4, 3, device=v.device)
+        y[m] = v * 2
+        return y.sin()
+
+    v = torch.tensor([0.5, 1.0, 2.0])
+    want = torch.func.jacfwd(f)(v, mask)
+    got = torch.func.jacfwd(f)(v.to(DEV), mask.to(DEV))
+    torch.testing.assert_close(got.cpu(), want)
+
+
 def test_nonzero_static_reads_nothing_from_the_device():
     x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
     d = x.to(DEV)
