@@ -788,7 +788,11 @@ def test_mask_assignment_of_one_row_reads_no_count(value_shape):
     mask = torch.rand(2, 5) < 0.5
     rows = torch.randn(int(mask.sum()), 3)
     want, got = x.clone(), x.to(DEV)
-    want[mask], got[mask.to(DEV)] = rows, rows.to(DEV)
+    dmask, drows = mask.to(DEV), rows.to(DEV)
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    want[mask], got[dmask] = rows, drows
+    assert torch_pjrt.metrics.counters().get("bytes_to_host", 0) > 0  # the count, read
     assert torch.equal(got.cpu(), want)
     for bad in (torch.randn(4), torch.randn(2, 1, 3)):  # the CPU's shape errors
         with pytest.raises(RuntimeError, match="shape mismatch"):
