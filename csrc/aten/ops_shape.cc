@@ -571,6 +571,15 @@ struct IndexPlan {
   bool adjacent = true;
 };
 
+// The CPU's check of a mask against the dims of self it indexes from `pos` on.
+void CheckMaskShape(const at::Tensor& mask, const at::Tensor& self, int64_t pos) {
+  for (int64_t k = 0; k < mask.dim(); ++k) {
+    TORCH_CHECK_INDEX(pos + k < self.dim() && mask.size(k) == self.size(pos + k), "The shape of the mask ",
+                      mask.sizes(), " at index ", k, " does not match the shape of the indexed tensor ", self.sizes(),
+                      " at index ", pos + k);
+  }
+}
+
 IndexPlan PlanIndex(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
   IndexPlan p;
   TORCH_CHECK_INDEX(static_cast<int64_t>(indices.size()) <= self.dim(), "too many indices for tensor of dimension ",
@@ -590,9 +599,8 @@ IndexPlan PlanIndex(const at::Tensor& self, const c10::List<std::optional<at::Te
       // A mask selects data-dependent positions: its nonzero() needs the values.
       at::Tensor nz = at::nonzero(*t);
       if (on_cpu) nz = nz.to(self.device());
+      CheckMaskShape(*t, self, pos);
       for (int64_t k = 0; k < t->dim(); ++k) {
-        TORCH_CHECK_INDEX(t->size(k) == self.size(pos + k), "The shape of the mask ", t->sizes(), " at index ", k,
-                          " does not match the shape of the indexed tensor ", self.sizes(), " at index ", pos + k);
         p.dims.push_back(pos + k);
         p.tensors.push_back(nz.select(1, k));
       }
@@ -722,17 +730,13 @@ at::Tensor MaskedFillMask(const at::Tensor& self, const c10::List<std::optional<
         mask.defined()) {
       return {};
     }
-    for (int64_t k = 0; k < t->dim(); ++k) {
-      TORCH_CHECK_INDEX(dims + k < self.dim() && t->size(k) == self.size(dims + k), "The shape of the mask ",
-                        t->sizes(), " at index ", k, " does not match the shape of the indexed tensor ", self.sizes(),
-                        " at index ", dims + k);
-    }
+    CheckMaskShape(*t, self, dims);
     mask = *t;
     dims += t->dim();
   }
   if (!mask.defined()) return {};
   std::vector<int64_t> shape = mask.sizes().vec();
-  shape.resize(static_cast<size_t>(std::max<int64_t>(self.dim() - (dims - mask.dim()), mask.dim())), 1);
+  shape.resize(shape.size() + static_cast<size_t>(std::max<int64_t>(self.dim() - dims, 0)), 1);  // self's dims after
   return mask.reshape(shape);
 }
 
