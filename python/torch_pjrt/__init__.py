@@ -35,7 +35,7 @@ from torch_pjrt._plugins import (
 )
 from torch_pjrt import _device
 from torch_pjrt._device import PjrtWarning, device, device_count, manual_seed, sync
-from torch_pjrt import metrics, runtime, distributed, generation, spmd
+from torch_pjrt import metrics, runtime, distributed, generation, spmd, process_group
 from torch_pjrt.distributed import launch, replicate, replicated
 
 __version__ = "0.2.0"
@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 _device.register()
+process_group.register()  # torch.distributed's backend "pjrt"
 
 
 def _register_dynamo() -> None:

@@ -54,7 +54,10 @@ def timeout() -> datetime.timedelta:
 
 
 def init_process_group() -> None:
-    """Joins the job's gloo process group (done on first use by every call below)."""
+    """Joins the job's process group (done on first use by every call below):
+    torch.distributed's backend ``"pjrt"`` (``torch_pjrt.process_group``),
+    gloo on host copies, so that other code's ``torch.distributed`` calls on
+    pjrt tensors work in it too."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -64,7 +67,7 @@ def init_process_group() -> None:
         raise RuntimeError(
             "multi-process collectives need MASTER_ADDR and MASTER_PORT: start the job with torch_pjrt.launch or torchrun")
     _dist_call("init_process_group", lambda: _within_deadline(lambda: dist.init_process_group(
-        "gloo", rank=runtime.process_index(), world_size=runtime.process_count(), timeout=timeout()), o))
+        "pjrt", rank=runtime.process_index(), world_size=runtime.process_count(), timeout=timeout()), o))
 
 
 def _within_deadline(fn: Callable, o: dict):

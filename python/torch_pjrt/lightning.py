@@ -23,11 +23,12 @@ registers them: the accelerator ``"pjrt"`` and the strategy
   trained weights and logged metrics come back to the calling process); each
   process enters the job as ``torch_pjrt.launch`` starts its processes (the
   torchrun environment, one device each). Gradients are averaged over the
-  processes by ``torch_pjrt.distributed`` (gloo on host copies) after each
-  backward, as DDP does, and each step starts from rank 0's buffers; logged values with
-  ``sync_dist=True``, ``all_gather`` and barriers go through the same gloo
-  group. No ``DistributedDataParallel`` wrapper: it cannot reduce pjrt
-  tensors. Fabric with N > 1 is refused; docs/lightning.md.
+  processes by ``torch_pjrt.distributed`` after each backward, as DDP does,
+  and each step starts from rank 0's buffers. The job's process group is
+  torch.distributed's backend ``"pjrt"`` (gloo on host copies), so logged
+  values with ``sync_dist=True``, ``all_gather``, barriers and torchmetrics'
+  own synchronization work on pjrt tensors. Fabric with N > 1 is refused;
+  docs/lightning.md.
 
 The accelerator reads what it needs from :mod:`torch_pjrt.runtime` (devices
 of this process, whether a plugin is installed).
@@ -41,7 +42,7 @@ from typing import Any, Dict, List, Optional, Union
 import torch
 
 import torch_pjrt
-from torch_pjrt import _C, runtime
+from torch_pjrt import runtime
 
 try:
     import lightning.fabric as _fabric
@@ -225,7 +226,7 @@ class _PjrtLauncher(_MultiProcessingLauncher):
     trained weights and logged metrics back, as with ``ddp_spawn``), whose
     processes enter the job as ``torch_pjrt.launch`` starts its own: the
     torchrun environment, one device each, set before anything opens a
-    device; the gloo group is left when the work is done."""
+    device; the process group is left when the work is done."""
 
     def __init__(self, strategy: "PjrtDDPStrategy") -> None:
         super().__init__(strategy, start_method="spawn")
@@ -245,13 +246,13 @@ class _PjrtLauncher(_MultiProcessingLauncher):
 class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
     """Lightning Trainer on N pjrt devices, one process each (``devices=N``).
 
-    Lightning's DDP strategy without ``DistributedDataParallel`` (which
-    reduces through torch.distributed and cannot reduce pjrt tensors): rank
-    0's weights are broadcast at setup, the gradients are averaged over the
+    Lightning's DDP strategy without the ``DistributedDataParallel`` wrapper:
+    rank 0's weights are broadcast at setup, the gradients are averaged over the
     processes after each backward (outside gradient accumulation's
     ``no_sync``), every training step starts from rank 0's buffers, and the
     step ends with ``torch_pjrt.sync()``. Reductions of logged values, ``all_gather`` and
-    barriers use the job's gloo group on host copies."""
+    barriers use the job's process group, torch.distributed's backend
+    ``"pjrt"`` (gloo on host copies)."""
 
     strategy_name = DDP_STRATEGY
 
@@ -285,10 +286,13 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
             self._launcher = _PjrtLauncher(self)
 
     def setup_distributed(self) -> None:
-        # DDP's, without its device_id (torch.distributed has no pjrt backend): gloo.
+        # DDP's, without its device_id, on torch.distributed's backend "pjrt"
+        # (torch_pjrt.process_group: gloo on host copies), so that what calls
+        # torch.distributed on pjrt tensors (torchmetrics' sync, Lightning's
+        # SIGTERM forwarding) works.
         reset_seed()
         self.set_world_ranks()
-        self._process_group_backend = self._process_group_backend or "gloo"
+        self._process_group_backend = self._process_group_backend or "pjrt"
         _init_dist_connection(self.cluster_environment, self._process_group_backend, timeout=self._timeout)
 
     def setup(self, trainer) -> None:
@@ -344,29 +348,6 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
         out = super().optimizer_step(optimizer, closure, model, **kwargs)
         torch_pjrt.sync()
         return out
-
-    def reduce(self, tensor, group=None, reduce_op="mean"):
-        # Lightning all-reduces the tensor it is given in place: held like
-        # torch_pjrt.distributed's own host copies (see its _dist_call).
-        if isinstance(tensor, torch.Tensor) and tensor.device.type == NAME:
-            host = tensor.detach().cpu()
-            _C._hold_for_collective([host])
-            return super().reduce(host, group, reduce_op).to(tensor.device)
-        if isinstance(tensor, torch.Tensor):
-            _C._hold_for_collective([tensor])
-        return super().reduce(tensor, group, reduce_op)
-
-    def all_gather(self, tensor: torch.Tensor, group=None, sync_grads: bool = False) -> torch.Tensor:
-        if isinstance(tensor, torch.Tensor) and tensor.device.type == NAME:
-            if sync_grads:
-                raise ValueError("all_gather(sync_grads=True) is not supported by strategy 'pjrt_ddp': the gather "
-                                 "runs on host copies, outside autograd")
-            if group in (None, torch.distributed.group.WORLD) and self.world_size > 1:
-                # Lightning's result (stacked: world size first), through
-                # torch_pjrt.distributed, whose host tensors are held.
-                return distributed.all_gather(tensor.unsqueeze(0), 0)
-            return super().all_gather(tensor.detach().cpu(), group).to(tensor.device)
-        return super().all_gather(tensor, group, sync_grads)
 
     def barrier(self, *args: Any, **kwargs: Any) -> None:
         torch_pjrt.sync()

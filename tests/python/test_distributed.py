@@ -124,13 +124,13 @@ def test_launch_two_processes_match_single_device(reference, tmp_path):
     assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
 
 
-def torchrun(args, tmp_path, extra_env=None, log=None):
-    """torchrun of dp_worker; its output piped, or into the file `log`."""
+def torchrun(args, tmp_path, extra_env=None, log=None, worker="dp_worker.py"):
+    """torchrun of `worker` (dp_worker); its output piped, or into the file `log`."""
     env = dict(os.environ)
     env.pop("CPU_NUM_DEVICES", None)
     env["CPU_NUM_DEVICES"] = "1"
     env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "torch.distributed.run", *args, os.path.join(HERE, "dp_worker.py"), str(tmp_path)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *args, os.path.join(HERE, worker), str(tmp_path)]
     if log is None:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with open(log, "w") as f:
@@ -155,6 +155,33 @@ def test_torchrun_two_processes_match_single_device(reference, tmp_path):
     infos = read_infos(tmp_path, 2)
     assert sorted(i["rank"] for i in infos) == [0, 1]
     assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
+
+
+def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
+    # A plain torch.distributed script (init_process_group("pjrt"), the
+    # collectives, DistributedDataParallel) gives on pjrt tensors what the
+    # same group gives on CPU tensors (gloo's own results).
+    p = torchrun(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())], tmp_path,
+                 worker="c10d_worker.py")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+    results = [json.load(open(tmp_path / f"c10d{r}.json")) for r in (0, 1)]
+    for r, res in enumerate(results):
+        assert res["backend"] == "pjrt"
+        assert res["pjrt"] == res["cpu"], r
+        assert res["pjrt"]["all_reduce_view"] == [[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]]  # not gloo's failure either
+        assert res["pjrt"]["all_reduce_int_product"] == [12] and res["pjrt"]["async_completed"] == [1.0]
+        assert res["pjrt"]["all_reduce_avg"] == [2.5] and res["pjrt"]["all_reduce_int_avg"] == [2]  # truncated, as NCCL
+        ddp = res["ddp"]
+        assert ddp["moved"] > 0.05  # the weights trained
+        # BatchNorm removes the first layer's bias from the loss: its gradient
+        # is rounding noise, which momentum keeps small
+        assert max(ddp["diff"].values()) < 1e-5, ddp["diff"]
+        # steady DDP steps: the buffer broadcast, the bucket's all-reduce in
+        # the backward, the update: 3 programs, nothing compiled
+        assert ddp["steady"] == {"executions": 3 * 4, "compiles": 0}, ddp["steady"]
+        assert ddp["fallbacks"] == {}
+    assert results[1]["pjrt"]["recv"] == [42.0] and results[0]["pjrt"]["gather"] == [0.0, 1.0]
 
 
 def test_two_nodes_on_loopback_have_host_index_0_and_1(reference, tmp_path):

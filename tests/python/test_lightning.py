@@ -190,7 +190,15 @@ def test_mixed_precision_uses_pjrt_autocast():
 
 class SplitNet(Net):
     """Net whose loaders give process r of n the batch slices r, r+n, ...
-    of the one-device loader's batches (8 rows)."""
+    of the one-device loader's batches (8 rows); its test also logs a
+    torchmetrics metric, which synchronizes itself across processes
+    (torch.distributed on pjrt tensors)."""
+
+    def __init__(self, sgd=False):
+        super().__init__(sgd)
+        import torchmetrics
+
+        self.mse = torchmetrics.MeanSquaredError()
 
     def _loader(self):
         n, rank = self.trainer.world_size, self.trainer.global_rank
@@ -205,7 +213,10 @@ class SplitNet(Net):
 
     def test_step(self, batch, _):
         x, y = batch
-        self.log("test_loss", torch.nn.functional.cross_entropy(self(x).float(), y), sync_dist=True)
+        logits = self(x).float()
+        self.log("test_loss", torch.nn.functional.cross_entropy(logits, y), sync_dist=True)
+        self.mse(logits.softmax(-1)[:, 1], y.float())
+        self.log("test_mse", self.mse)
 
     def on_predict_start(self):
         self.predictions = []
@@ -237,7 +248,8 @@ def test_two_processes_match_one_device(cpu_20, tmp_path):
         warnings.simplefilter("always")
         trainer.fit(model)
         val = trainer.validate(model, verbose=False)[0]["val_loss"]
-        test = trainer.test(model, verbose=False)[0]["test_loss"]
+        tested = trainer.test(model, verbose=False)[0]
+        test = tested["test_loss"]
         trainer.predict(model)
         preds = [torch.load(tmp_path / f"predictions{rank}.pt") for rank in (0, 1)]
         gathered = [torch.load(tmp_path / f"gathered{rank}.pt") for rank in (0, 1)]
@@ -249,7 +261,9 @@ def test_two_processes_match_one_device(cpu_20, tmp_path):
     # one-device means; each process predicted its half of the rows.
     one = _trainer("cpu")
     assert abs(val - one.validate(model, _loader(), verbose=False)[0]["val_loss"]) < 1e-5
-    assert abs(test - one.test(model, _loader(), verbose=False)[0]["test_loss"]) < 1e-5
+    one_tested = one.test(model, _loader(), verbose=False)[0]
+    assert abs(test - one_tested["test_loss"]) < 1e-5
+    assert abs(tested["test_mse"] - one_tested["test_mse"]) < 1e-6  # the metric's state summed over both
     want = torch.cat(one.predict(model, _loader()))
     # all_gather stacks every process's tensor (world size first), as Lightning's own does.
     for g in gathered:

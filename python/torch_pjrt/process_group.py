@@ -1,0 +1,174 @@
+"""A ``torch.distributed`` backend named ``"pjrt"``.
+
+``torch.distributed.init_process_group("pjrt")`` (or with no backend, the
+pjrt device being PyTorch's accelerator) makes a process group whose
+collectives take pjrt tensors as well as CPU tensors, so that code written
+for ``torch.distributed`` runs unchanged: ``DistributedDataParallel``,
+``dist.all_reduce`` in a training script, torchmetrics' cross-process sync.
+
+Each collective runs through gloo on host copies, as the rest of
+``torch_pjrt.distributed`` does across processes: the pjrt tensors are
+read (which runs their pending work), gloo reduces the copies, and the
+results are written back into the same pjrt tensors (views included, such as
+DDP's gradient buckets). The returned work is complete: gloo's own timeout
+(``TORCH_PJRT_DIST_TIMEOUT`` through ``torch_pjrt.distributed``, else the
+``timeout`` given to ``init_process_group``) bounds a wait for a dead peer.
+CPU tensors go to gloo unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+import torch
+import torch.distributed as dist
+
+from torch_pjrt import _C, _device
+
+NAME = "pjrt"
+
+# The collectives of torch.distributed's ProcessGroup, by the names its Python
+# API and DDP's C++ reducer call them, and the name of gloo's method for each
+# (gloo is a Backend: some have older names there). The first argument is
+# where results land (c10d's convention); every other tensor is only read.
+_COLLECTIVES = {
+    name: name for name in (
+        "allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "_allgather_base", "broadcast",
+        "reduce", "reduce_scatter", "_reduce_scatter_base", "gather", "scatter", "alltoall", "alltoall_base",
+        "send", "recv", "recv_anysource")
+}
+_COLLECTIVES.update(all_gather_single="_allgather_base", reduce_scatter_single="_reduce_scatter_base",
+                    all_to_all_single="alltoall_base")
+# Coalesced forms gloo lacks: one single-tensor call per (output, input) pair.
+_PAIRWISE = {
+    "all_gather_single_coalesced": "_allgather_base", "allgather_into_tensor_coalesced": "_allgather_base",
+    "reduce_scatter_single_coalesced": "_reduce_scatter_base", "reduce_scatter_tensor_coalesced": "_reduce_scatter_base",
+}
+
+
+def _on_pjrt(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == NAME
+
+
+def _map(x: Any, fn):
+    """``fn`` applied to every tensor of a (nested) list argument."""
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        return [_map(v, fn) for v in x]
+    return x
+
+
+def _tensors(x: Any) -> List[torch.Tensor]:
+    out: List[torch.Tensor] = []
+    _map(x, out.append)
+    return out
+
+
+# torch builds without torch.distributed (some macOS wheels) have no
+# ProcessGroup to derive from: then there is no backend to register.
+_Base = dist.ProcessGroup if dist.is_available() else object
+
+
+class ProcessGroupPjrt(_Base):
+    """The process group ``init_process_group("pjrt")`` makes: gloo on host
+    copies for pjrt tensors, gloo itself for CPU tensors."""
+
+    def __init__(self, store, rank: int, size: int, timeout):
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+        return NAME
+
+    def _collective(self, what: str, *args):
+        tensors = [t for a in args for t in _tensors(a)]
+        opts = args[-1] if args else None
+        # ReduceOp.AVG (Lightning's mean of logged values on a backend not
+        # named gloo): gloo's sum, then the division here, integers as
+        # NCCL's average does them (truncated).
+        avg = getattr(opts, "reduceOp", None) == dist.ReduceOp.AVG
+        if not avg and not any(_on_pjrt(t) for t in tensors):
+            _C._hold_for_collective(tensors)  # see torch_pjrt.distributed._dist_call
+            return self._gloo_call(what, *args)
+        # One host copy per pjrt tensor (the first read runs the pending work
+        # of all of them); contiguous, as gloo needs.
+        pairs = []
+
+        def to_host(t: torch.Tensor) -> torch.Tensor:
+            if not _on_pjrt(t):
+                return t
+            h = t.detach().cpu().contiguous()
+            pairs.append((t, h))
+            return h
+
+        host_args = [_map(a, to_host) for a in args]
+        _C._hold_for_collective([t for a in host_args for t in _tensors(a)])
+        if avg:
+            opts.reduceOp = dist.ReduceOp.SUM
+        try:
+            self._gloo_call(what, *host_args).wait()
+        except RuntimeError as e:
+            raise RuntimeError(f"torch.distributed {what} failed on rank {self.rank()} of {self.size()}: {e}") from e
+        finally:
+            if avg:
+                opts.reduceOp = dist.ReduceOp.AVG
+        with torch.no_grad():
+            if avg:
+                for h in _tensors(host_args[0]):
+                    h.copy_(h.div(self.size(), rounding_mode=None if h.is_floating_point() else "trunc"))
+            written = {id(h) for h in _tensors(host_args[0])}
+            for t, h in pairs:
+                if id(h) in written:
+                    t.copy_(h)
+        return _completed(args[0])
+
+    def _gloo_call(self, what: str, *args):
+        if what in _PAIRWISE:
+            outputs, inputs, opts = args
+            for o, i in zip(outputs, inputs):
+                getattr(self._gloo, _PAIRWISE[what])(o, i, opts).wait()
+            return _completed(outputs)
+        return getattr(self._gloo, _COLLECTIVES[what])(*args)
+
+    def shutdown(self) -> None:  # destroy_process_group
+        self._gloo.shutdown()
+
+    def abort(self) -> None:
+        self._gloo.abort()
+
+    def barrier(self, opts=None):
+        _device.sync(wait=True)  # the work queued before the barrier is done when it returns
+        return self._gloo.barrier(opts) if opts is not None else self._gloo.barrier()
+
+
+def _completed(result):
+    """A finished c10d Work whose future holds ``result``."""
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    future = torch.futures.Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+def _bind(what: str):
+    def collective(self, *args):
+        return self._collective(what, *args)
+
+    collective.__name__ = what
+    collective.__doc__ = f"``{what}`` on host copies of pjrt tensors (gloo for CPU tensors)."
+    return collective
+
+
+for _what in (*_COLLECTIVES, *_PAIRWISE):
+    setattr(ProcessGroupPjrt, _what, _bind(_what))
+
+
+def _create(store, rank: int, size: int, timeout) -> ProcessGroupPjrt:
+    return ProcessGroupPjrt(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Registers the backend with torch.distributed (done by ``import torch_pjrt``)."""
+    if dist.is_available() and NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(NAME, _create, devices=["cpu", NAME])

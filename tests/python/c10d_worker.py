@@ -1,0 +1,119 @@
+"""A plain torch.distributed script on the "pjrt" backend, checked against
+itself on the CPU in the same processes (the same group reduces CPU tensors
+through gloo): every collective, then DistributedDataParallel training of
+the same model on both devices. Writes its rank's results as JSON."""
+
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import torch_pjrt
+
+
+def collectives(dev: torch.device, r: int, w: int) -> dict:
+    """Each collective's results on `dev`, as lists."""
+    out = {}
+    t = torch.arange(6.0, device=dev).reshape(2, 3) + r
+    v = t.t()  # a non-contiguous view: written back through the view
+    dist.all_reduce(v)
+    out["all_reduce_view"] = t
+    m = torch.tensor([r + 1.0, -r], device=dev)
+    dist.all_reduce(m, op=dist.ReduceOp.MAX)
+    out["all_reduce_max"] = m
+    i = torch.tensor([r + 3], device=dev)
+    dist.all_reduce(i, op=dist.ReduceOp.PRODUCT)
+    out["all_reduce_int_product"] = i
+    avg = torch.tensor([r + 2.0], device=dev)
+    dist.all_reduce(avg, op=dist.ReduceOp.AVG)  # Lightning's mean on a backend not named gloo
+    out["all_reduce_avg"] = avg
+    iavg = torch.tensor([r + 2], device=dev)
+    dist.all_reduce(iavg, op=dist.ReduceOp.AVG)
+    out["all_reduce_int_avg"] = iavg
+    x = torch.full((2,), float(r), device=dev)
+    parts = [torch.empty(2, device=dev) for _ in range(w)]
+    dist.all_gather(parts, x)
+    out["all_gather"] = torch.stack(parts)
+    flat = torch.empty(2 * w, device=dev)
+    dist.all_gather_into_tensor(flat, x)
+    out["all_gather_into_tensor"] = flat
+    rs = torch.empty(2, device=dev)
+    dist.reduce_scatter_tensor(rs, torch.arange(2.0 * w, device=dev) + 10 * r)
+    out["reduce_scatter_tensor"] = rs
+    b = torch.full((3,), float(r + 5), device=dev)
+    dist.broadcast(b, 1)
+    out["broadcast"] = b
+    red = torch.tensor([r + 1.0], device=dev)
+    dist.reduce(red, 0)
+    out["reduce_to_0"] = red if r == 0 else torch.zeros(1)
+    gathered = [torch.empty(1, device=dev) for _ in range(w)] if r == 0 else None
+    dist.gather(torch.tensor([float(r)], device=dev), gathered, dst=0)
+    out["gather"] = torch.cat(gathered) if r == 0 else torch.zeros(w)
+    sc = torch.empty(1, device=dev)
+    dist.scatter(sc, [torch.tensor([7.0 + k], device=dev) for k in range(w)] if r == 0 else None, src=0)
+    out["scatter"] = sc
+    a2a = torch.empty(w, device=dev)
+    dist.all_to_all_single(a2a, torch.arange(w, dtype=torch.float32, device=dev) + 10 * r)
+    out["all_to_all_single"] = a2a
+    if r == 0:
+        dist.send(torch.tensor([42.0], device=dev), 1)
+        out["recv"] = torch.zeros(1)
+    else:
+        q = torch.empty(1, device=dev)
+        dist.recv(q, 0)
+        out["recv"] = q
+    work = dist.all_reduce(torch.ones(1, device=dev), async_op=True)
+    work.wait()
+    out["async_completed"] = torch.tensor([float(work.is_completed())])
+    return {k: v.cpu().tolist() for k, v in out.items()}
+
+
+def ddp_training(r: int) -> dict:
+    """The same DDP training on the CPU and on pjrt: differences, and the
+    counters of the pjrt side's steady steps."""
+    dev = torch_pjrt.device()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    nets = {"cpu": copy.deepcopy(net), "pjrt": copy.deepcopy(net).to(dev)}
+    if r == 1:  # another start: DDP broadcasts rank 0's parameters and buffers
+        with torch.no_grad():
+            for n in nets.values():
+                for p in n.parameters():
+                    p.add_(1.0)
+    ddps = {k: torch.nn.parallel.DistributedDataParallel(n) for k, n in nets.items()}
+    opts = {k: torch.optim.SGD(d.parameters(), lr=0.1, momentum=0.9) for k, d in ddps.items()}
+    X = torch.randn(8, 8, 4, generator=torch.Generator().manual_seed(1))
+    before = {}
+    for s in range(8):
+        for k, d in ddps.items():
+            x = X[s][r * 4:(r + 1) * 4].to(dev if k == "pjrt" else "cpu")
+            d(x).square().mean().backward()
+            opts[k].step()
+            opts[k].zero_grad()
+        torch_pjrt.sync()
+        if s == 3:
+            before = dict(torch_pjrt.metrics.counters())
+    after = torch_pjrt.metrics.counters()
+    diff = {n: (a - b.cpu()).abs().max().item()
+            for (n, a), b in zip(nets["cpu"].state_dict().items(), nets["pjrt"].state_dict().values())}
+    return {"diff": diff, "steady": {k: after.get(k, 0) - before.get(k, 0) for k in ("executions", "compiles")},
+            "fallbacks": torch_pjrt.metrics.fallbacks(),
+            "moved": (nets["cpu"][0].weight - net[0].weight).abs().max().item()}
+
+
+def main(out_dir: str) -> None:
+    dist.init_process_group("pjrt")
+    r, w = dist.get_rank(), dist.get_world_size()
+    result = {"backend": dist.get_backend(), "cpu": collectives(torch.device("cpu"), r, w),
+              "pjrt": collectives(torch_pjrt.device(), r, w), "ddp": ddp_training(r)}
+    dist.barrier()
+    with open(os.path.join(out_dir, f"c10d{r}.json"), "w") as f:
+        json.dump(result, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
