@@ -1,4 +1,5 @@
-// Neural-network lowerings: layer and batch normalization, convolution,
+// Neural-network lowerings: layer, batch and synchronized batch
+// normalization, convolution,
 // losses, each with its backward (pooling: ops_pool.cc).
 
 #include <algorithm>
@@ -243,6 +244,146 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   }
   const ir::DType o = ToIr(out);
   return {gi, mask[1] ? Wrap(b.Convert(gw, o), d) : at::Tensor(), mask[2] ? Wrap(b.Convert(gb, o), d) : at::Tensor()};
+}
+
+// ------------------------------------------------- synchronized batch norm
+//
+// The kernels nn.SyncBatchNorm's autograd function calls around its
+// collectives (CUDA's, in Normalization.cuh): local statistics, the merge of
+// every process's (mean, invstd, count), the normalization, and the backward's
+// reduction and elementwise part. Statistics are in OpMath of the input
+// (float for half types), as CUDA's accumulate type.
+
+std::tuple<at::Tensor, at::Tensor> batch_norm_stats(const at::Tensor& input, double eps) {
+  TORCH_CHECK(input.dim() >= 2, "batch_norm_stats: expected at least 2D input, got ", input.dim(), "D");
+  TORCH_CHECK(at::isFloatingType(input.scalar_type()), "batch_norm_stats: expected a floating-point input, got ",
+              input.scalar_type());
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = OpMath(input.scalar_type());
+  const auto shape = input.sizes().vec();
+  const int64_t c = shape[1];
+  double n = 1;
+  const std::vector<int64_t> red = ChannelReduction(shape, &n);
+  ir::Value x = ValAs(input, t);
+  ir::Value mean = b.Binary(Op::Div, Sum(d, x, red, false), Fill(d, n, t, {c}));
+  ir::Value xc = Sub(d, x, PerChannel(d, mean, shape));
+  ir::Value var = b.Binary(Op::Div, Sum(d, Mul(d, xc, xc), red, false), Fill(d, n, t, {c}));
+  ir::Value invstd = b.Unary(Op::Rsqrt, Add(d, var, Fill(d, eps, t, {c})));
+  return {Wrap(mean, d), Wrap(invstd, d)};
+}
+
+// Merges per-process statistics [W, C] with counts [W]: the pooled mean and
+// biased variance (each process's variance recovered from its invstd), the
+// running statistics updated with the unbiased one.
+std::tuple<at::Tensor, at::Tensor> gather_stats_with_counts(
+    const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, double momentum,
+    double eps, const at::Tensor& counts) {
+  TORCH_CHECK(mean.dim() == 2 && invstd.sizes() == mean.sizes() && counts.numel() == mean.size(0),
+              "batch_norm_gather_stats_with_counts: expected mean and invstd of shape [world, C] and counts of [world], "
+              "got ", mean.sizes(), ", ", invstd.sizes(), " and ", counts.sizes());
+  TraceScope s;
+  const int d = DeviceIndex(mean);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = mean.scalar_type();
+  const int64_t w = mean.size(0), c = mean.size(1);
+  const std::vector<int64_t> wc{w, c};
+  ir::Value cnt = b.BroadcastInDim(b.Reshape(ValAs(counts, t), {w}), wc, {0});
+  ir::Value total = Sum(d, cnt, {0}, false);  // [C]
+  ir::Value m = ValAs(mean, t);
+  ir::Value avg = b.Binary(Op::Div, Sum(d, Mul(d, cnt, m), {0}, false), total);
+  ir::Value inv = ValAs(invstd, t);
+  ir::Value local_var = Sub(d, b.Binary(Op::Div, Fill(d, 1, t, wc), Mul(d, inv, inv)), Fill(d, eps, t, wc));
+  ir::Value dev = Sub(d, m, b.BroadcastInDim(avg, wc, {1}));
+  ir::Value var_n = Sum(d, Mul(d, cnt, Add(d, local_var, Mul(d, dev, dev))), {0}, false);
+  ir::Value out_invstd = b.Unary(Op::Rsqrt, Add(d, b.Binary(Op::Div, var_n, total), Fill(d, eps, t, {c})));
+  if (running_mean && running_mean->defined()) {
+    const at::ScalarType rt = running_mean->scalar_type();
+    Assign(*running_mean, Add(d, Mul(d, Number(d, 1 - momentum, rt, {c}), ValAs(*running_mean, rt)),
+                              Mul(d, Number(d, momentum, rt, {c}), b.Convert(avg, ToIr(rt)))));
+  }
+  if (running_var && running_var->defined()) {
+    const at::ScalarType rt = running_var->scalar_type();
+    ir::Value unbiased = b.Binary(Op::Div, var_n, Sub(d, total, Fill(d, 1, t, {c})));
+    Assign(*running_var, Add(d, Mul(d, Number(d, 1 - momentum, rt, {c}), ValAs(*running_var, rt)),
+                             Mul(d, Number(d, momentum, rt, {c}), b.Convert(unbiased, ToIr(rt)))));
+  }
+  return {Wrap(avg, d), Wrap(out_invstd, d)};
+}
+
+// The same with one count for every process (older callers).
+std::tuple<at::Tensor, at::Tensor> batch_norm_gather_stats(const at::Tensor& input, const at::Tensor& mean,
+                                                           const at::Tensor& invstd,
+                                                           const std::optional<at::Tensor>& running_mean,
+                                                           const std::optional<at::Tensor>& running_var,
+                                                           double momentum, double eps, int64_t count) {
+  at::Tensor counts = at::full({mean.size(0)}, static_cast<double>(count), mean.options());
+  return gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts);
+}
+
+at::Tensor batch_norm_elemt(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias, const at::Tensor& mean, const at::Tensor& invstd,
+                            double eps) {
+  TORCH_CHECK(input.dim() >= 2, "batch_norm_elemt: expected at least 2D input, got ", input.dim(), "D");
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType out = input.scalar_type(), t = OpMath(out);
+  const auto shape = input.sizes().vec();
+  ir::Value alpha = ValAs(invstd, t);
+  if (weight && weight->defined()) alpha = Mul(d, alpha, ValAs(*weight, t));
+  ir::Value y = Mul(d, Sub(d, ValAs(input, t), PerChannel(d, ValAs(mean, t), shape)), PerChannel(d, alpha, shape));
+  if (bias && bias->defined()) y = Add(d, y, PerChannel(d, ValAs(*bias, t), shape));
+  return Wrap(b.Convert(y, ToIr(out)), d);
+}
+
+// Per channel: sum(dy), sum(dy * (x - mean)), and from them the weight's and
+// bias's gradients; each only when asked for (CUDA returns undefined tensors
+// for the others).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> batch_norm_backward_reduce(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& weight, bool input_g, bool weight_g, bool bias_g) {
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = mean.scalar_type();
+  const auto shape = input.sizes().vec();
+  double n = 1;
+  const std::vector<int64_t> red = ChannelReduction(shape, &n);
+  ir::Value go = ValAs(grad_out, t);
+  ir::Value sum_dy = Sum(d, go, red, false);
+  ir::Value sum_dy_xmu = Sum(d, Mul(d, go, Sub(d, ValAs(input, t), PerChannel(d, ValAs(mean, t), shape))), red, false);
+  const at::ScalarType wt = weight && weight->defined() ? weight->scalar_type() : input.scalar_type();
+  at::Tensor gw, gb;
+  if (weight_g) gw = Wrap(b.Convert(Mul(d, sum_dy_xmu, ValAs(invstd, t)), ToIr(wt)), d);
+  if (bias_g) gb = Wrap(b.Convert(sum_dy, ToIr(wt)), d);
+  if (!input_g) return {at::Tensor(), at::Tensor(), gw, gb};
+  return {Wrap(sum_dy, d), Wrap(sum_dy_xmu, d), gw, gb};
+}
+
+// dx from the summed (over every process) sum_dy and sum_dy_xmu and the
+// per-process counts [W] (or [W, 1]).
+at::Tensor batch_norm_backward_elemt(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+                                     const at::Tensor& invstd, const std::optional<at::Tensor>& weight,
+                                     const at::Tensor& sum_dy, const at::Tensor& sum_dy_xmu, const at::Tensor& count) {
+  TraceScope s;
+  const int d = DeviceIndex(input);
+  ir::Builder& b = B(d);
+  const at::ScalarType out = input.scalar_type(), t = mean.scalar_type();
+  const auto shape = input.sizes().vec();
+  const int64_t c = shape[1];
+  ir::Value total = Sum(d, b.Reshape(ValAs(count, t), {count.numel()}), {0}, false);
+  ir::Value total_c = b.BroadcastInDim(total, {c}, {});
+  ir::Value mean_dy = b.Binary(Op::Div, ValAs(sum_dy, t), total_c);
+  ir::Value inv = ValAs(invstd, t);
+  ir::Value factor_1 = Mul(d, Mul(d, inv, inv), b.Binary(Op::Div, ValAs(sum_dy_xmu, t), total_c));
+  ir::Value factor_2 = inv;
+  if (weight && weight->defined()) factor_2 = Mul(d, factor_2, ValAs(*weight, t));
+  ir::Value xmu = Sub(d, ValAs(input, t), PerChannel(d, ValAs(mean, t), shape));
+  ir::Value g = Sub(d, Sub(d, ValAs(grad_out, t), PerChannel(d, mean_dy, shape)), Mul(d, xmu, PerChannel(d, factor_1, shape)));
+  return Wrap(b.Convert(Mul(d, g, PerChannel(d, factor_2, shape)), ToIr(out)), d);
 }
 
 // ------------------------------------------------------------- convolution
@@ -593,6 +734,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPJ_LAID(m, "_native_batch_norm_legit.no_stats", kInput, bn_legit_no_stats);
   TPJ_LAID(m, "_native_batch_norm_legit_no_training", kInput, bn_legit_no_training);
   TPJ_LAID(m, "native_batch_norm_backward", kInput, native_batch_norm_backward);
+  K("batch_norm_stats", batch_norm_stats);
+  K("batch_norm_gather_stats", batch_norm_gather_stats);
+  K("batch_norm_gather_stats_with_counts", gather_stats_with_counts);
+  TPJ_LAID(m, "batch_norm_elemt", kInput, batch_norm_elemt);
+  K("batch_norm_backward_reduce", batch_norm_backward_reduce);
+  TPJ_LAID(m, "batch_norm_backward_elemt", kInput, batch_norm_backward_elemt);
   TPJ_LAID(m, "convolution_overrideable", kInput, convolution_overrideable);
   TPJ_LAID(m, "convolution_backward_overrideable", kInput, convolution_backward_overrideable);
   K("nll_loss_forward", nll_loss_forward);

@@ -297,8 +297,9 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
 
     def setup(self, trainer) -> None:
         if self._layer_sync is not None and trainer.state.fn == TrainerFn.FITTING:
-            raise ValueError("sync_batchnorm=True is not supported by strategy 'pjrt_ddp' (torch.nn.SyncBatchNorm "
-                             "reduces through torch.distributed): leave it off")
+            # sync_batchnorm=True: nn.SyncBatchNorm, whose statistics go
+            # through the job's "pjrt" process group (DDP's setup does the same)
+            self.model = self._layer_sync.apply(self.model)
         self.accelerator.setup(trainer)
         self.precision_plugin.convert_module(self.model)
         self.model_to_device()

@@ -127,9 +127,20 @@ class ProcessGroupPjrt(_Base):
         if what in _PAIRWISE:
             outputs, inputs, opts = args
             for o, i in zip(outputs, inputs):
-                getattr(self._gloo, _PAIRWISE[what])(o, i, opts).wait()
+                self._gloo_call(_PAIRWISE[what], o, i, opts).wait()
             return _completed(outputs)
-        return getattr(self._gloo, _COLLECTIVES[what])(*args)
+        name = _COLLECTIVES[what]
+        if name in ("_allgather_base", "_reduce_scatter_base"):
+            # The flat tensor of the world's parts may have any shape of the
+            # right size (NCCL's reading; nn.SyncBatchNorm gathers into
+            # [1, world * n]): gloo wants the parts stacked along dim 0.
+            out, inp, opts = args
+            flat, part = (out, inp) if name == "_allgather_base" else (inp, out)
+            stacked = [self.size() * part.size(0), *part.shape[1:]] if part.dim() else [self.size()]
+            if flat.is_contiguous() and flat.numel() == self.size() * part.numel():
+                flat = flat.view(stacked)
+            args = (flat, inp, opts) if name == "_allgather_base" else (out, flat, opts)
+        return getattr(self._gloo, name)(*args)
 
     def shutdown(self) -> None:  # destroy_process_group
         self._gloo.shutdown()

@@ -104,11 +104,49 @@ def ddp_training(r: int) -> dict:
             "moved": (nets["cpu"][0].weight - net[0].weight).abs().max().item()}
 
 
+def sync_batch_norm(r: int, w: int) -> dict:
+    """nn.SyncBatchNorm under DDP, each process on its share of the batch,
+    against BatchNorm on the whole batch on the CPU (the same statistics):
+    largest differences of the outputs, running statistics and gradients."""
+    dev = torch_pjrt.device()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Tanh())
+    with torch.no_grad():
+        net[1].weight.uniform_(0.5, 1.5)
+        net[1].bias.uniform_(-0.5, 0.5)
+    whole = copy.deepcopy(net)
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.SyncBatchNorm.convert_sync_batchnorm(net).to(dev))
+    X = torch.randn(2, 4 * w, 3, 6, 6, generator=torch.Generator().manual_seed(2)) * 3 + 1
+    per = 4
+    diff = {"out": 0.0, "grad": 0.0, "running": 0.0}
+    for s in range(2):
+        x = X[s]
+        mine = x[r * per:(r + 1) * per].to(dev).requires_grad_()
+        out = ddp(mine)
+        out.square().mean().backward()
+        ref_x = x.clone().requires_grad_()
+        ref = whole(ref_x)
+        ref.square().mean().backward()  # the mean over w shares: DDP's mean of the per-share gradients
+        diff["out"] = max(diff["out"], (out.detach().cpu() - ref[r * per:(r + 1) * per].detach()).abs().max().item())
+        # the input's gradient: the share's loss is w times the whole batch's loss's share
+        diff["grad"] = max(diff["grad"], (mine.grad.cpu() / w - ref_x.grad[r * per:(r + 1) * per]).abs().max().item())
+        for a, b in zip(ddp.module.parameters(), whole.parameters()):
+            diff["grad"] = max(diff["grad"], (a.grad.cpu() - b.grad).abs().max().item())
+            a.grad = None
+            b.grad = None
+    bn = ddp.module[1]
+    diff["running"] = max((bn.running_mean.cpu() - whole[1].running_mean).abs().max().item(),
+                          (bn.running_var.cpu() - whole[1].running_var).abs().max().item())
+    return {"diff": diff, "sync_bn": type(bn).__name__, "fallbacks": torch_pjrt.metrics.fallbacks(),
+            "running_var": whole[1].running_var.tolist()}
+
+
 def main(out_dir: str) -> None:
     dist.init_process_group("pjrt")
     r, w = dist.get_rank(), dist.get_world_size()
     result = {"backend": dist.get_backend(), "cpu": collectives(torch.device("cpu"), r, w),
-              "pjrt": collectives(torch_pjrt.device(), r, w), "ddp": ddp_training(r)}
+              "pjrt": collectives(torch_pjrt.device(), r, w), "ddp": ddp_training(r),
+              "sync_batch_norm": sync_batch_norm(r, w)}
     dist.barrier()
     with open(os.path.join(out_dir, f"c10d{r}.json"), "w") as f:
         json.dump(result, f)

@@ -159,8 +159,8 @@ def test_torchrun_two_processes_match_single_device(reference, tmp_path):
 
 def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
     # A plain torch.distributed script (init_process_group("pjrt"), the
-    # collectives, DistributedDataParallel) gives on pjrt tensors what the
-    # same group gives on CPU tensors (gloo's own results).
+    # collectives, DistributedDataParallel, SyncBatchNorm) gives on pjrt
+    # tensors what the same group gives on CPU tensors (gloo's own results).
     p = torchrun(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())], tmp_path,
                  worker="c10d_worker.py")
     out, err = p.communicate(timeout=300)
@@ -181,6 +181,12 @@ def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
         # the backward, the update: 3 programs, nothing compiled
         assert ddp["steady"] == {"executions": 3 * 4, "compiles": 0}, ddp["steady"]
         assert ddp["fallbacks"] == {}
+        # nn.SyncBatchNorm under DDP, each process on its half: the whole
+        # batch's BatchNorm on the CPU (outputs, gradients, running statistics)
+        sbn = res["sync_batch_norm"]
+        assert sbn["sync_bn"] == "SyncBatchNorm" and sbn["fallbacks"] == {}
+        assert max(sbn["diff"].values()) < 1e-5, sbn["diff"]
+        assert max(sbn["running_var"]) > 1.2  # the statistics moved from 1
     assert results[1]["pjrt"]["recv"] == [42.0] and results[0]["pjrt"]["gather"] == [0.0, 1.0]
 
 

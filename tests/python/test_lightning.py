@@ -315,6 +315,31 @@ def test_two_processes_clip_mean_gradients_and_share_rank_zeros_buffers(tmp_path
     assert [torch.load(tmp_path / f"counter{r}.pt").item() for r in (0, 1)] == [10.0, 11.0]
 
 
+class BatchNormNet(SplitNet):
+    """SplitNet with a BatchNorm layer: with sync_batchnorm=True its
+    statistics over the two processes' halves are the whole batch's."""
+
+    def __init__(self):
+        super().__init__(sgd=True)
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.GELU(),
+                                       torch.nn.Linear(32, 2))
+
+
+def test_two_processes_with_sync_batchnorm_match_one_device():
+    one = BatchNormNet()
+    _trainer("cpu", max_steps=10).fit(one, _loader())
+    model = BatchNormNet()
+    trainer = pl.Trainer(accelerator="pjrt", devices=2, max_steps=10, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         use_distributed_sampler=False, sync_batchnorm=True)
+    trainer.fit(model)
+    # weights and running statistics as one device's on whole batches (each
+    # process's own BatchNorm would see only its half)
+    assert type(model.net[1]) is torch.nn.BatchNorm1d  # converted back when the fit ends, as Lightning's DDP
+    assert _max_diff(_weights(model), _weights(one)) < 1e-5
+
+
 def test_devices_other_than_torchruns_processes_are_refused(monkeypatch):
     # under torchrun the processes exist: devices=3 with 2 of them split the
     # data for a process that does not exist (a third of every epoch unseen)

@@ -3,7 +3,8 @@ with no CPU fallback: upsampling (nearest, nearest-exact, linear, bilinear,
 trilinear, bicubic, antialiased bilinear and bicubic; sizes, integer and fractional scale factors with and
 without recompute_scale_factor; align_corners both ways), grid_sample
 (bilinear and nearest, the three padding modes, align_corners both ways;
-gradients of the input and of the grid), GroupNorm and var_mean/std_mean.
+gradients of the input and of the grid), GroupNorm, nn.SyncBatchNorm's
+kernels and var_mean/std_mean.
 Then two small models train five AdamW steps each with CPU parity: a
 diffusion-UNet down/up block and a spatial-transformer head.
 
@@ -151,6 +152,54 @@ def test_group_norm():
                 F.group_norm(x4.flatten(2), 2, w, bias)]
 
     check_parity(fn, [rand(2, 6, 3, 4) * 3 + 1, rand(2, 3, 2, 3, 2, seed=1), w, bias, w3, b3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_sync_batch_norm_kernels_over_uneven_shares_equal_batch_norm_on_the_whole_batch(dtype):
+    # nn.SyncBatchNorm's kernels, the processes played in one: shares of 3
+    # and 5 rows, their statistics merged with their counts, normalized, and
+    # the backward's sums added over the shares as its all-reduce does. The
+    # CPU has none of these kernels (CUDA's): BatchNorm on the whole batch is
+    # the oracle.
+    torch_pjrt.metrics.reset()
+    x, go = rand(8, 3, 2, 2, seed=7) * 3 + 1, rand(8, 3, 2, 2, seed=8)
+    w, b = rand(3, seed=9), rand(3, seed=10)
+    rm, rv = rand(3, seed=11), rand(3, seed=12, lo=0.5, hi=2)
+    eps, momentum, shares = 1e-5, 0.1, (3, 5)
+    # the CPU: batch norm on the whole batch, in float32 (the kernels' statistics type)
+    cx, cw, cb = x.clone().requires_grad_(), w.clone().requires_grad_(), b.clone().requires_grad_()
+    crm, crv = rm.clone(), rv.clone()
+    want = F.batch_norm(cx, crm, crv, cw, cb, training=True, momentum=momentum, eps=eps)
+    want.backward(go)
+    # pjrt, share by share
+    dx, dgo = x.to(DEV, dtype).split(shares), go.to(DEV, dtype).split(shares)
+    dw, db, drm, drv = w.to(DEV), b.to(DEV), rm.to(DEV), rv.to(DEV)
+    stats = [torch.batch_norm_stats(part, eps) for part in dx]
+    assert stats[0][0].dtype == torch.float32  # float16 statistics in float, as CUDA's
+    counts = torch.tensor([n * 4 for n in shares], dtype=torch.float32, device=DEV)  # elements per channel
+    mean, invstd = torch.batch_norm_gather_stats_with_counts(
+        x.to(DEV, dtype), torch.stack([m for m, _ in stats]), torch.stack([i for _, i in stats]), drm, drv, momentum,
+        eps, counts)
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == torch.float32 else dict(rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(mean.cpu(), x.mean((0, 2, 3)), **tol)
+    torch.testing.assert_close(invstd.cpu(), (x.var((0, 2, 3), unbiased=False) + eps).rsqrt(), **tol)
+    torch.testing.assert_close(drm.cpu(), crm, **tol)
+    torch.testing.assert_close(drv.cpu(), crv, **tol)  # updated with the unbiased variance of all 8 rows
+    out = torch.cat([torch.batch_norm_elemt(part, dw.to(dtype), db.to(dtype), mean, invstd, eps) for part in dx])
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.cpu().float(), want.detach(), **tol)
+    reduced = [torch.batch_norm_backward_reduce(g, part, mean, invstd, dw, True, True, True) for g, part in zip(dgo, dx)]
+    sum_dy, sum_dy_xmu = sum(r[0] for r in reduced), sum(r[1] for r in reduced)
+    torch.testing.assert_close(sum(r[2] for r in reduced).cpu(), cw.grad, **tol)
+    torch.testing.assert_close(sum(r[3] for r in reduced).cpu(), cb.grad, **tol)
+    count_tensor = counts.to(torch.int32).view(2, 1)
+    gi = torch.cat([torch.batch_norm_backward_elemt(g, part, mean, invstd, dw, sum_dy, sum_dy_xmu, count_tensor)
+                    for g, part in zip(dgo, dx)])
+    assert gi.dtype == dtype
+    torch.testing.assert_close(gi.cpu().float(), cx.grad, **tol)
+    only_weight = torch.batch_norm_backward_reduce(dgo[0], dx[0], mean, invstd, dw, False, True, False)
+    assert only_weight[2].shape == (3,) and all(t is None for t in (only_weight[0], only_weight[1], only_weight[3]))
+    assert torch_pjrt.metrics.fallbacks() == {}
 
 
 def test_var_mean_and_std_mean():
