@@ -18,6 +18,8 @@ CPU tensors go to gloo unchanged.
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any, List
 
 import torch
@@ -65,6 +67,26 @@ def _tensors(x: Any) -> List[torch.Tensor]:
     return out
 
 
+def _outside_dynamo(fn):
+    """``fn`` run with Dynamo off. Under ``torch.compile`` of a DDP model,
+    Dynamo runs DDP's bucket rebuild eagerly (a graph break) with its frame
+    hook still set, and the rebuild's C++ broadcast calls this group's Python
+    method: Dynamo would then trace the method's frame and fail on the process
+    group (an opaque object to it). torch._dynamo is used only when something
+    has imported it already (importing it costs about a second)."""
+    disabled = []
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if "torch._dynamo" not in sys.modules:
+            return fn(*args, **kwargs)
+        if not disabled:
+            disabled.append(torch.compiler.disable(fn, recursive=True))
+        return disabled[0](*args, **kwargs)
+
+    return call
+
+
 # torch builds without torch.distributed (some macOS wheels) have no
 # ProcessGroup to derive from: then there is no backend to register.
 _Base = dist.ProcessGroup if dist.is_available() else object
@@ -77,6 +99,10 @@ class ProcessGroupPjrt(_Base):
     def __init__(self, store, rank: int, size: int, timeout):
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # gloo as this group's CPU backend: c10d keeps a group's name on its
+        # backends (torch.compile's DDP looks the group up by name), and what
+        # this class does not override reaches gloo for CPU tensors.
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
 
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
         return NAME
@@ -148,6 +174,7 @@ class ProcessGroupPjrt(_Base):
     def abort(self) -> None:
         self._gloo.abort()
 
+    @_outside_dynamo
     def barrier(self, opts=None):
         _device.sync(wait=True)  # the work queued before the barrier is done when it returns
         return self._gloo.barrier(opts) if opts is not None else self._gloo.barrier()
@@ -168,7 +195,7 @@ def _bind(what: str):
 
     collective.__name__ = what
     collective.__doc__ = f"``{what}`` on host copies of pjrt tensors (gloo for CPU tensors)."
-    return collective
+    return _outside_dynamo(collective)
 
 
 for _what in (*_COLLECTIVES, *_PAIRWISE):

@@ -141,12 +141,32 @@ def sync_batch_norm(r: int, w: int) -> dict:
             "running_var": whole[1].running_var.tolist()}
 
 
+def compiled_ddp(r: int) -> float:
+    """torch.compile(DDP model, backend="pjrt") against DDP on the CPU: the
+    largest difference of the weights after 3 SGD steps (Dynamo runs DDP's
+    bucket rebuild, which calls this group, eagerly)."""
+    dev = torch_pjrt.device()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    nets = {"cpu": copy.deepcopy(net), "pjrt": copy.deepcopy(net).to(dev)}
+    steps = {"cpu": torch.nn.parallel.DistributedDataParallel(nets["cpu"]),
+             "pjrt": torch.compile(torch.nn.parallel.DistributedDataParallel(nets["pjrt"]), backend="pjrt")}
+    opts = {k: torch.optim.SGD(n.parameters(), lr=0.1) for k, n in nets.items()}
+    X = torch.randn(3, 8, 4, generator=torch.Generator().manual_seed(3))
+    for s in range(3):
+        for k, f in steps.items():
+            f(X[s][r * 4:(r + 1) * 4].to(dev if k == "pjrt" else "cpu")).square().mean().backward()
+            opts[k].step()
+            opts[k].zero_grad()
+    return max((a - b.cpu()).abs().max().item() for a, b in zip(nets["cpu"].parameters(), nets["pjrt"].parameters()))
+
+
 def main(out_dir: str) -> None:
     dist.init_process_group("pjrt")
     r, w = dist.get_rank(), dist.get_world_size()
     result = {"backend": dist.get_backend(), "cpu": collectives(torch.device("cpu"), r, w),
               "pjrt": collectives(torch_pjrt.device(), r, w), "ddp": ddp_training(r),
-              "sync_batch_norm": sync_batch_norm(r, w)}
+              "sync_batch_norm": sync_batch_norm(r, w), "compiled_ddp": compiled_ddp(r)}
     dist.barrier()
     with open(os.path.join(out_dir, f"c10d{r}.json"), "w") as f:
         json.dump(result, f)

@@ -159,7 +159,7 @@ def test_torchrun_two_processes_match_single_device(reference, tmp_path):
 
 def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
     # A plain torch.distributed script (init_process_group("pjrt"), the
-    # collectives, DistributedDataParallel, SyncBatchNorm) gives on pjrt
+    # collectives, DistributedDataParallel, compiled too, SyncBatchNorm) gives on pjrt
     # tensors what the same group gives on CPU tensors (gloo's own results).
     p = torchrun(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())], tmp_path,
                  worker="c10d_worker.py")
@@ -187,6 +187,7 @@ def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
         assert sbn["sync_bn"] == "SyncBatchNorm" and sbn["fallbacks"] == {}
         assert max(sbn["diff"].values()) < 1e-5, sbn["diff"]
         assert max(sbn["running_var"]) > 1.2  # the statistics moved from 1
+        assert res["compiled_ddp"] < 1e-5  # torch.compile of the DDP model, backend "pjrt"
     assert results[1]["pjrt"]["recv"] == [42.0] and results[0]["pjrt"]["gather"] == [0.0, 1.0]
 
 
