@@ -418,12 +418,22 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self) && dense(from);
 }
 
+// Tensor.record_stream (FSDP, side-stream copies): marks a tensor as used on
+// another stream so that a caching allocator does not reuse its memory
+// early. Each pjrt device has one stream (device.cc) and the runtime frees a
+// buffer only after the programs using it: nothing to record.
+void record_stream(at::Tensor& self, at::Stream s) {
+  TORCH_CHECK(s.device_type() == c10::DeviceType::PrivateUse1, "record_stream: expected a pjrt stream for a pjrt tensor, got ",
+              s);
+}
+
 }  // namespace
 
 }  // namespace tpj::aten
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(tpj::aten::empty_memory_format));
+  m.impl("record_stream", TORCH_FN(tpj::aten::record_stream));
   m.impl("scalar_tensor", TORCH_FN(tpj::aten::scalar_tensor));
   m.impl("slice_scatter", TORCH_FN(tpj::aten::slice_scatter));
   m.impl("copy", TORCH_FN(tpj::aten::copy));

@@ -1,7 +1,8 @@
 """A plain torch.distributed script on the "pjrt" backend, checked against
 itself on the CPU in the same processes (the same group reduces CPU tensors
-through gloo): every collective, then DistributedDataParallel training of
-the same model on both devices. Writes its rank's results as JSON."""
+through gloo): every collective, then DistributedDataParallel (eager and
+compiled), SyncBatchNorm, FSDP and FSDP2 training of the same model on both
+devices. Writes its rank's results as JSON."""
 
 import copy
 import json
@@ -161,12 +162,49 @@ def compiled_ddp(r: int) -> float:
     return max((a - b.cpu()).abs().max().item() for a, b in zip(nets["cpu"].parameters(), nets["pjrt"].parameters()))
 
 
+def fsdp(r: int) -> dict:
+    """FSDP (FullyShardedDataParallel) and FSDP2 (fully_shard) on pjrt
+    against the same on the CPU: the largest differences of the losses of 4
+    AdamW steps and of the trained model's output."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    X = torch.randn(5, 8, 4, generator=torch.Generator().manual_seed(4))
+
+    def train(kind, dev):
+        m = copy.deepcopy(net).to(dev)
+        if kind == "fsdp":
+            m = FullyShardedDataParallel(m, device_id=dev, use_orig_params=True)
+        else:
+            fully_shard(m[0])
+            fully_shard(m[2])
+            fully_shard(m)
+        opt = torch.optim.AdamW(m.parameters(), lr=0.01)
+        losses = []
+        for s in range(4):
+            loss = m(X[s][r * 4:(r + 1) * 4].to(dev)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach().cpu())
+        return torch.stack(losses), m(X[4].to(dev)).detach().cpu()
+
+    out = {}
+    for kind in ("fsdp", "fsdp2"):
+        (lc, oc), (lp, op) = train(kind, torch.device("cpu")), train(kind, torch_pjrt.device())
+        out[kind] = max((lc - lp).abs().max().item(), (oc - op).abs().max().item())
+    out["fallbacks"] = torch_pjrt.metrics.fallbacks()
+    return out
+
+
 def main(out_dir: str) -> None:
     dist.init_process_group("pjrt")
     r, w = dist.get_rank(), dist.get_world_size()
     result = {"backend": dist.get_backend(), "cpu": collectives(torch.device("cpu"), r, w),
               "pjrt": collectives(torch_pjrt.device(), r, w), "ddp": ddp_training(r),
-              "sync_batch_norm": sync_batch_norm(r, w), "compiled_ddp": compiled_ddp(r)}
+              "sync_batch_norm": sync_batch_norm(r, w), "compiled_ddp": compiled_ddp(r),
+              "fsdp": fsdp(r)}
     dist.barrier()
     with open(os.path.join(out_dir, f"c10d{r}.json"), "w") as f:
         json.dump(result, f)

@@ -504,7 +504,12 @@ def test_streams_and_events_of_the_device_module(tmp_path):
     s.synchronize()
     with torch.pjrt.stream(s):
         z = y * 2
+    # record_stream (FSDP's, side-stream copies): nothing to record on one
+    # stream; the value stays; a stream of another device is refused
+    z.record_stream(s)
     torch.testing.assert_close(z.cpu(), (x.cpu() + 1) * 2)
+    with pytest.raises(RuntimeError, match="expected a pjrt stream"):
+        z.record_stream(torch.Stream(device="cpu"))
     # torch.distributed.checkpoint asks the current accelerator's module for its
     # streams: it saves and loads with pjrt loaded, CPU and pjrt tensors alike
     import torch.distributed.checkpoint as dcp

@@ -159,7 +159,8 @@ def test_torchrun_two_processes_match_single_device(reference, tmp_path):
 
 def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
     # A plain torch.distributed script (init_process_group("pjrt"), the
-    # collectives, DistributedDataParallel, compiled too, SyncBatchNorm) gives on pjrt
+    # collectives, DistributedDataParallel, compiled too, SyncBatchNorm, FSDP
+    # and FSDP2) gives on pjrt
     # tensors what the same group gives on CPU tensors (gloo's own results).
     p = torchrun(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())], tmp_path,
                  worker="c10d_worker.py")
@@ -188,6 +189,7 @@ def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
         assert max(sbn["diff"].values()) < 1e-5, sbn["diff"]
         assert max(sbn["running_var"]) > 1.2  # the statistics moved from 1
         assert res["compiled_ddp"] < 1e-5  # torch.compile of the DDP model, backend "pjrt"
+        assert res["fsdp"]["fsdp"] < 1e-5 and res["fsdp"]["fsdp2"] < 1e-5 and res["fsdp"]["fallbacks"] == {}
     assert results[1]["pjrt"]["recv"] == [42.0] and results[0]["pjrt"]["gather"] == [0.0, 1.0]
 
 
