@@ -41,6 +41,14 @@ _COLLECTIVES = {
 }
 _COLLECTIVES.update(all_gather_single="_allgather_base", reduce_scatter_single="_reduce_scatter_base",
                     all_to_all_single="alltoall_base")
+# Collectives whose first argument is only written: their pjrt outputs need
+# host buffers, not host copies (a read would run and transfer them).
+_WRITE_ONLY = {
+    "allgather", "allgather_coalesced", "_allgather_base", "all_gather_single", "all_gather_single_coalesced",
+    "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single",
+    "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced", "gather", "scatter", "alltoall",
+    "alltoall_base", "all_to_all_single", "recv", "recv_anysource",
+}
 # Coalesced forms gloo lacks: one single-tensor call per (output, input) pair.
 _PAIRWISE = {
     "all_gather_single_coalesced": "_allgather_base", "allgather_into_tensor_coalesced": "_allgather_base",
@@ -117,18 +125,22 @@ class ProcessGroupPjrt(_Base):
         if not avg and not any(_on_pjrt(t) for t in tensors):
             _C._hold_for_collective(tensors)  # see torch_pjrt.distributed._dist_call
             return self._gloo_call(what, *args)
-        # One host copy per pjrt tensor (the first read runs the pending work
-        # of all of them); contiguous, as gloo needs.
+        # A contiguous host tensor (as gloo needs) for each pjrt tensor: a
+        # copy of what the collective reads (the read runs its pending
+        # work), an empty buffer for what it only writes.
         pairs = []
 
-        def to_host(t: torch.Tensor) -> torch.Tensor:
-            if not _on_pjrt(t):
-                return t
-            h = t.detach().cpu().contiguous()
-            pairs.append((t, h))
-            return h
+        def on_host(read: bool):
+            def to_host(t: torch.Tensor) -> torch.Tensor:
+                if not _on_pjrt(t):
+                    return t
+                h = t.detach().cpu().contiguous() if read else torch.empty(t.shape, dtype=t.dtype)
+                pairs.append((t, h))
+                return h
 
-        host_args = [_map(a, to_host) for a in args]
+            return to_host
+
+        host_args = [_map(a, on_host(k > 0 or what not in _WRITE_ONLY)) for k, a in enumerate(args)]
         _C._hold_for_collective([t for a in host_args for t in _tensors(a)])
         if avg:
             opts.reduceOp = dist.ReduceOp.SUM
