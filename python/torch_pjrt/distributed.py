@@ -7,8 +7,9 @@ Two ways to spread work:
   ``r.shard(batch)`` gives each replica its slice; collectives below compile
   into that program (``stablehlo.all_reduce`` ...). One executable per step.
 - **Many processes** (``torch_pjrt.launch`` or ``torchrun``): one device per
-  process; collectives run through torch.distributed's gloo on host copies
-  (``runtime.capabilities()["cross_process_collectives"] == "gloo"``),
+  process; collectives run through the job's torch.distributed group, the
+  backend ``"pjrt"`` of ``torch_pjrt.process_group`` (gloo on host copies:
+  ``runtime.capabilities()["cross_process_collectives"] == "gloo"``),
   rendezvous through its TCPStore (``MASTER_ADDR``/``MASTER_PORT``).
 
 A peer that dies makes the others fail: collectives time out after
@@ -113,10 +114,13 @@ def _gloo_op(op: str):
 
 
 def _dist_call(what: str, fn: Callable, *tensors: torch.Tensor):
-    """Runs the gloo call `fn` on the host `tensors`, which stay held from
-    C++ until gloo's thread has let go of them (see _hold_for_collective in
-    csrc/aten/collectives.h: else that thread may abort the process at exit)."""
-    _C._hold_for_collective(list(tensors))
+    """Runs the torch.distributed call `fn`, naming this rank and the timeout
+    in its errors. Host `tensors` made here stay held from C++ until gloo's
+    thread has let go of them (see _hold_for_collective in
+    csrc/aten/collectives.h: else that thread may abort the process at exit);
+    the job's process group holds the host copies of pjrt tensors itself."""
+    if tensors:
+        _C._hold_for_collective(list(tensors))
     try:
         return fn()
     except (RuntimeError, ValueError) as e:  # gloo errors; store timeouts (DistStoreError)
@@ -136,12 +140,11 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", scale: float = 1.0) -> tor
         import torch.distributed as dist
 
         init_process_group()
-        host = tensor.detach().cpu()
-        _dist_call("all_reduce", lambda: dist.all_reduce(host, op=_gloo_op(op)), host)
+        # the job's group ("pjrt", torch_pjrt.process_group) reduces pjrt tensors in place
+        _dist_call("all_reduce", lambda: dist.all_reduce(tensor.detach(), op=_gloo_op(op)))
         if scale != 1.0:
-            host.mul_(scale)
-        with torch.no_grad():
-            tensor.copy_(host)
+            with torch.no_grad():
+                tensor.mul_(scale)
         return tensor
     with torch.no_grad():
         _C._all_reduce_(tensor, op, float(scale))
@@ -154,10 +157,10 @@ def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
         import torch.distributed as dist
 
         init_process_group()
-        host = tensor.detach().cpu().contiguous()
-        parts = [torch.empty_like(host) for _ in range(runtime.process_count())]
-        _dist_call("all_gather", lambda: dist.all_gather(parts, host), host, *parts)
-        return torch.cat(parts, dim).to(tensor.device)
+        mine = tensor.detach().contiguous()
+        parts = [torch.empty_like(mine) for _ in range(runtime.process_count())]
+        _dist_call("all_gather", lambda: dist.all_gather(parts, mine))
+        return torch.cat(parts, dim)
     return _C._all_gather(tensor, dim)
 
 
@@ -179,10 +182,7 @@ def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         import torch.distributed as dist
 
         init_process_group()
-        host = tensor.detach().cpu().contiguous()
-        _dist_call("broadcast", lambda: dist.broadcast(host, src), host)
-        with torch.no_grad():
-            tensor.copy_(host)
+        _dist_call("broadcast", lambda: dist.broadcast(tensor.detach(), src))
         return tensor
     with torch.no_grad():
         _C._broadcast_(tensor, src)
