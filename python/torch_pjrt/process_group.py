@@ -49,6 +49,7 @@ _WRITE_ONLY = {
     "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced", "gather", "scatter", "alltoall",
     "alltoall_base", "all_to_all_single", "recv", "recv_anysource",
 }
+_POINT_TO_POINT = {"send", "recv", "recv_anysource"}
 # Coalesced forms gloo lacks: one single-tensor call per (output, input) pair.
 _PAIRWISE = {
     "all_gather_single_coalesced": "_allgather_base", "allgather_into_tensor_coalesced": "_allgather_base",
@@ -142,6 +143,12 @@ class ProcessGroupPjrt(_Base):
 
         host_args = [_map(a, on_host(k > 0 or what not in _WRITE_ONLY)) for k, a in enumerate(args)]
         _C._hold_for_collective([t for a in host_args for t in _tensors(a)])
+        if what in _POINT_TO_POINT:
+            # Not waited for here: a ring of isend/irecv (batch_isend_irecv)
+            # needs every rank's send posted before any completes. A receive
+            # writes into its pjrt tensors when it is waited for.
+            work = self._gloo_call(what, *host_args)
+            return work if what == "send" else _Receive(self, work, pairs, args[0])
         if avg:
             opts.reduceOp = dist.ReduceOp.SUM
         try:
@@ -190,6 +197,49 @@ class ProcessGroupPjrt(_Base):
     def barrier(self, opts=None):
         _device.sync(wait=True)  # the work queued before the barrier is done when it returns
         return self._gloo.barrier(opts) if opts is not None else self._gloo.barrier()
+
+
+class _Receive(dist._Work if dist.is_available() else object):
+    """A receive into pjrt tensors: gloo's work on host buffers, written into
+    the pjrt tensors when it is waited for (or found completed)."""
+
+    def __init__(self, group: "ProcessGroupPjrt", work, pairs, result):
+        super().__init__()
+        self._group, self._work, self._pairs, self._result, self._done = group, work, pairs, result, False
+
+    def wait(self, timeout=None) -> bool:
+        if not self._done:
+            try:
+                self._work.wait() if timeout is None else self._work.wait(timeout)
+            except RuntimeError as e:
+                raise RuntimeError(f"torch.distributed recv failed on rank {self._group.rank()} of "
+                                   f"{self._group.size()}: {e}") from e
+            with torch.no_grad():
+                for t, h in self._pairs:
+                    t.copy_(h)
+            self._done = True
+        return True
+
+    def is_completed(self) -> bool:
+        if not self._done and self._work.is_completed():
+            self.wait()
+        return self._done
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+    def source_rank(self) -> int:
+        return self._work.source_rank()
+
+    _source_rank = source_rank
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def get_future(self):
+        self.wait()
+        return _completed(self._result).get_future()
 
 
 def _completed(result):

@@ -66,6 +66,20 @@ def collectives(dev: torch.device, r: int, w: int) -> dict:
         q = torch.empty(1, device=dev)
         dist.recv(q, 0)
         out["recv"] = q
+    # a ring of isend/irecv (pipeline parallelism's batch_isend_irecv): every
+    # rank sends before any receive completes
+    ring_in, ring_out = torch.zeros(2, device=dev), torch.full((2,), r + 1.0, device=dev)
+    for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, ring_out, (r + 1) % w),
+                                       dist.P2POp(dist.irecv, ring_in, (r - 1) % w)]):
+        req.wait()
+    out["ring"] = ring_in
+    if r == 0:
+        dist.send(torch.tensor([5.0], device=dev), 1)
+        out["recv_any"] = torch.zeros(2)
+    else:
+        q = torch.empty(1, device=dev)
+        src = dist.recv(q)  # from any rank
+        out["recv_any"] = torch.tensor([q.item(), float(src)])
     work = dist.all_reduce(torch.ones(1, device=dev), async_op=True)
     work.wait()
     out["async_completed"] = torch.tensor([float(work.is_completed())])
