@@ -61,6 +61,11 @@ def _on_pjrt(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == NAME
 
 
+def _staged(t: torch.Tensor) -> bool:
+    """Whether gloo gets a contiguous host copy of `t` rather than `t`."""
+    return _on_pjrt(t) or not t.is_contiguous()
+
+
 def _map(x: Any, fn):
     """``fn`` applied to every tensor of a (nested) list argument."""
     if isinstance(x, torch.Tensor):
@@ -103,7 +108,8 @@ _Base = dist.ProcessGroup if dist.is_available() else object
 
 class ProcessGroupPjrt(_Base):
     """The process group ``init_process_group("pjrt")`` makes: gloo on host
-    copies for pjrt tensors, gloo itself for CPU tensors."""
+    copies for pjrt tensors (and non-contiguous CPU tensors), gloo itself for
+    CPU tensors."""
 
     def __init__(self, store, rank: int, size: int, timeout):
         super().__init__(rank, size)
@@ -123,17 +129,19 @@ class ProcessGroupPjrt(_Base):
         # named gloo): gloo's sum, then the division here, integers as
         # NCCL's average does them (truncated).
         avg = getattr(opts, "reduceOp", None) == dist.ReduceOp.AVG
-        if not avg and not any(_on_pjrt(t) for t in tensors):
+        if not avg and not any(_staged(t) for t in tensors):
             _C._hold_for_collective(tensors)  # see torch_pjrt.distributed._dist_call
             return self._gloo_call(what, *args)
-        # A contiguous host tensor (as gloo needs) for each pjrt tensor: a
-        # copy of what the collective reads (the read runs its pending
-        # work), an empty buffer for what it only writes.
+        # A contiguous host tensor (as gloo needs) for each pjrt tensor, and
+        # for each non-contiguous CPU tensor (gloo would write that one as if
+        # it were contiguous: all_reduce of y[:, 1::2] wrote y[0, :4]): a copy
+        # of what the collective reads (the read of a pjrt tensor runs its
+        # pending work), an empty buffer for what it only writes.
         pairs = []
 
         def on_host(read: bool):
             def to_host(t: torch.Tensor) -> torch.Tensor:
-                if not _on_pjrt(t):
+                if not _staged(t):
                     return t
                 h = t.detach().cpu().contiguous() if read else torch.empty(t.shape, dtype=t.dtype)
                 pairs.append((t, h))
@@ -187,6 +195,15 @@ class ProcessGroupPjrt(_Base):
             args = (flat, inp, opts) if name == "_allgather_base" else (out, flat, opts)
         return getattr(self._gloo, name)(*args)
 
+    def _get_backend(self, device):
+        # init_process_group(device_id=torch.device("pjrt", i)) (PyTorch's
+        # DDP tutorial) and new_group ask the bound device's backend whether
+        # it can split communicators: this group's pjrt collectives are the
+        # methods above, with no C++ backend to ask, and it does not split.
+        if torch.device(device).type == NAME:
+            return _NO_SPLIT
+        return super()._get_backend(device)
+
     def shutdown(self) -> None:  # destroy_process_group
         self._gloo.shutdown()
 
@@ -197,6 +214,19 @@ class ProcessGroupPjrt(_Base):
     def barrier(self, opts=None):
         _device.sync(wait=True)  # the work queued before the barrier is done when it returns
         return self._gloo.barrier(opts) if opts is not None else self._gloo.barrier()
+
+
+class _NoSplit:
+    """What this group answers for its pjrt "backend": no communicator
+    splitting, no coalescing, no time estimates."""
+
+    supports_splitting = supports_coalescing = supports_time_estimate = False
+
+    def name(self) -> str:
+        return NAME
+
+
+_NO_SPLIT = _NoSplit()
 
 
 class _Receive(dist._Work if dist.is_available() else object):

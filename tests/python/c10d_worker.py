@@ -22,6 +22,9 @@ def collectives(dev: torch.device, r: int, w: int) -> dict:
     v = t.t()  # a non-contiguous view: written back through the view
     dist.all_reduce(v)
     out["all_reduce_view"] = t
+    y = torch.arange(8.0, device=dev).reshape(2, 4) + r
+    dist.all_reduce(y[:, 1::2])  # not dense: gloo alone writes it as if contiguous
+    out["all_reduce_strided"] = y
     m = torch.tensor([r + 1.0, -r], device=dev)
     dist.all_reduce(m, op=dist.ReduceOp.MAX)
     out["all_reduce_max"] = m
@@ -80,6 +83,9 @@ def collectives(dev: torch.device, r: int, w: int) -> dict:
         q = torch.empty(1, device=dev)
         src = dist.recv(q)  # from any rank
         out["recv_any"] = torch.tensor([q.item(), float(src)])
+    sub = torch.tensor([r + 1.0], device=dev)
+    dist.all_reduce(sub, group=dist.new_group([0, 1]))  # a group of its own (not split: rebuilt)
+    out["new_group"] = sub
     work = dist.all_reduce(torch.ones(1, device=dev), async_op=True)
     work.wait()
     out["async_completed"] = torch.tensor([float(work.is_completed())])
@@ -213,7 +219,7 @@ def fsdp(r: int) -> dict:
 
 
 def main(out_dir: str) -> None:
-    dist.init_process_group("pjrt")
+    dist.init_process_group("pjrt", device_id=torch_pjrt.device())  # as PyTorch's DDP tutorial (eager init)
     r, w = dist.get_rank(), dist.get_world_size()
     result = {"backend": dist.get_backend(), "cpu": collectives(torch.device("cpu"), r, w),
               "pjrt": collectives(torch_pjrt.device(), r, w), "ddp": ddp_training(r),

@@ -172,6 +172,8 @@ def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
         assert res["pjrt"] == res["cpu"], r
         assert res["pjrt"]["all_reduce_view"] == [[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]]  # not gloo's failure either
         assert res["pjrt"]["all_reduce_int_product"] == [12] and res["pjrt"]["async_completed"] == [1.0]
+        assert res["pjrt"]["new_group"] == [3.0]
+        assert res["pjrt"]["all_reduce_strided"] == [[r, 3, 2 + r, 7], [4 + r, 11, 6 + r, 15]]
         assert res["pjrt"]["all_reduce_avg"] == [2.5] and res["pjrt"]["all_reduce_int_avg"] == [2]  # truncated, as NCCL
         ddp = res["ddp"]
         assert ddp["moved"] > 0.05  # the weights trained
