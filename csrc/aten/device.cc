@@ -185,8 +185,7 @@ int CurrentDevice() { return current_device; }
 
 void SetCurrentDevice(int device) {
   const int n = DeviceCount();
-  TORCH_CHECK_INDEX(device >= 0 && device < n, "pjrt device index ", device, " is out of range: there are ", n,
-                    " pjrt device(s)");
+  TORCH_CHECK_INDEX(device >= 0 && device < n, runtime::Runtime::Get().DeviceIndexError(device));
   current_device = device;
 }
 

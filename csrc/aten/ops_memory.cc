@@ -26,8 +26,7 @@ using runtime::TraceScope;
 int TargetDevice(std::optional<at::Device> device) {
   if (device && device->has_index()) {
     const int n = DeviceCount();
-    TORCH_CHECK_INDEX(device->index() >= 0 && device->index() < n, "pjrt device index ", static_cast<int>(device->index()),
-                      " is out of range: there are ", n, " pjrt device(s)");
+    TORCH_CHECK_INDEX(device->index() >= 0 && device->index() < n, Runtime::Get().DeviceIndexError(device->index()));
     return device->index();
   }
   return CurrentDevice();

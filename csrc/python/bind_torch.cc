@@ -87,6 +87,9 @@ void BindTorch(py::module_& m) {
   m.def("_device_count", &aten::DeviceCount, py::call_guard<py::gil_scoped_release>());
   BindReplay(m);
   m.def("_current_device", &aten::CurrentDevice);
+  m.def(
+      "_device_index_error", [](int device) { return runtime::Runtime::Get().DeviceIndexError(device); },
+      "The IndexError message for a pjrt device index past this process's devices.");
   m.def("_set_device", &aten::SetCurrentDevice);
   m.def(
       "_sync",

@@ -145,12 +145,21 @@ pjrt::BufferBytes Runtime::LiveBytes(int device) const { return pjrt::LiveBuffer
 
 void Runtime::ResetPeakBytes(int device) { pjrt::ResetPeakBufferBytes(global_id(device)); }
 
+std::string Runtime::DeviceIndexError(int device) const {
+  std::string m = "pjrt device index " + std::to_string(device) + " is out of range: there are " +
+                  std::to_string(device_count()) + " pjrt device(s)";
+  if (options_.world_size > 1) {
+    m += " in this process (one of " + std::to_string(options_.world_size) +
+         " in the job, each with its own devices numbered from 0: use torch.device(\"pjrt\"), not the process's "
+         "LOCAL_RANK as a device index)";
+  }
+  return m;
+}
+
 int Runtime::global_id(int device) const {
   const auto& ids = client_->addressable_device_ids();
   if (device < 0 || device >= static_cast<int>(ids.size())) {
-    throw pjrt::Error(pjrt::Code::kOutOfRange, "pjrt device index " + std::to_string(device) +
-                                                   " is out of range: there are " + std::to_string(ids.size()) +
-                                                   " pjrt device(s)");
+    throw pjrt::Error(pjrt::Code::kOutOfRange, DeviceIndexError(device));
   }
   return ids[device];
 }

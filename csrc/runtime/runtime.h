@@ -60,6 +60,9 @@ class Runtime {
   pjrt::Client& client() { return *client_; }
   const Options& options() const { return options_; }
   int device_count() const { return static_cast<int>(client_->addressable_device_ids().size()); }
+  // The error for a device index past device_count(); in a job of several
+  // processes it says that each numbers its own devices from 0.
+  std::string DeviceIndexError(int device) const;
   int global_id(int device) const;  // PJRT device id of local device `device`; checks the range
   const std::string& plugin_path() const { return plugin_path_; }
 

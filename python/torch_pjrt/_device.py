@@ -222,7 +222,8 @@ def device(index: Optional[int] = None) -> torch.device:
     if index is None:
         index = _C._current_device()
     if not isinstance(index, int) or index < 0 or index >= n:
-        raise IndexError(f"pjrt device index {index} is out of range: there are {n} pjrt device(s)")
+        raise IndexError(_C._device_index_error(index) if isinstance(index, int) else
+                         f"pjrt device index {index!r} is out of range: there are {n} pjrt device(s)")
     return torch.device("pjrt", index)
 
 

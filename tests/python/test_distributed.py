@@ -197,6 +197,23 @@ def test_torch_distributed_backend_pjrt_matches_gloo_on_the_cpu(tmp_path):
     assert results[1]["pjrt"]["recv_any"] == [5.0, 0.0]  # the value, and the rank it came from
 
 
+def test_local_rank_as_a_device_index_says_each_process_numbers_its_own_devices():
+    # CUDA scripts pick cuda:LOCAL_RANK; a pjrt process of a job has its own
+    # devices from 0 (torch_pjrt.launch and torchrun alike)
+    r = run_python("""
+import torch, torch_pjrt
+for make in (lambda: torch.ones(1, device="pjrt:1"), lambda: torch.ones(1).to("pjrt:1"), lambda: torch_pjrt.device(1)):
+    try:
+        make()
+    except IndexError as e:
+        print(e)
+""", CPU_NUM_DEVICES=1, WORLD_SIZE=2, RANK=1, LOCAL_RANK=1, LOCAL_WORLD_SIZE=2)
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3, r.stdout + r.stderr
+    assert all("1 pjrt device(s) in this process (one of 2 in the job" in m and 'torch.device("pjrt")' in m
+               and "LOCAL_RANK" in m for m in lines)
+
+
 def test_two_nodes_on_loopback_have_host_index_0_and_1(reference, tmp_path):
     port = str(free_port())
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port]
