@@ -202,14 +202,15 @@ def test_local_rank_as_a_device_index_says_each_process_numbers_its_own_devices(
     # devices from 0 (torch_pjrt.launch and torchrun alike)
     r = run_python("""
 import torch, torch_pjrt
-for make in (lambda: torch.ones(1, device="pjrt:1"), lambda: torch.ones(1).to("pjrt:1"), lambda: torch_pjrt.device(1)):
+for make in (lambda: torch.ones(1, device="pjrt:1"), lambda: torch.ones(1).to("pjrt:1"), lambda: torch_pjrt.device(1),
+             lambda: torch.Generator(device="pjrt:1")):
     try:
         make()
     except IndexError as e:
         print(e)
 """, CPU_NUM_DEVICES=1, WORLD_SIZE=2, RANK=1, LOCAL_RANK=1, LOCAL_WORLD_SIZE=2)
     lines = r.stdout.strip().splitlines()
-    assert len(lines) == 3, r.stdout + r.stderr
+    assert len(lines) == 4, r.stdout + r.stderr
     assert all("1 pjrt device(s) in this process (one of 2 in the job" in m and 'torch.device("pjrt")' in m
                and "LOCAL_RANK" in m for m in lines)
 
