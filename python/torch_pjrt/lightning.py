@@ -427,8 +427,9 @@ def _patch_strategy_check(connector_cls, parallel_cls, allowed: tuple, names: st
         strategy = self.strategy
         if _is_pjrt(self._accelerator_flag) and isinstance(strategy, parallel_cls) and not isinstance(strategy, allowed):
             name = self._strategy_flag if isinstance(self._strategy_flag, str) else type(strategy).__name__
-            raise ValueError(f"strategy {name!r} does not run on the pjrt accelerator (it reduces pjrt tensors through "
-                             f"torch.distributed, which has no pjrt backend): use {names}; docs/lightning.md")
+            raise ValueError(f"strategy {name!r} does not run on the pjrt accelerator (its process group is gloo's, "
+                             f"which cannot reduce pjrt tensors, and its processes do not get one pjrt device each): "
+                             f"use {names}; docs/lightning.md")
 
     _init_strategy._torch_pjrt = True
     connector_cls._init_strategy = _init_strategy
