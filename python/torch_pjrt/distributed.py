@@ -130,6 +130,30 @@ def _dist_call(what: str, fn: Callable, *tensors: torch.Tensor):
         ) from e
 
 
+def _group_takes(tensor: torch.Tensor) -> bool:
+    """Whether the job's group takes `tensor` as it is: any tensor in the
+    group of backend "pjrt" (torch_pjrt.process_group stages pjrt tensors
+    through the host), only CPU tensors in a group the script made itself
+    (``init_process_group("gloo")`` before the first call here)."""
+    import torch.distributed as dist
+
+    from torch_pjrt.process_group import ProcessGroupPjrt
+
+    return tensor.device.type == "cpu" or isinstance(dist.group.WORLD, ProcessGroupPjrt)
+
+
+def _in_place(what: str, tensor: torch.Tensor, fn: Callable) -> None:
+    """``fn(t)`` changes ``t`` in place through the job's group: ``tensor``
+    itself, or in a group that cannot take it, a host copy written back."""
+    if _group_takes(tensor):
+        _dist_call(what, lambda: fn(tensor.detach()))
+        return
+    host = tensor.detach().cpu()
+    _dist_call(what, lambda: fn(host), host)
+    with torch.no_grad():
+        tensor.copy_(host)
+
+
 # -------------------------------------------------------------- collectives
 
 
@@ -140,8 +164,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", scale: float = 1.0) -> tor
         import torch.distributed as dist
 
         init_process_group()
-        # the job's group ("pjrt", torch_pjrt.process_group) reduces pjrt tensors in place
-        _dist_call("all_reduce", lambda: dist.all_reduce(tensor.detach(), op=_gloo_op(op)))
+        _in_place("all_reduce", tensor, lambda t: dist.all_reduce(t, op=_gloo_op(op)))
         if scale != 1.0:
             with torch.no_grad():
                 tensor.mul_(scale)
@@ -158,9 +181,11 @@ def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
 
         init_process_group()
         mine = tensor.detach().contiguous()
+        if not _group_takes(mine):
+            mine = mine.cpu()
         parts = [torch.empty_like(mine) for _ in range(runtime.process_count())]
-        _dist_call("all_gather", lambda: dist.all_gather(parts, mine))
-        return torch.cat(parts, dim)
+        _dist_call("all_gather", lambda: dist.all_gather(parts, mine), *([] if _group_takes(tensor) else [mine, *parts]))
+        return torch.cat(parts, dim).to(tensor.device)
     return _C._all_gather(tensor, dim)
 
 
@@ -182,7 +207,7 @@ def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         import torch.distributed as dist
 
         init_process_group()
-        _dist_call("broadcast", lambda: dist.broadcast(tensor.detach(), src))
+        _in_place("broadcast", tensor, lambda t: dist.broadcast(t, src))
         return tensor
     with torch.no_grad():
         _C._broadcast_(tensor, src)

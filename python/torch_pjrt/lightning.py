@@ -261,6 +261,11 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
         if start_method != "spawn":
             raise ValueError(f"strategy 'pjrt_ddp' starts its processes with 'spawn', got start_method={start_method!r}: "
                              "a process forked after the PJRT plugin started cannot use it")
+        backend = kwargs.get("process_group_backend")
+        if backend not in (None, "pjrt"):
+            raise ValueError(f"strategy 'pjrt_ddp' needs torch.distributed's backend 'pjrt', got process_group_backend="
+                             f"{backend!r}: its group cannot reduce pjrt tensors (logged values, torchmetrics); leave "
+                             "it unset")
         # the job's timeout (TORCH_PJRT_DIST_TIMEOUT), not Lightning's 30 minutes
         kwargs.setdefault("timeout", distributed.timeout())
         super().__init__(start_method="spawn", **kwargs)

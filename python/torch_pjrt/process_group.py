@@ -62,8 +62,15 @@ def _on_pjrt(t: Any) -> bool:
 
 
 def _staged(t: torch.Tensor) -> bool:
-    """Whether gloo gets a contiguous host copy of `t` rather than `t`."""
-    return _on_pjrt(t) or not t.is_contiguous()
+    """Whether gloo gets a contiguous host copy of `t` rather than `t`
+    (sparse tensors go to gloo as they are)."""
+    return _on_pjrt(t) or (t.layout == torch.strided and not t.is_contiguous())
+
+
+def _name_rank(e: BaseException, what: str, group) -> None:
+    """Prefixes gloo's error (its own type kept: DistBackendError, ...) with
+    the collective and this rank."""
+    e.args = (f"torch.distributed {what} failed on rank {group.rank()} of {group.size()}: {e}", *e.args[1:])
 
 
 def _map(x: Any, fn):
@@ -130,8 +137,7 @@ class ProcessGroupPjrt(_Base):
         # NCCL's average does them (truncated).
         avg = getattr(opts, "reduceOp", None) == dist.ReduceOp.AVG
         if not avg and not any(_staged(t) for t in tensors):
-            _C._hold_for_collective(tensors)  # see torch_pjrt.distributed._dist_call
-            return self._gloo_call(what, *args)
+            return self._gloo_call(what, *args)  # the caller's CPU tensors, as gloo alone takes them
         # A contiguous host tensor (as gloo needs) for each pjrt tensor, and
         # for each non-contiguous CPU tensor (gloo would write that one as if
         # it were contiguous: all_reduce of y[:, 1::2] wrote y[0, :4]): a copy
@@ -150,7 +156,7 @@ class ProcessGroupPjrt(_Base):
             return to_host
 
         host_args = [_map(a, on_host(k > 0 or what not in _WRITE_ONLY)) for k, a in enumerate(args)]
-        _C._hold_for_collective([t for a in host_args for t in _tensors(a)])
+        _C._hold_for_collective([h for _, h in pairs])  # see torch_pjrt.distributed._dist_call
         if what in _POINT_TO_POINT:
             # Not waited for here: a ring of isend/irecv (batch_isend_irecv)
             # needs every rank's send posted before any completes. A receive
@@ -162,7 +168,8 @@ class ProcessGroupPjrt(_Base):
         try:
             self._gloo_call(what, *host_args).wait()
         except RuntimeError as e:
-            raise RuntimeError(f"torch.distributed {what} failed on rank {self.rank()} of {self.size()}: {e}") from e
+            _name_rank(e, what, self)
+            raise
         finally:
             if avg:
                 opts.reduceOp = dist.ReduceOp.AVG
@@ -242,8 +249,8 @@ class _Receive(dist._Work if dist.is_available() else object):
             try:
                 self._work.wait() if timeout is None else self._work.wait(timeout)
             except RuntimeError as e:
-                raise RuntimeError(f"torch.distributed recv failed on rank {self._group.rank()} of "
-                                   f"{self._group.size()}: {e}") from e
+                _name_rank(e, "recv", self._group)
+                raise
             with torch.no_grad():
                 for t, h in self._pairs:
                     t.copy_(h)
@@ -251,12 +258,14 @@ class _Receive(dist._Work if dist.is_available() else object):
         return True
 
     def is_completed(self) -> bool:
-        if not self._done and self._work.is_completed():
+        # a finished receive is written into its pjrt tensors before it
+        # says so (a failed one says so, and raises at wait())
+        if not self._done and self._work.is_completed() and self._work.is_success():
             self.wait()
-        return self._done
+        return self._done or self._work.is_completed()
 
     def is_success(self) -> bool:
-        return self.is_completed()
+        return self._work.is_success()
 
     def source_rank(self) -> int:
         return self._work.source_rank()
@@ -268,6 +277,8 @@ class _Receive(dist._Work if dist.is_available() else object):
         return self._result
 
     def get_future(self):
+        # the future of a finished receive (c10d gives no hook to write the
+        # pjrt tensors when gloo's future completes): asking for it waits
         self.wait()
         return _completed(self._result).get_future()
 

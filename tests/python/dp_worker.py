@@ -1,7 +1,9 @@
 """A data-parallel training job used by the distributed tests: each process
 trains the same MLP on its slice of every global batch (gradients averaged
 across processes), then writes its rank's view of the runtime and, on rank
-0, the final weights."""
+0, the final weights. With ``gloo`` as its third argument the script first
+makes its own gloo process group, which torch_pjrt.distributed then uses
+(through host copies: gloo cannot take pjrt tensors)."""
 
 import json
 import os
@@ -26,8 +28,12 @@ def model():
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
 
 
-def main(out_dir: str, die_rank: int = -1) -> None:
+def main(out_dir: str, die_rank: int = -1, group: str = "") -> None:
     rank, world = runtime.global_ordinal(), runtime.world_size()
+    if group == "gloo":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
     info = {"rank": rank, "world": world, "local": runtime.local_ordinal(), "host": runtime.host_index(),
             "process_count": runtime.process_count(), "devices": runtime.addressable_device_count(),
             "type": runtime.device_type(), "using_pjrt": runtime.using_pjrt()}
@@ -54,4 +60,4 @@ def main(out_dir: str, die_rank: int = -1) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else -1)
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else -1, sys.argv[3] if len(sys.argv) > 3 else "")

@@ -124,13 +124,13 @@ def test_launch_two_processes_match_single_device(reference, tmp_path):
     assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
 
 
-def torchrun(args, tmp_path, extra_env=None, log=None, worker="dp_worker.py"):
+def torchrun(args, tmp_path, extra_env=None, log=None, worker="dp_worker.py", worker_args=()):
     """torchrun of `worker` (dp_worker); its output piped, or into the file `log`."""
     env = dict(os.environ)
     env.pop("CPU_NUM_DEVICES", None)
     env["CPU_NUM_DEVICES"] = "1"
     env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "torch.distributed.run", *args, os.path.join(HERE, worker), str(tmp_path)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *args, os.path.join(HERE, worker), str(tmp_path), *worker_args]
     if log is None:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with open(log, "w") as f:
@@ -149,7 +149,10 @@ def stop(p):
 
 
 def test_torchrun_two_processes_match_single_device(reference, tmp_path):
-    p = torchrun(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())], tmp_path)
+    # the script makes its own gloo group first: torch_pjrt.distributed
+    # uses it through host copies (launch's test covers the "pjrt" group)
+    p = torchrun(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())], tmp_path,
+                 worker_args=("-1", "gloo"))
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, err[-3000:]
     infos = read_infos(tmp_path, 2)
@@ -238,6 +241,38 @@ def test_two_nodes_on_loopback_have_host_index_0_and_1(reference, tmp_path):
     assert [i["host"] for i in infos] == [0, 1]
     assert [i["local"] for i in infos] == [0, 0]
     assert_weights_equal(reference, torch.load(tmp_path / "weights.pt"))
+
+
+def test_pjrt_group_leaves_cpu_tensors_to_gloo_unheld_and_takes_sparse_ones():
+    # a one-process "pjrt" group in this process: the caller's CPU tensors go
+    # to gloo as they are (not held: a tensor reduced every step is not kept
+    # once per call), sparse ones too; non-contiguous ones come back right
+    import datetime
+    import torch.distributed as dist
+    from torch_pjrt.process_group import ProcessGroupPjrt
+
+    g = ProcessGroupPjrt(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30))
+    try:
+        t = torch.ones(3)
+        before = t._use_count()
+        for _ in range(5):
+            g.allreduce([t]).wait()
+        torch_pjrt._C._hold_for_collective([])
+        deadline = time.monotonic() + 10  # gloo's worker threads let go of their finished work shortly after
+        while t._use_count() != before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert t._use_count() == before
+        sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,), check_invariants=True)
+        g.allreduce([sparse]).wait()
+        assert sparse.to_dense().tolist() == [1.0, 0.0, 2.0, 0.0]
+        y = torch.arange(8.0).reshape(2, 4)
+        g.allreduce([y[:, 1::2]]).wait()
+        assert y.tolist() == torch.arange(8.0).reshape(2, 4).tolist()
+        p = torch.arange(4.0, device=torch_pjrt.device())
+        g.allreduce([p[::2]]).wait()
+        assert p.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        g.shutdown()
 
 
 def test_host_tensors_of_a_collective_stay_held_while_another_holder_remains():

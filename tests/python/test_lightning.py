@@ -357,6 +357,8 @@ def test_bad_device_lists_are_refused_with_what_to_do():
         Fabric(accelerator="pjrt", devices=2)
     with pytest.raises(ValueError, match="start_method='fork'"):
         tpl.PjrtDDPStrategy(start_method="fork")
+    with pytest.raises(ValueError, match="backend 'pjrt', got process_group_backend='gloo'"):
+        tpl.PjrtDDPStrategy(process_group_backend="gloo")  # logged values and torchmetrics would fail in its processes
     assert pl.Trainer(accelerator="pjrt", logger=False).strategy.root_device == torch.device("pjrt", 0)  # devices="auto"
     # Lightning's own DDP strategies failed in their processes, at their first collective
     for strategy in ("ddp", "ddp_spawn"):
