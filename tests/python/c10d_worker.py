@@ -64,11 +64,13 @@ def collectives(dev: torch.device, r: int, w: int) -> dict:
     out["all_to_all_single"] = a2a
     if r == 0:
         dist.send(torch.tensor([42.0], device=dev), 1)
-        out["recv"] = torch.zeros(1)
+        dist.send(torch.tensor([5.0], device=dev), 1)
+        out["recv"] = torch.zeros(3)
     else:
-        q = torch.empty(1, device=dev)
+        q, q_any = torch.empty(1, device=dev), torch.empty(1, device=dev)
         dist.recv(q, 0)
-        out["recv"] = q
+        src = dist.recv(q_any)  # from any rank
+        out["recv"] = torch.tensor([q.item(), q_any.item(), float(src)])
     # a ring of isend/irecv (pipeline parallelism's batch_isend_irecv): every
     # rank sends before any receive completes
     ring_in, ring_out = torch.zeros(2, device=dev), torch.full((2,), r + 1.0, device=dev)
@@ -76,13 +78,6 @@ def collectives(dev: torch.device, r: int, w: int) -> dict:
                                        dist.P2POp(dist.irecv, ring_in, (r - 1) % w)]):
         req.wait()
     out["ring"] = ring_in
-    if r == 0:
-        dist.send(torch.tensor([5.0], device=dev), 1)
-        out["recv_any"] = torch.zeros(2)
-    else:
-        q = torch.empty(1, device=dev)
-        src = dist.recv(q)  # from any rank
-        out["recv_any"] = torch.tensor([q.item(), float(src)])
     sub = torch.tensor([r + 1.0], device=dev)
     dist.all_reduce(sub, group=dist.new_group([0, 1]))  # a group of its own (not split: rebuilt)
     out["new_group"] = sub
