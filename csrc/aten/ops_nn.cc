@@ -123,6 +123,36 @@ std::vector<int64_t> ChannelReduction(const std::vector<int64_t>& shape, double*
   return red;
 }
 
+// Per-channel mean and biased variance of `x` (of `shape`) over the dims
+// `red`, `n` elements per channel, in `t`.
+std::pair<ir::Value, ir::Value> ChannelMeanVar(int d, ir::Value x, const std::vector<int64_t>& shape,
+                                               const std::vector<int64_t>& red, double n, at::ScalarType t) {
+  ir::Builder& b = B(d);
+  const int64_t c = shape[1];
+  ir::Value mean = b.Binary(Op::Div, Sum(d, x, red, false), Fill(d, n, t, {c}));
+  ir::Value xc = Sub(d, x, PerChannel(d, mean, shape));
+  return {mean, b.Binary(Op::Div, Sum(d, Mul(d, xc, xc), red, false), Fill(d, n, t, {c}))};
+}
+
+// running = (1 - momentum) * running + momentum * value for the running mean
+// and variance that are defined, in their dtype. The momentum is a
+// parameter, not a constant: BatchNorm(momentum=None) (a cumulative average,
+// as swa_utils.update_bn sets) passes 1/num_batches_tracked.
+void UpdateRunning(int d, const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+                   ir::Value mean, ir::Value unbiased_var, double momentum, int64_t c) {
+  const bool has_mean = running_mean && running_mean->defined(), has_var = running_var && running_var->defined();
+  if (!has_mean && !has_var) return;
+  ir::Builder& b = B(d);
+  const at::ScalarType rt = (has_mean ? *running_mean : *running_var).scalar_type();
+  ir::Value m = Number(d, momentum, rt, {c});
+  ir::Value one_m = Number(d, 1 - momentum, rt, {c});
+  auto update = [&](const at::Tensor& running, ir::Value v) {
+    Assign(running, Add(d, Mul(d, one_m, ValAs(running, rt)), Mul(d, m, b.Convert(v, ToIr(rt)))));
+  };
+  if (has_mean) update(*running_mean, mean);
+  if (has_var) update(*running_var, unbiased_var);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                                                          const std::optional<at::Tensor>& bias,
                                                          const std::optional<at::Tensor>& running_mean,
@@ -145,18 +175,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   const bool have_running = running_mean && running_mean->defined() && running_var && running_var->defined();
   if (training) {
     TORCH_CHECK(n > 1 || input.numel() == 0, "Expected more than 1 value per channel when training, got input size ", input.sizes());
-    mean = b.Binary(Op::Div, Sum(d, x, red, false), Fill(d, n, t, {c}));
-    ir::Value xc = Sub(d, x, PerChannel(d, mean, shape));
-    var = b.Binary(Op::Div, Sum(d, Mul(d, xc, xc), red, false), Fill(d, n, t, {c}));
+    std::tie(mean, var) = ChannelMeanVar(d, x, shape, red, n, t);
     if (have_running) {
       const at::ScalarType rt = running_mean->scalar_type();
-      // Parameters, not constants: BatchNorm(momentum=None) (a cumulative
-      // average, as swa_utils.update_bn sets) passes 1/num_batches_tracked.
-      ir::Value m = Number(d, momentum, rt, {c});
-      ir::Value one_m = Number(d, 1 - momentum, rt, {c});
       ir::Value unbiased = b.Binary(Op::Mul, b.Convert(var, ToIr(rt)), Fill(d, n / std::max(n - 1, 1.0), rt, {c}));
-      Assign(*running_mean, Add(d, Mul(d, one_m, ValAs(*running_mean, rt)), Mul(d, m, b.Convert(mean, ToIr(rt)))));
-      Assign(*running_var, Add(d, Mul(d, one_m, ValAs(*running_var, rt)), Mul(d, m, unbiased)));
+      UpdateRunning(d, running_mean, running_var, mean, unbiased, momentum, c);
     }
   } else {
     TORCH_CHECK(have_running, "batch_norm in eval mode needs running_mean and running_var");
@@ -266,10 +289,7 @@ std::tuple<at::Tensor, at::Tensor> batch_norm_stats(const at::Tensor& input, dou
   const int64_t c = shape[1];
   double n = 1;
   const std::vector<int64_t> red = ChannelReduction(shape, &n);
-  ir::Value x = ValAs(input, t);
-  ir::Value mean = b.Binary(Op::Div, Sum(d, x, red, false), Fill(d, n, t, {c}));
-  ir::Value xc = Sub(d, x, PerChannel(d, mean, shape));
-  ir::Value var = b.Binary(Op::Div, Sum(d, Mul(d, xc, xc), red, false), Fill(d, n, t, {c}));
+  auto [mean, var] = ChannelMeanVar(d, ValAs(input, t), shape, red, n, t);
   ir::Value invstd = b.Unary(Op::Rsqrt, Add(d, var, Fill(d, eps, t, {c})));
   return {Wrap(mean, d), Wrap(invstd, d)};
 }
@@ -299,17 +319,8 @@ std::tuple<at::Tensor, at::Tensor> gather_stats_with_counts(
   ir::Value dev = Sub(d, m, b.BroadcastInDim(avg, wc, {1}));
   ir::Value var_n = Sum(d, Mul(d, cnt, Add(d, local_var, Mul(d, dev, dev))), {0}, false);
   ir::Value out_invstd = b.Unary(Op::Rsqrt, Add(d, b.Binary(Op::Div, var_n, total), Fill(d, eps, t, {c})));
-  if (running_mean && running_mean->defined()) {
-    const at::ScalarType rt = running_mean->scalar_type();
-    Assign(*running_mean, Add(d, Mul(d, Number(d, 1 - momentum, rt, {c}), ValAs(*running_mean, rt)),
-                              Mul(d, Number(d, momentum, rt, {c}), b.Convert(avg, ToIr(rt)))));
-  }
-  if (running_var && running_var->defined()) {
-    const at::ScalarType rt = running_var->scalar_type();
-    ir::Value unbiased = b.Binary(Op::Div, var_n, Sub(d, total, Fill(d, 1, t, {c})));
-    Assign(*running_var, Add(d, Mul(d, Number(d, 1 - momentum, rt, {c}), ValAs(*running_var, rt)),
-                             Mul(d, Number(d, momentum, rt, {c}), b.Convert(unbiased, ToIr(rt)))));
-  }
+  UpdateRunning(d, running_mean, running_var, avg, b.Binary(Op::Div, var_n, Sub(d, total, Fill(d, 1, t, {c}))),
+                momentum, c);
   return {Wrap(avg, d), Wrap(out_invstd, d)};
 }
 

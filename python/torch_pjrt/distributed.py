@@ -180,11 +180,10 @@ def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
         import torch.distributed as dist
 
         init_process_group()
-        mine = tensor.detach().contiguous()
-        if not _group_takes(mine):
-            mine = mine.cpu()
+        takes = _group_takes(tensor)
+        mine = tensor.detach().contiguous() if takes else tensor.detach().cpu().contiguous()
         parts = [torch.empty_like(mine) for _ in range(runtime.process_count())]
-        _dist_call("all_gather", lambda: dist.all_gather(parts, mine), *([] if _group_takes(tensor) else [mine, *parts]))
+        _dist_call("all_gather", lambda: dist.all_gather(parts, mine), *([] if takes else [mine, *parts]))
         return torch.cat(parts, dim).to(tensor.device)
     return _C._all_gather(tensor, dim)
 
