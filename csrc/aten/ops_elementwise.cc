@@ -241,6 +241,12 @@ at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
     const double v = e.toDouble();
     if (v == 1) return Wrap(x, d);
     if (v == 2) return Wrap(bb.Binary(Op::Mul, x, x), d);
+    if (v == 3 && t == at::kHalf) {
+      // the CPU's half pow is std::pow in float, rounded once (bfloat16's
+      // repeats the rounding product by product, as below)
+      ir::Value f = bb.Convert(x, ir::DType::F32);
+      return Wrap(bb.Convert(bb.Binary(Op::Mul, bb.Binary(Op::Mul, f, f), f), ir::DType::F16), d);
+    }
     if (v == 3) return Wrap(bb.Binary(Op::Mul, bb.Binary(Op::Mul, x, x), x), d);
     if (v == 0.5 && at::isFloatingType(t)) return Wrap(bb.Unary(Op::Sqrt, x), d);
     if (v == -1 && at::isFloatingType(t)) return Wrap(bb.Binary(Op::Div, Fill(d, 1, t, a.sizes().vec()), x), d);

@@ -426,11 +426,32 @@ void record_stream(at::Tensor& self, at::Stream s) {
               s);
 }
 
+// _assert_async (what torch.compile's decompositions emit, e.g. one_hot's
+// class range): the CPU reads the one value at once and raises when it is
+// zero; here it is a check compiled into the program (CheckNone), raised
+// when a tensor the program wrote is read, as an out-of-range index is.
+void AssertAsync(const at::Tensor& self, const std::string& what) {
+  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with ",
+              self.numel() == 0 ? "no values is ambiguous" : "more than one value is ambiguous");
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  ir::Value v = Val(self);
+  CheckNone(d, b.Compare(ir::CompareDir::EQ, v, Fill(d, 0, self.scalar_type(), b.shape(v).dims)), runtime::ErrorKind::kValue,
+            what);
+}
+void assert_async(const at::Tensor& self) { AssertAsync(self, "Expected Tensor with single nonzero value, but got zero"); }
+void assert_async_msg(const at::Tensor& self, c10::string_view msg) {
+  AssertAsync(self, msg.empty() ? std::string("Assertion is failed") : std::string(msg));
+}
+
 }  // namespace
 
 }  // namespace tpj::aten
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_assert_async", TORCH_FN(tpj::aten::assert_async));
+  m.impl("_assert_async.msg", TORCH_FN(tpj::aten::assert_async_msg));
   m.impl("empty.memory_format", TORCH_FN(tpj::aten::empty_memory_format));
   m.impl("record_stream", TORCH_FN(tpj::aten::record_stream));
   m.impl("scalar_tensor", TORCH_FN(tpj::aten::scalar_tensor));

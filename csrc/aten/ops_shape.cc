@@ -77,6 +77,7 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
   }
   const int64_t w = WrapDim(dim, self.dim());
   const int64_t n = index.numel();
+  TORCH_CHECK(n == 0 || self.size(w) > 0, "index_select(): self indexing axis dim should be positive");
   if (n == 0) {
     std::vector<int64_t> out = self.sizes().vec();
     out[w] = 0;
@@ -118,8 +119,8 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
   TraceScope s;
   const int d = CommonDevice({&self, &index});
   ir::Builder& b = B(d);
-  if (self.dim() == 0) {  // a 1-element vector for indexing purposes
-    return Wrap(b.Reshape(Val(tpj::aten::gather(self.reshape({1}), 0, index.reshape({-1}), sparse_grad)), index.sizes().vec()), d);
+  if (self.dim() == 0 || index.dim() == 0) {  // a 0-d tensor is a 1-element vector for indexing purposes
+    return Wrap(b.Reshape(Val(tpj::aten::gather(self.reshape({-1}), w, index.reshape({-1}), sparse_grad)), index.sizes().vec()), d);
   }
   const auto ishape = index.sizes().vec();
   if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), ishape), d);
@@ -156,6 +157,9 @@ ir::Value ScatterInto(int d, ir::Value operand, const std::vector<int64_t>& shap
                                                 : Op::Add;
     return b.Binary(op, operand, one);
   }
+  if (index.dim() == 0) {  // into a 1-d operand: a 1-element index and source
+    return ScatterInto(d, operand, shape, dim, index.reshape({1}), b.Reshape(src, {1}), replace, kind, check);
+  }
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int64_t w = WrapDim(dim, rank);
   const auto ishape = index.sizes().vec();
@@ -177,7 +181,8 @@ ir::Value SrcRegion(int d, const at::Tensor& src, const at::Tensor& index, at::S
   ir::Value v = ValAs(src, t);
   if (src.sizes() == index.sizes()) return v;
   std::vector<int64_t> zeros(src.dim(), 0), ones(src.dim(), 1);
-  return b.Slice(v, zeros, index.sizes().vec(), ones);
+  // a 0-d index takes src's first element (ScatterInto reads it as [1])
+  return b.Slice(v, zeros, index.dim() == 0 ? ones : index.sizes().vec(), ones);
 }
 
 // The CPU's own checks of scatter and scatter_add: dtypes, ranks, and an
@@ -465,8 +470,13 @@ at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& i
   TORCH_CHECK(self.scalar_type() == source.scalar_type(), what, "(): self (", self.scalar_type(), ") and source (",
               source.scalar_type(), ") must have the same scalar type");
   const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
-  TORCH_CHECK(source.dim() == 0 || source.dim() == self.dim(), what,
-              "(): When source and destination are not scalars, their dimensionality must match. Source "
+  // (the CPU's index_copy also takes a 0-d self, and raises IndexError; index_add RuntimeError)
+  const bool same_rank = source.dim() == 0 || source.dim() == self.dim() || (replace && self.dim() == 0);
+  if (replace) {
+    TORCH_CHECK_INDEX(same_rank, "index_copy_(): When source and destination are not scalars, their dimensionality must "
+                      "match. Source dimensionality (", source.dim(), "), destination dimensionality (", self.dim(), ")");
+  }
+  TORCH_CHECK(same_rank, what, "(): When source and destination are not scalars, their dimensionality must match. Source "
               "dimensionality (", source.dim(), "), destination dimensionality (", self.dim(), ")");
   for (int64_t i = 0; source.dim() > 0 && i < self.dim(); ++i) {
     if (i == w) continue;
@@ -485,7 +495,8 @@ at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& i
   TraceScope s;
   const int d = CommonDevice({&self, &index, &source});
   ir::Builder& b = B(d);
-  if (index.numel() == 0) return Wrap(Val(self), d);
+  // the CPU's index_add writes nothing, and checks nothing, into an empty self of several dims
+  if (index.numel() == 0 || (!replace && self.dim() > 1 && self.numel() == 0)) return Wrap(Val(self), d);
   if (self.dim() == 0) {
     // a 0-d self is a 1-element vector for indexing purposes
     at::Tensor r = IndexScatter(self.reshape({1}), 0, index.reshape({-1}), source.reshape({-1}), alpha, replace, what);

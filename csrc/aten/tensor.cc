@@ -662,6 +662,12 @@ ir::Value CheckedIndex(int device, ir::Value idx, int64_t size, bool negative_ok
   ir::Builder& b = B(device);
   idx = b.Convert(idx, ir::DType::I64);
   const auto shape = b.shape(idx).dims;
+  if (size == 0 && b.shape(idx).numel() > 0) {
+    // every index is out of range, known while tracing: raise at once, as the CPU
+    const std::string what = std::string(op) + ": index out of range: indexing a dimension of size 0";
+    if (kind == runtime::ErrorKind::kIndex) TORCH_CHECK_INDEX(false, what);
+    TORCH_CHECK(false, what);
+  }
   auto full = [&](int64_t v) { return b.Full(ir::DType::I64, shape, static_cast<double>(v)); };
   const int64_t lo = negative_ok ? -size : 0;
   ir::Value bad = b.Binary(ir::Op::Or, b.Compare(ir::CompareDir::LT, idx, full(lo)),

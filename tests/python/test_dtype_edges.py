@@ -416,6 +416,9 @@ HALF_EXACT = {
     "threshold": lambda t: F.threshold(t, 0.3, 1.003), "addcmul": lambda t: torch.addcmul(t, t, t, value=1.003),
     "addcdiv": lambda t: torch.addcdiv(t, t, t.abs() + 1, value=1.003), "lerp 0.3": lambda t: torch.lerp(t, t * 2 + 1, 0.3),
     "lerp 0.7": lambda t: torch.lerp(t, t * 2 + 1, 0.7), "lerp tensor": lambda t: torch.lerp(t, t * 2 + 1, torch.full_like(t, 0.7)),
+    # float16's x ** 3 is one rounding of float32's cube on the CPU (it was
+    # rounded per product here: 1 in 4 off); bfloat16's rounds per product on both
+    "square": lambda t: t ** 2, "cube": lambda t: t ** 3, "reciprocal": lambda t: t ** -1,
 }
 
 

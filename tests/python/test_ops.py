@@ -349,6 +349,76 @@ def test_scatter_reduce_in_place_integer_mean_and_nan():
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
+def test_a_0d_index_into_a_1d_tensor_as_the_cpu():
+    """A 0-d index counts as one element of one dim (lazily and compiled):
+    gather and every scatter form built an empty concatenation and failed."""
+    x, i = torch.arange(5.0), torch.tensor(3)
+    forms = {
+        "gather": lambda x, i: x.gather(0, i),
+        "scatter": lambda x, i: x.scatter(0, i, torch.tensor(9.0, device=x.device)),
+        "scatter 1-d src": lambda x, i: x.scatter(0, i, torch.tensor([9.0, 8.0], device=x.device)),
+        "scatter_add": lambda x, i: x.scatter_add(0, i, torch.tensor(9.0, device=x.device)),
+        "scatter value": lambda x, i: x.scatter(0, i, 9.0),
+        "0-d self": lambda x, i: x[2].gather(0, i - 3),
+        "index_copy into 0-d": lambda x, i: x[2].index_copy(0, (i - 3).reshape(1), x[3:4]),
+    }
+    for name, fn in forms.items():
+        want = fn(x, i)
+        assert torch.equal(fn(x.to(DEV), i.to(DEV)).cpu(), want), name
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(fn, backend="pjrt")(x.to(DEV), i.to(DEV)).cpu(), want), name
+    with pytest.raises(RuntimeError, match="index out of range"):
+        x.to(DEV).gather(0, torch.tensor(7).to(DEV)).cpu()
+
+
+def test_indexing_a_dimension_of_size_0_raises_at_once_as_the_cpu():
+    """Any index into a size-0 dim is out of range, known while tracing: the
+    CPU's exception type at once, not StableHLO's verifier."""
+    x = torch.zeros(0, 3).to(DEV)
+    i = torch.tensor([0]).to(DEV)
+    with pytest.raises(IndexError, match="size 0"):
+        x[i]
+    with pytest.raises(IndexError, match="size 0"):
+        x.t()[:, i]
+    with pytest.raises(IndexError, match="size 0"):
+        x[i] = 1.0
+    with pytest.raises(RuntimeError, match="axis dim should be positive"):
+        F.embedding(i, x)
+    with pytest.raises(RuntimeError, match="size 0"):
+        x.gather(0, torch.zeros(1, 3, dtype=torch.long).to(DEV))
+    # the CPU's index_add writes nothing into an empty self of several dims
+    assert x.index_add(0, i, torch.ones(1, 3).to(DEV)).cpu().shape == (0, 3)
+    assert x.index_select(0, i[:0]).cpu().shape == (0, 3)
+    assert (torch.arange(3.0).to(DEV) * 2).cpu().tolist() == [0.0, 2.0, 4.0]
+
+
+def test_assert_async_is_a_check_in_the_program():
+    """torch.compile's one_hot asserts its class range with _assert_async: a
+    check in the program, not a CPU fallback and a host read per call."""
+    f = torch.compile(lambda t: F.one_hot(t, 5), backend="pjrt")
+    torch._dynamo.reset()
+    x = torch.tensor([0, 3, 1])
+    torch_pjrt.metrics.reset()
+    for _ in range(2):
+        got = f(x.to(DEV))
+        torch_pjrt.sync(wait=True)
+    assert torch.equal(got.cpu(), F.one_hot(x, 5))
+    assert torch_pjrt.metrics.fallbacks() == {}
+    with pytest.raises(RuntimeError, match="smaller than num_classes"):
+        f(torch.tensor([0, 7, 1]).to(DEV)).cpu()
+    with pytest.raises(RuntimeError, match="non-negative"):
+        f(torch.tensor([0, -1, 1]).to(DEV)).cpu()
+    ok = torch.tensor(2).to(DEV)
+    torch.ops.aten._assert_async(ok)
+    torch.ops.aten._assert_async.msg(ok > 1, "fine")
+    y = ok * 2
+    torch.ops.aten._assert_async.msg(ok > 5, "too small")
+    with pytest.raises(RuntimeError, match="too small"):
+        y.item()
+    with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+        torch.ops.aten._assert_async(torch.ones(2).to(DEV))
+
+
 def test_empty_batches_give_empty_results():
     # an empty batch is valid input on the CPU: inverses, LU and unfold/fold of none
     torch_pjrt.metrics.reset()
