@@ -93,9 +93,16 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (d.has_index()) current_device = d.index();
   }
   c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getStream(d); }
-  c10::Stream getNewStream(c10::Device d, int) const override { return getStream(d); }
+  // (torch.Stream(device="pjrt:9") in a process with fewer devices raises here)
+  static c10::Stream Checked(c10::Device d) {
+    if (d.has_index()) {
+      TORCH_CHECK_INDEX(d.index() >= 0 && d.index() < DeviceCount(), runtime::Runtime::Get().DeviceIndexError(d.index()));
+    }
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override { return Checked(d); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return Checked(d); }
+  c10::Stream getNewStream(c10::Device d, int) const override { return Checked(d); }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
   bool queryStream(const c10::Stream& s) const override {
     runtime::Runtime::Get().Sync({s.device_index()});

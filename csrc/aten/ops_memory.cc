@@ -199,12 +199,12 @@ void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
       host = at::empty_strided(dst.sizes(), dst.strides(), at::TensorOptions().dtype(dst.scalar_type()));
       host.copy_(src.expand(dst.sizes()));  // (copy_ applies a conjugate or negative source's bits)
     }
-    rt.UploadTo(s, host.const_data_ptr(), dt);
+    RaisingTensorErrors([&] { rt.UploadTo(s, host.const_data_ptr(), dt); });
     return;
   }
   // (a conjugate or negative host view's bits resolved: its memory is not its value)
   at::Tensor dense = src.expand(dst.sizes()).to(dst.scalar_type()).contiguous().resolve_conj().resolve_neg();
-  ir::Value v = rt.UploadValue(s.device(), dense.const_data_ptr(), dt, dense.numel());
+  ir::Value v = RaisingTensorErrors([&] { return rt.UploadValue(s.device(), dense.const_data_ptr(), dt, dense.numel()); });
   Assign(dst, B(s.device()).Reshape(v, dst.sizes().vec()));
 }
 

@@ -112,10 +112,12 @@ ir::DType ToIr(at::ScalarType t) {
     case at::kFloat8_e8m0fnu:
       // PJRT has these types; torch-pjrt does not carry them (yet): its
       // lowerings, conversions and host transfers are written for the others
-      TORCH_CHECK_TYPE(false, "dtype ", t, " is not supported on the pjrt device: torch-pjrt does not handle 8-bit "
+      // (NotImplementedError, as PyTorch's kernels refuse a dtype: a TypeError
+      // would become NotImplemented in an operator, `h + 1j`, losing this message)
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "dtype ", t, " is not supported on the pjrt device: torch-pjrt does not handle 8-bit "
                        "floats yet; keep the tensor in bfloat16 (or on the CPU) and convert where needed");
     default:
-      TORCH_CHECK_TYPE(false, "dtype ", t, " is not supported on the pjrt device (PJRT has no buffer type for it)");
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "dtype ", t, " is not supported on the pjrt device (PJRT has no buffer type for it)");
   }
 }
 
@@ -726,7 +728,7 @@ at::Tensor ReplicatedFromParts(const std::vector<at::Tensor>& parts) {
     data.push_back(dense.back().const_data_ptr());
   }
   at::Tensor out = Empty(parts[0].sizes(), parts[0].scalar_type(), 0);
-  runtime::Runtime::Get().UploadReplicas(StorageOf(out), data, ToIr(parts[0].scalar_type()));
+  RaisingTensorErrors([&] { runtime::Runtime::Get().UploadReplicas(StorageOf(out), data, ToIr(parts[0].scalar_type())); });
   return out;
 }
 

@@ -1,9 +1,11 @@
 #include "pjrt/plugin.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -35,6 +37,31 @@ std::string NamedValueText(const pjrt_abi::NamedValue& v) {
       return v.bool_value ? "true" : "false";
   }
   return "";
+}
+
+// The bytes a 64-bit ELF file's headers say it holds (its program and
+// section header tables and every loaded segment), or 0 when `path` is not
+// one that can be read. A file shorter than that was cut (an interrupted
+// copy or download): dlopen maps it anyway, and touching a page past the
+// end kills the process with SIGBUS instead of returning an error.
+uint64_t ElfExtent(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return 0;
+  uint64_t extent = 0;
+  Elf64_Ehdr eh;
+  if (std::fread(&eh, sizeof eh, 1, f) == 1 && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+      eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr)) {
+    extent = std::max<uint64_t>(eh.e_phoff + uint64_t{eh.e_phnum} * eh.e_phentsize,
+                                eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize);
+    Elf64_Phdr ph;
+    for (int i = 0; i < eh.e_phnum && std::fseek(f, static_cast<long>(eh.e_phoff + i * sizeof ph), SEEK_SET) == 0 &&
+                    std::fread(&ph, sizeof ph, 1, f) == 1;
+         ++i) {
+      if (ph.p_type == PT_LOAD) extent = std::max<uint64_t>(extent, ph.p_offset + ph.p_filesz);
+    }
+  }
+  std::fclose(f);
+  return extent;
 }
 
 }  // namespace
@@ -69,6 +96,11 @@ std::shared_ptr<const Plugin> Plugin::Load(const std::string& path) {
                 "PJRT plugin not found: '" + path +
                 "' is not a file. Set TORCH_PJRT_PLUGIN to a plugin .so, or install a "
                 "plugin wheel (pip install xla-cpu-pjrt).");
+  }
+  if (const uint64_t extent = ElfExtent(path); extent > static_cast<uint64_t>(st.st_size)) {
+    throw Error(Code::kInvalidArgument, "cannot load PJRT plugin '" + path + "': the file is truncated (" +
+                                            std::to_string(st.st_size) + " bytes; its ELF headers describe " +
+                                            std::to_string(extent) + "). Reinstall the plugin wheel or copy it again.");
   }
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {

@@ -27,18 +27,21 @@ std::string Upper(std::string s) {
 
 // The number `name` holds, read whole by `parse` (stod or stoll), or none
 // when unset; an error naming `want` unless it reads whole and is `ok`.
+// Spaces around the number are ignored (as Python's int() and float()).
 template <class T, class Parse, class Ok>
 std::optional<T> Number(const char* name, Parse parse, Ok ok, const char* want) {
   const std::string v = Get(name);
   if (v.empty()) return std::nullopt;
+  const size_t first = v.find_first_not_of(" \t\n");
+  const std::string number = first == std::string::npos ? "" : v.substr(first, v.find_last_not_of(" \t\n") - first + 1);
   size_t used = 0;
   T x{};
   try {
-    x = parse(v, &used);
+    x = parse(number, &used);
   } catch (...) {
     used = 0;
   }
-  if (used != v.size() || !ok(x)) Invalid(name, v, want);
+  if (number.empty() || used != number.size() || !ok(x)) Invalid(name, v, want);
   return x;
 }
 

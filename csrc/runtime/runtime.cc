@@ -156,12 +156,13 @@ std::string Runtime::DeviceIndexError(int device) const {
   return m;
 }
 
+void Runtime::CheckDevice(int device) const {
+  if (device < 0 || device >= device_count()) throw pjrt::Error(pjrt::Code::kOutOfRange, DeviceIndexError(device));
+}
+
 int Runtime::global_id(int device) const {
-  const auto& ids = client_->addressable_device_ids();
-  if (device < 0 || device >= static_cast<int>(ids.size())) {
-    throw pjrt::Error(pjrt::Code::kOutOfRange, DeviceIndexError(device));
-  }
-  return ids[device];
+  CheckDevice(device);
+  return client_->addressable_device_ids()[static_cast<size_t>(device)];
 }
 
 void Runtime::SetReplicas(int n) {

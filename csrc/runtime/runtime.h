@@ -63,6 +63,8 @@ class Runtime {
   // The error for a device index past device_count(); in a job of several
   // processes it says that each numbers its own devices from 0.
   std::string DeviceIndexError(int device) const;
+  // Throws pjrt::Error (kOutOfRange) with DeviceIndexError for an index this process does not have.
+  void CheckDevice(int device) const;
   int global_id(int device) const;  // PJRT device id of local device `device`; checks the range
   const std::string& plugin_path() const { return plugin_path_; }
 

@@ -68,6 +68,7 @@ void Runtime::SyncAll(const SyncOptions& options) {
 }
 
 void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) {
+  for (int d : devices) CheckDevice(d);
   std::vector<std::unique_ptr<pjrt::Event>> events;
   std::vector<std::shared_ptr<Outcome>> outcomes;
   std::vector<DeviceBuffer> retired;  // dropped once the launches are done
@@ -479,6 +480,7 @@ bool Runtime::Idle(int device) {
 }
 
 bool Runtime::LaunchesDone(int device) {
+  CheckDevice(device);
   std::lock_guard<std::recursive_mutex> l(mu_);
   for (const auto& e : traces_.at(static_cast<size_t>(device)).inflight) {
     if (!e->IsReady()) return false;

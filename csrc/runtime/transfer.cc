@@ -14,9 +14,19 @@ namespace tpj::runtime {
 DeviceBuffer Runtime::Upload(const void* data, ir::DType dtype, const std::vector<int64_t>& dims, int device) {
   int64_t numel = 1;
   for (int64_t d : dims) numel *= d;
-  auto buffer = DeviceBuffer(client_->BufferFromHost(data, ToPjrt(dtype), dims, global_id(device)));
-  Metrics::Get().Add("bytes_to_device", numel * static_cast<int64_t>(ir::ByteSize(dtype)));
-  return buffer;
+  const int64_t bytes = numel * static_cast<int64_t>(ir::ByteSize(dtype));
+  try {
+    auto buffer = DeviceBuffer(client_->BufferFromHost(data, ToPjrt(dtype), dims, global_id(device)));
+    Metrics::Get().Add("bytes_to_device", bytes);
+    return buffer;
+  } catch (const pjrt::Error& e) {
+    // no room on the device for the copy: torch.OutOfMemoryError, as a program's
+    if (e.out_of_memory()) {
+      throw TensorError(ErrorKind::kOutOfMemory, "out of memory on pjrt:" + std::to_string(device) + " copying " +
+                                                     std::to_string(bytes) + " bytes to it: " + e.what());
+    }
+    throw;
+  }
 }
 
 void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes, bool reported) {

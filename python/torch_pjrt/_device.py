@@ -317,10 +317,10 @@ def _index_or_none(device) -> Optional[int]:
     return d.index
 
 
-def _index(device) -> int:
-    """A device argument as an index; None or an unindexed device: the current one."""
-    i = _index_or_none(device)
-    return _C._current_device() if i is None else i
+def _index(dev) -> int:
+    """A device argument as an index; None or an unindexed device: the current
+    one. An index this process does not have raises IndexError."""
+    return device(_index_or_none(dev)).index
 
 
 def _make_device_module() -> types.ModuleType:

@@ -41,12 +41,18 @@ def test_round_trip_every_dtype(dtype):
     torch.testing.assert_close(d.cpu(), x, rtol=0, atol=0)
 
 
-def test_unsupported_dtype_is_a_type_error():
+def test_unsupported_dtype_is_a_clear_error():
     for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # PJRT has the type; torch-pjrt does not carry it
-        with pytest.raises(TypeError, match="not supported on the pjrt device: torch-pjrt does not handle 8-bit"):
+        with pytest.raises(NotImplementedError, match="not supported on the pjrt device: torch-pjrt does not handle 8-bit"):
             torch.zeros(2, dtype=dtype).to(DEV)
-    with pytest.raises(TypeError, match="PJRT has no buffer type"):
+    with pytest.raises(NotImplementedError, match="PJRT has no buffer type"):
         torch.zeros(2, dtype=torch.complex32).to(DEV)
+    # in an operator too (a TypeError there became "unsupported operand type(s)")
+    h = torch.ones(2, dtype=torch.half).to(DEV)
+    with pytest.raises(NotImplementedError, match="ComplexHalf is not supported on the pjrt device"):
+        h + 1j
+    with pytest.raises(NotImplementedError, match="ComplexHalf is not supported on the pjrt device"):
+        h * torch.tensor(1j).to(DEV)
 
 
 def test_sparse_quantized_and_nested_tensors_are_clear_errors():

@@ -227,6 +227,26 @@ def test_a_failed_program_loses_nothing_silently():
     assert (w * 2).cpu().tolist() == [2.0] * 4
 
 
+def test_out_of_memory_copying_to_the_device_is_out_of_memory():
+    # the plugin's RESOURCE_EXHAUSTED from a host-to-device copy, inside
+    # PyTorch's copy kernel, was a plain RuntimeError; the process goes on
+    code = (
+        "import resource, torch, torch_pjrt\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+        "keep = []\n"
+        "try:\n"
+        "    for i in range(40):\n"
+        "        keep.append(torch.full((2**26,), float(i)).to('pjrt'))\n"
+        "except torch.OutOfMemoryError as e:\n"
+        "    print('OOM', 'copying' in str(e))\n"
+        "keep.clear()\n"
+        "print((torch.ones(2).to('pjrt') * 3).cpu().tolist())\n"
+    )
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["OOM True", "[3.0, 3.0]"], r.stdout
+
+
 @pytest.mark.parametrize("read", [lambda t: t.item(), lambda t: t.cpu(), lambda t: bool(t > 0), repr])
 def test_out_of_memory_launched_by_a_read_is_out_of_memory(read):
     # a batch-size search catches torch.OutOfMemoryError wherever the failing

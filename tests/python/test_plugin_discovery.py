@@ -69,6 +69,13 @@ def test_info_reports_bad_input_clearly(run_module, tmp_path):
     notelf.write_text("not a library")
     r = run_module(["info"], TORCH_PJRT_PLUGIN=str(notelf))
     assert r.returncode == 1 and "cannot load PJRT plugin" in r.stderr
+    # a cut copy of the real plugin: dlopen maps it and touching a page past
+    # the end killed the process with SIGBUS
+    cut = tmp_path / "cut.so"
+    with open(torch_pjrt.find_plugin("CPU").path, "rb") as f:
+        cut.write_bytes(f.read(4 << 20))
+    r = run_module(["info"], TORCH_PJRT_PLUGIN=str(cut))
+    assert r.returncode == 1 and "the file is truncated" in r.stderr, (r.returncode, r.stderr[-500:])
 
 
 def test_help_describes_info(run_module):
