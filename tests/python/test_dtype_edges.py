@@ -76,6 +76,22 @@ def test_half_reductions_accumulate_in_float(name, fn, x):
     torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
 
 
+def test_long_float32_sums_are_as_close_as_the_cpus():
+    # XLA's CPU backend added a reduction over several dims in one sequential
+    # loop: 2e-5 relative off over a million values near 0.7 (the CPU: 2e-7);
+    # long sums now go in two stages
+    x = torch.randn(4, 256, 1024, generator=g(7)) * 1e-3
+    for name, fn in {"sum": lambda t: (t.abs() + 0.6931).sum(), "mean": lambda t: (t + 0.6931).mean(),
+                     "sum (1, 2)": lambda t: (t.abs() + 0.6931).sum((1, 2)),
+                     "sum 0": lambda t: (t.reshape(-1, 64).abs() + 0.6931).sum(0),
+                     "mse": lambda t: F.mse_loss(t.abs() + 0.5, torch.zeros_like(t)),
+                     "batch stats": lambda t: (t.reshape(16, 64, 32, 32) + 0.6931).square().sum((0, 2, 3))}.items():
+        exact = fn(x.double())
+        err = lambda v: ((v.double() - exact).abs() / exact.abs()).max().item()  # noqa: E731
+        cpu, got = err(fn(x)), err(fn(x.to(DEV)).cpu())
+        assert got <= max(4 * cpu, 1.5e-6), (name, got, cpu)
+
+
 @pytest.mark.parametrize("kind", ["layer_norm", "batch_norm"])
 def test_half_norm_backward(kind):
     x = HALF_SPREAD.reshape(4, 3, 64) * 2
