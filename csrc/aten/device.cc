@@ -94,10 +94,10 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
   // (torch.Stream(device="pjrt:9") in a process with fewer devices raises here)
+  // (and torch.Stream(device="pjrt") is the current device's, as on CUDA)
   static c10::Stream Checked(c10::Device d) {
-    if (d.has_index()) {
-      TORCH_CHECK_INDEX(d.index() >= 0 && d.index() < DeviceCount(), runtime::Runtime::Get().DeviceIndexError(d.index()));
-    }
+    if (!d.has_index()) return c10::Stream(c10::Stream::DEFAULT, c10::Device(kType, static_cast<c10::DeviceIndex>(CurrentDevice())));
+    TORCH_CHECK_INDEX(d.index() >= 0 && d.index() < DeviceCount(), runtime::Runtime::Get().DeviceIndexError(d.index()));
     return c10::Stream(c10::Stream::DEFAULT, d);
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return Checked(d); }

@@ -77,7 +77,8 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
   }
   const int64_t w = WrapDim(dim, self.dim());
   const int64_t n = index.numel();
-  TORCH_CHECK(n == 0 || self.size(w) > 0, "index_select(): self indexing axis dim should be positive");
+  // (a 1-d self: IndexError from CheckedIndex, as the CPU's)
+  TORCH_CHECK(n == 0 || self.dim() == 1 || self.size(w) > 0, "index_select(): self indexing axis dim should be positive");
   if (n == 0) {
     std::vector<int64_t> out = self.sizes().vec();
     out[w] = 0;
@@ -478,6 +479,9 @@ at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& i
   }
   TORCH_CHECK(same_rank, what, "(): When source and destination are not scalars, their dimensionality must match. Source "
               "dimensionality (", source.dim(), "), destination dimensionality (", self.dim(), ")");
+  TORCH_CHECK(!(replace && self.dim() == 0 && source.dim() > 1), "index_copy_(): Source/destination tensor must have "
+              "same slice shapes. Destination slice shape: [] at dimension 0 and source slice shape: ",
+              source.sizes().slice(1), " at dimension 0.");
   for (int64_t i = 0; source.dim() > 0 && i < self.dim(); ++i) {
     if (i == w) continue;
     if (replace) {

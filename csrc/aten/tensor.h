@@ -38,7 +38,7 @@ auto RaisingTensorErrors(F&& f) -> decltype(f()) {
   }
 }
 
-ir::DType ToIr(at::ScalarType t);  // TORCH_CHECK_TYPE for dtypes PJRT has no type for
+ir::DType ToIr(at::ScalarType t);  // NotImplementedError for dtypes torch-pjrt does not carry
 at::ScalarType ToAten(ir::DType t);
 
 c10::Allocator* PjrtAllocator();

@@ -523,23 +523,29 @@ bool WidensToF32(DType t, ReduceKind kind) {
 }
 
 
-// XLA's CPU backend adds up a reduction over several dims, or over one
-// long dim, in a sequential loop per result: summing 1M float32 values near
-// 0.7 over [4, 256, 1024] was off by 2e-5 relative, the CPU's cascade sum by
-// 2e-7. A float sum of at least kStagedSumFrom values per result is taken
-// in two stages instead: windows of w consecutive elements along its longest
-// run of adjacent reduced dims (merged by a reshape), then the window sums,
-// w about the square root of the count, so that each stage adds up about
-// that many values. (A reduce of a merging reshape, or of another reduce,
-// XLA folds back into one reduce: a reduce_window it keeps.)
-constexpr int64_t kStagedSumFrom = 16384;
+// XLA's CPU backend adds up a reduction over several dims in a sequential
+// loop per result (one long dim it splits itself): summing 1M float32
+// values near 0.7 over [4, 256, 1024] was off by 2e-5 relative, the CPU's
+// cascade sum by 2e-7, and a mean of 2048 values near ln 2 over [2, 1024]
+// by 2.4e-6. A float sum of at least kStagedSumFrom values per result over
+// two or more dims (of size > 1) is taken in two stages instead: windows of
+// w consecutive elements along its longest run of adjacent reduced dims
+// (merged by a reshape), then the window sums, w about the square root of
+// the count, so that each stage adds up about that many values. (A reduce
+// of a merging reshape, or of another reduce, XLA folds back into one
+// reduce: a reduce_window it keeps.) Only where SetStagedSums turned it on.
+constexpr int64_t kStagedSumFrom = 1024;
 
 std::optional<Value> StagedSum(Builder& b, Value x, Value init, std::vector<int64_t> dims) {
   const std::vector<int64_t> in = b.shape(x).dims;
   std::sort(dims.begin(), dims.end());
   int64_t count = 1;
-  for (int64_t d : dims) count *= in[static_cast<size_t>(d)];
-  if (count < kStagedSumFrom) return std::nullopt;
+  int several = 0;
+  for (int64_t d : dims) {
+    count *= in[static_cast<size_t>(d)];
+    several += in[static_cast<size_t>(d)] > 1;
+  }
+  if (count < kStagedSumFrom || several < 2) return std::nullopt;
   // the run of adjacent reduced dims [first, last] holding the most elements
   size_t first = 0, last = 0, start = 0;
   int64_t most = 0, n = 1;
@@ -573,7 +579,7 @@ std::optional<Value> StagedSum(Builder& b, Value x, Value init, std::vector<int6
 Value Builder::Reduce(Value x, Value init, const std::vector<int64_t>& dims, ReduceKind kind) {
   const DType t = shape(x).dtype;
   if (WidensToF32(t, kind)) return Convert(Reduce(Convert(x, DType::F32), Convert(init, DType::F32), dims, kind), t);
-  if (kind == ReduceKind::Sum && (IsFloat(t) || IsComplex(t))) {
+  if (staged_sums_ && kind == ReduceKind::Sum && (IsFloat(t) || IsComplex(t))) {
     if (auto staged = StagedSum(*this, x, init, dims)) return *staged;
   }
   return Add({x, init}, ReduceAttrs{dims, kind});

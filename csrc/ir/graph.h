@@ -538,6 +538,13 @@ class Builder {
   // Location attached to the nodes added from now on ("" for none).
   void SetLocation(std::string loc) { location_ = std::move(loc); }
 
+  // Whether Reduce takes long float sums over several dims in two stages
+  // (graph.cc, StagedSum): for XLA's CPU backend, which adds them up in one
+  // sequential loop. Off by default; the runtime turns it on for the CPU
+  // plugin outside SPMD, where the windows would cross shards.
+  void SetStagedSums(bool on) { staged_sums_ = on; }
+  bool staged_sums() const { return staged_sums_; }
+
   const Shape& shape(Value v) const;
   const Graph& graph() const { return g_; }
 
@@ -695,6 +702,7 @@ class Builder {
   }
   void CheckValue(Value v) const;
   Graph g_;
+  bool staged_sums_ = false;
   std::string location_;
   // Restart: the graphs before this one, oldest first, with their
   // fingerprints where they were hashed whole. Nodes taken over are left

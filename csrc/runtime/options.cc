@@ -32,8 +32,9 @@ template <class T, class Parse, class Ok>
 std::optional<T> Number(const char* name, Parse parse, Ok ok, const char* want) {
   const std::string v = Get(name);
   if (v.empty()) return std::nullopt;
-  const size_t first = v.find_first_not_of(" \t\n");
-  const std::string number = first == std::string::npos ? "" : v.substr(first, v.find_last_not_of(" \t\n") - first + 1);
+  const char* space = " \t\n\r\f\v";
+  const size_t first = v.find_first_not_of(space);
+  const std::string number = first == std::string::npos ? "" : v.substr(first, v.find_last_not_of(space) - first + 1);
   size_t used = 0;
   T x{};
   try {
@@ -101,7 +102,7 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "error (raise instead of falling back, naming the op and the line)",
        "allow"},
       {"TORCH_PJRT_CHECKS",
-       "0 turns off the checks compiled into programs (indices in range, integer divisors non-zero)", "1"},
+       "0 turns off the checks compiled into programs (indices in range, integer divisors non-zero, the conditions of torch._assert_async, e.g. compiled one_hot's class range)", "1"},
       {"TORCH_PJRT_AUTOGRAD_THREADS",
        "1 keeps autograd's per-device threads for pjrt; by default a thread that creates pjrt tensors runs its "
        "backward passes itself (torch.autograd.set_multithreading_enabled(False) on that thread), which saves two "

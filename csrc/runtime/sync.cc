@@ -189,7 +189,9 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
 
 void Runtime::SyncDevice(int device) {
   Trace& t = traces_.at(device);
-  if (t.idle()) {
+  // (a check alone is work: an assertion, torch._assert_async, writes
+  // nothing, and its failure must still reach sync(wait=True))
+  if (t.idle() && !t.check_code.valid()) {
     // Nothing to compute: ops whose results were all dropped leave nodes
     // (and parameters that hold their inputs' buffers) behind; drop them
     // too, or a loop of discarded work grows the trace without end.
@@ -233,7 +235,7 @@ void Runtime::SyncDevice(int device) {
     if (spmd) output_shardings.push_back("{replicated}");
   }
   size_t check_output = SIZE_MAX;
-  if (t.check_code.valid() && !storages.empty()) {
+  if (t.check_code.valid()) {
     check_output = outputs.size();
     // Replicated: a check that failed on any replica fails the program (replica 0's flag is read).
     outputs.push_back(t.replicas > 1 ? t.builder->AllReduce(t.check_code, ir::ReduceKind::Max) : t.check_code);

@@ -415,6 +415,11 @@ def test_assert_async_is_a_check_in_the_program():
     torch.ops.aten._assert_async.msg(ok > 5, "too small")
     with pytest.raises(RuntimeError, match="too small"):
         y.item()
+    # an assertion whose program writes nothing still reaches sync(wait=True)
+    torch._assert_async(torch.tensor(0).to(DEV))
+    with pytest.raises(RuntimeError, match="single nonzero value"):
+        torch_pjrt.sync(wait=True)
+    torch_pjrt.sync(wait=True)  # raised once
     with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
         torch.ops.aten._assert_async(torch.ones(2).to(DEV))
 
