@@ -2,6 +2,8 @@
 // compile. No plugin needed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "ir/graph.h"
 #include "ir/infer.h"
 
@@ -220,6 +222,45 @@ TEST(Infer, LinearAlgebraShapes) {
   EXPECT_NE(ErrorOf([&] { b.CustomCall("Qr", {a}, {}); }).find("at least one result"), std::string::npos);
   EXPECT_NE(ErrorOf([&] { b.CustomCall("Eigh", {a}, {{DType::F32, {1}}}, "a\"b"); }).find("must not hold quotes"),
             std::string::npos);
+}
+
+
+// Long sums over several dims in two stages (Builder::SetStagedSums): a
+// reduce_window over the longest run of reduced dims, then the window sums;
+// the result shape as one reduce's, whatever the order of the dims.
+TEST(Infer, StagedSums) {
+  auto ops = [](const Builder& b) {
+    std::vector<Op> out;
+    for (const Node& n : b.graph().nodes) out.push_back(n.op);
+    return out;
+  };
+  auto count = [&](const Builder& b, Op op) {
+    const auto o = ops(b);
+    return std::count(o.begin(), o.end(), op);
+  };
+  Builder plain;
+  auto x0 = plain.Parameter({DType::F32, {4, 256, 1024}});
+  plain.Reduce(x0, plain.ScalarConstant(DType::F32, 0), {0, 1, 2}, ReduceKind::Sum);
+  EXPECT_EQ(count(plain, Op::ReduceWindow), 0);  // off by default
+
+  Builder b;
+  b.SetStagedSums(true);
+  auto z = b.ScalarConstant(DType::F32, 0);
+  auto x = b.Parameter({DType::F32, {4, 256, 1024}});
+  EXPECT_EQ(b.shape(b.Reduce(x, z, {2, 0, 1}, ReduceKind::Sum)).dims, (std::vector<int64_t>{}));
+  EXPECT_EQ(count(b, Op::ReduceWindow), 1);
+  EXPECT_EQ(b.shape(b.Reduce(x, z, {2, 1}, ReduceKind::Sum)).dims, (std::vector<int64_t>{4}));
+  EXPECT_EQ(count(b, Op::ReduceWindow), 2);
+  // batch statistics: dims 0, 2, 3 of [16, 64, 32, 32], the run (2, 3) windowed
+  auto y = b.Parameter({DType::F32, {16, 64, 33, 31}});
+  EXPECT_EQ(b.shape(b.Reduce(y, z, {3, 0, 2}, ReduceKind::Sum)).dims, (std::vector<int64_t>{64}));
+  EXPECT_EQ(count(b, Op::ReduceWindow), 3);
+  // not staged: one dim (XLA splits it), under 1024 values, max, integers
+  b.Reduce(b.Parameter({DType::F32, {1 << 20}}), z, {0}, ReduceKind::Sum);
+  b.Reduce(b.Parameter({DType::F32, {16, 32, 1}}), z, {1, 2}, ReduceKind::Sum);
+  b.Reduce(x, z, {0, 1, 2}, ReduceKind::Max);
+  b.Reduce(b.Parameter({DType::I64, {64, 64}}), b.ScalarConstant(DType::I64, 0), {0, 1}, ReduceKind::Sum);
+  EXPECT_EQ(count(b, Op::ReduceWindow), 3);
 }
 
 }  // namespace
