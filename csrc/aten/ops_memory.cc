@@ -429,7 +429,8 @@ void record_stream(at::Tensor& self, at::Stream s) {
 // _assert_async (what torch.compile's decompositions emit, e.g. one_hot's
 // class range): the CPU reads the one value at once and raises when it is
 // zero; here it is a check compiled into the program (CheckNone), raised
-// when a tensor the program wrote is read, as an out-of-range index is.
+// when a tensor the program wrote is read, as an out-of-range index is, or
+// by sync(wait=True) (a program that writes nothing else runs for it).
 void AssertAsync(const at::Tensor& self, const std::string& what) {
   TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with ",
               self.numel() == 0 ? "no values is ambiguous" : "more than one value is ambiguous");

@@ -522,7 +522,6 @@ bool WidensToF32(DType t, ReduceKind kind) {
   return (t == DType::BF16 || t == DType::F16) && (kind == ReduceKind::Sum || kind == ReduceKind::Prod);
 }
 
-
 // XLA's CPU backend adds up a reduction over several dims in a sequential
 // loop per result (one long dim it splits itself): summing 1M float32
 // values near 0.7 over [4, 256, 1024] was off by 2e-5 relative, the CPU's
