@@ -93,11 +93,11 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (d.has_index()) current_device = d.index();
   }
   c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  // (torch.Stream(device="pjrt:9") in a process with fewer devices raises here)
-  // (and torch.Stream(device="pjrt") is the current device's, as on CUDA)
+  // torch.Stream(device="pjrt:9") past this process's devices raises here;
+  // torch.Stream(device="pjrt") is the current device's, as on CUDA.
   static c10::Stream Checked(c10::Device d) {
-    if (!d.has_index()) return c10::Stream(c10::Stream::DEFAULT, c10::Device(kType, static_cast<c10::DeviceIndex>(CurrentDevice())));
-    TORCH_CHECK_INDEX(d.index() >= 0 && d.index() < DeviceCount(), runtime::Runtime::Get().DeviceIndexError(d.index()));
+    if (!d.has_index()) d = c10::Device(kType, static_cast<c10::DeviceIndex>(CurrentDevice()));
+    CheckDeviceIndex(d.index());
     return c10::Stream(c10::Stream::DEFAULT, d);
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return Checked(d); }
@@ -190,9 +190,12 @@ struct Register {
 
 int CurrentDevice() { return current_device; }
 
+void CheckDeviceIndex(int device) {
+  TORCH_CHECK_INDEX(device >= 0 && device < DeviceCount(), runtime::Runtime::Get().DeviceIndexError(device));
+}
+
 void SetCurrentDevice(int device) {
-  const int n = DeviceCount();
-  TORCH_CHECK_INDEX(device >= 0 && device < n, runtime::Runtime::Get().DeviceIndexError(device));
+  CheckDeviceIndex(device);
   current_device = device;
 }
 

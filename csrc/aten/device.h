@@ -6,6 +6,8 @@ namespace tpj::aten {
 
 int CurrentDevice();
 void SetCurrentDevice(int device);
+// IndexError (Runtime::DeviceIndexError's message) for an index this process does not have.
+void CheckDeviceIndex(int device);
 int DeviceCount();  // addressable devices of the plugin (initializes the runtime)
 
 }  // namespace tpj::aten

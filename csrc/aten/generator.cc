@@ -77,7 +77,7 @@ thread_local c10::GeneratorImpl* scope_generator = nullptr;
 
 at::Generator NewGenerator(int device) {
   const int d = device < 0 ? CurrentDevice() : device;
-  TORCH_CHECK_INDEX(d >= 0 && d < DeviceCount(), runtime::Runtime::Get().DeviceIndexError(d));
+  CheckDeviceIndex(d);
   return at::make_generator<PjrtGenerator>(d);
 }
 

@@ -25,8 +25,7 @@ using runtime::TraceScope;
 
 int TargetDevice(std::optional<at::Device> device) {
   if (device && device->has_index()) {
-    const int n = DeviceCount();
-    TORCH_CHECK_INDEX(device->index() >= 0 && device->index() < n, Runtime::Get().DeviceIndexError(device->index()));
+    CheckDeviceIndex(device->index());
     return device->index();
   }
   return CurrentDevice();
