@@ -70,8 +70,13 @@ at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at:
 }
 
 at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
   TORCH_CHECK(std >= 0, "normal expects std >= 0.0, but found std ", std);
+  if (self.is_complex()) {  // as the CPU: both parts N(mean, std^2 / 2), the variance split between them
+    at::Tensor parts = at::view_as_real(self);
+    normal_(parts, mean, std / std::sqrt(2.0), std::move(gen));
+    return self;
+  }
+  GeneratorScope scope(gen);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "normal_ expects a floating point tensor");
   TraceScope s;
   const int d = DeviceIndex(self);

@@ -258,6 +258,21 @@ def test_uniform_of_complex_draws_both_parts_as_the_cpu():
     assert not torch.equal(z.real, z.imag)
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_normal_of_complex_splits_the_variance_between_the_parts_as_the_cpu(dtype):
+    # complex randn / normal_ once raised "normal_ expects a floating point tensor"
+    z = torch.randn(20000, dtype=dtype, device=DEV).cpu()
+    w = torch.empty(20000, dtype=dtype, device=DEV).normal_(2.0, 3.0).cpu()
+    assert z.dtype == w.dtype == dtype
+    for part in (z.real, z.imag):  # N(0, 1/2) each, as the CPU's view_as_real draw
+        assert abs(part.mean().item()) < 0.03 and abs(part.var().item() - 0.5) < 0.03
+    for part in (w.real, w.imag):  # N(2, 9/2)
+        assert abs(part.mean().item() - 2) < 0.1 and abs(part.var().item() - 4.5) < 0.25
+    assert abs(torch.corrcoef(torch.stack([z.real, z.imag]))[0, 1].item()) < 0.05
+    with pytest.raises(RuntimeError, match="std >= 0.0"):
+        torch.empty(2, dtype=dtype, device=DEV).normal_(0, -1)
+
+
 def test_autoload_through_torch_backends_entry_point():
     r = run_python("import torch; print(torch.ones(2, device='pjrt').cpu().tolist())")
     assert r.returncode == 0, r.stderr
