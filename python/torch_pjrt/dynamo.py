@@ -529,13 +529,24 @@ def _decompositions() -> dict:
     """PyTorch's core ATen decompositions, less those whose result loses the
     CPU's error: nll_loss as a gather raised gather's RuntimeError for a
     target out of range where the CPU (and pjrt's own nll_loss kernels)
-    raise IndexError."""
-    from torch._decomp import core_aten_decompositions
+    raise IndexError.
 
+    The table is the one ``core_aten_decompositions()`` starts from, without
+    the entries it adds for every CompositeImplicitAutograd op: tracing
+    decomposes those ops by themselves the same way (make_fx runs an op's
+    CompositeImplicitAutograd kernel where autograd would have), except where
+    pjrt registers a kernel of its own, which is then used as in lazy mode.
+    Collecting those entries took 0.15 s of every process's first compile
+    (a third of a warm start's first step, ``docs/performance.md``). With a
+    torch that lacks the private function, the public table is used."""
+    import torch._decomp as decomp
+
+    table = getattr(decomp, "_core_aten_decompositions_post_autograd", None)
+    table = dict(table() if table is not None else decomp.core_aten_decompositions().items())
     aten = torch.ops.aten
     keep = {aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default,
             aten.nll_loss2d_backward.default}
-    return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
+    return {op: fn for op, fn in table.items() if op not in keep}
 
 
 def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):

@@ -240,3 +240,49 @@ def test_compiled_cross_entropy_matches_the_cpu_and_its_index_error():
     g = torch.compile(lambda x, t: torch.nn.functional.cross_entropy(x, t, weight=w.to(x.device)), backend="pjrt")
     with pytest.raises(IndexError, match="out of bounds"):
         g(x.to(DEV), torch.tensor([0, 7, 1, 1]).to(DEV)).cpu()
+
+
+def test_the_decomposition_table_traces_as_torchs_core_aten_table():
+    # The backend leaves out core_aten_decompositions()'s entries for the
+    # CompositeImplicitAutograd ops (0.15 s per process to collect), because
+    # tracing decomposes those ops by itself: the graphs stay the same, but
+    # for the few such ops with a pjrt kernel, which the graph then keeps.
+    from torch._decomp import core_aten_decompositions
+    from torch._functorch.aot_autograd import aot_function, make_boxed_func
+
+    aten = torch.ops.aten
+    own = {aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default,
+           aten.nll_loss2d_backward.default}  # the backend's own kernels, for the CPU's IndexError
+    public = {op: fn for op, fn in core_aten_decompositions().items() if op not in own}
+
+    def graphs(fn, args, table):
+        codes = []
+
+        def capture(gm, _):
+            codes.append(gm.code)
+            return make_boxed_func(gm)
+
+        out = aot_function(fn, fw_compiler=capture, bw_compiler=capture, decompositions=table)(*args)
+        out.backward()
+        return codes, [a.grad.cpu() for a in args if a.requires_grad]
+
+    x = torch.randn(2, 3, 4, 4, device=DEV, requires_grad=True)
+    w = torch.randn(5, 4, device=DEV, requires_grad=True)
+
+    def f(x, w):  # linear, gelu, where with a number, type_as, nearest upsampling, &: decomposed by tracing
+        h = torch.nn.functional.gelu(torch.nn.functional.linear(x, w))
+        h = torch.where(h > 0, 1.5, h).type_as(x)
+        u = torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        return h.sum() + u.mean() + ((x > 0) & (x < 1)).sum()
+
+    ours, theirs = graphs(f, (x, w), pjrt_dynamo._decompositions()), graphs(f, (x, w), public)
+    assert len(ours[0]) == 2 and ours[0] == theirs[0]
+    # embedding_backward: pjrt's own kernel (one scatter, as in lazy mode) in place of the table's decomposition
+    idx = torch.tensor([[0, 2], [1, 1]], device=DEV)
+    wc = w.detach().cpu().requires_grad_()
+    torch.nn.functional.embedding(idx.cpu(), wc).pow(2).sum().backward()
+    for table in (pjrt_dynamo._decompositions(), public):
+        w.grad = None
+        (fw, bw), (grad,) = graphs(lambda w, i: torch.nn.functional.embedding(i, w).pow(2).sum(), (w, idx), table)
+        assert ("embedding_backward" in bw) == (table is not public)
+        torch.testing.assert_close(grad, wc.grad)
