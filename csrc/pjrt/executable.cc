@@ -83,12 +83,12 @@ Executable::~Executable() {
 }
 
 void Executable::CheckArgs(const std::vector<std::vector<Buffer*>>& args) const {
-  const size_t replicas = static_cast<size_t>(options_.num_replicas) * options_.num_partitions;
-  if (args.size() != replicas) {
+  const size_t lists = static_cast<size_t>(options_.num_replicas) * options_.num_partitions;
+  if (args.size() != lists) {
     throw Error(Code::kInvalidArgument,
-                "program is compiled for " + std::to_string(replicas) +
-                " replica(s) but was given argument lists for " +
-                std::to_string(args.size()));
+                "program is compiled for " + std::to_string(options_.num_replicas) + " replica(s) x " +
+                    std::to_string(options_.num_partitions) + " SPMD partition(s) but was given " +
+                    std::to_string(args.size()) + " argument list(s)");
   }
   for (size_t r = 0; r < args.size(); ++r) {
     const auto& list = args[r];

@@ -55,6 +55,9 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     return nullptr;
   };
   if (t.replicas > 1) return refuse("the device runs replicated programs");
+  // An SPMD program takes one argument list per mesh position; a recording
+  // holds one (the graph is traced on every call instead, its program cached).
+  if (!t.mesh.empty()) return refuse("the device runs SPMD programs (a mesh is in use)");
   if (t.epoch != start.epoch) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
   if (t.host_reads != start.host_reads) {
     return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
@@ -231,7 +234,9 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   auto t0 = std::chrono::steady_clock::now();
   Metrics& m = Metrics::Get();
   Trace& t = traces_.at(p.device);
-  if (t.replicas > 1 || inputs.size() != p.inputs.size() || fresh.size() != p.fresh.size()) return false;
+  if (t.replicas > 1 || !t.mesh.empty() || inputs.size() != p.inputs.size() || fresh.size() != p.fresh.size()) {
+    return false;
+  }
   // The storages, as recorded: the same sizes, the same aliasing between inputs.
   bool pending = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -239,7 +244,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
     Storage* s = inputs[i];
     if (in.storage != (s != nullptr)) return false;
     if (!s) continue;
-    if (s->device_ != p.device || s->nbytes_ != in.nbytes) return false;
+    if (s->device_ != p.device || s->nbytes_ != in.nbytes || s->sharding_) return false;
     if (in.same_as >= 0) {
       if (inputs[static_cast<size_t>(in.same_as)] != s) return false;
     } else {

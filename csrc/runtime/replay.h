@@ -63,7 +63,8 @@ struct ReplayProgram {
   bool checked = false;                    // one result is the check flag
   // The program's graph (parameter k is argument k, output o result o), for
   // a call that joins the device's pending trace instead of launching the
-  // executable (Runtime::Replay); null where it cannot (SPMD programs).
+  // executable (Runtime::Replay); null where its parameters are not the
+  // program's arguments one for one. SPMD programs are not recorded.
   std::shared_ptr<const ir::Graph> body;
 };
 

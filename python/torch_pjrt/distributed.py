@@ -107,6 +107,16 @@ def _check_op(op: str) -> str:
     return op
 
 
+def _check_scale(tensor: torch.Tensor, scale) -> None:
+    """A scale the tensor's dtype cannot hold (0.5 for an integer tensor) is
+    PyTorch's error for ``tensor.mul_(scale)``, in one process as in many
+    (the program would otherwise truncate it)."""
+    if scale != 1 and not torch.can_cast(torch.result_type(tensor, scale), tensor.dtype):
+        raise RuntimeError(f"result type {str(torch.result_type(tensor, scale)).removeprefix('torch.')} can't be "
+                           f"cast to the desired output type {str(tensor.dtype).removeprefix('torch.')}: "
+                           f"scale={scale!r} on a {tensor.dtype} tensor")
+
+
 def _gloo_op(op: str):
     import torch.distributed as dist
 
@@ -160,6 +170,7 @@ def _in_place(what: str, tensor: torch.Tensor, fn: Callable) -> None:
 def all_reduce(tensor: torch.Tensor, op: str = "sum", scale: float = 1.0) -> torch.Tensor:
     """In place: the reduction of ``tensor`` over all participants, times ``scale``."""
     _check_op(op)
+    _check_scale(tensor, scale)
     if _multiprocess():
         import torch.distributed as dist
 
@@ -190,6 +201,7 @@ def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
 
 def reduce_scatter(tensor: torch.Tensor, dim: int = 0, scale: float = 1.0) -> torch.Tensor:
     """The sum over participants, split along ``dim``; participant i keeps part i."""
+    _check_scale(tensor, scale)
     if _multiprocess():
         n = runtime.process_count()
         if tensor.size(dim) % n:  # as in one process (the program's own check)

@@ -57,8 +57,14 @@ class Mesh:
         available = _device.device_count()
         if devices is None:
             if n > available:
+                from torch_pjrt import runtime
+
+                procs = runtime.process_count()
+                hint = (f"a mesh spans the devices of one process; a mesh over the job's {procs} processes is not "
+                        "supported (docs/spmd.md, 'Many processes')" if procs > 1 else
+                        f"the CPU plugin: set CPU_NUM_DEVICES={n} before the first use")
                 raise ValueError(f"a mesh of shape {shape} needs {n} devices, but this process has {available} "
-                                 f"pjrt device(s) (the CPU plugin: set CPU_NUM_DEVICES={n} before the first use)")
+                                 f"pjrt device(s) ({hint})")
             devices = list(range(n))
         else:
             devices = [_index(d) for d in devices]

@@ -213,6 +213,20 @@ def misc(mesh):
     torch_pjrt.sync()
     out["dynamo_ok"] = torch.allclose(got.detach().cpu(), ref.detach(), atol=1e-5)
     out["dynamo_sharding"] = spmd.sharding_of(got).hlo if spmd.sharding_of(got) else None
+    # later calls, forward and backward, on new inputs (they once failed: a
+    # replay launched the SPMD program with one argument list)
+    worst = 0.0
+    for k in range(3):
+        ak = a * (k + 2)
+        xk = spmd.distribute(ak, mesh, ("data", None))
+        loss = compiled(xk).square().mean()
+        loss.backward()
+        lin.zero_grad()
+        lin(ak).square().mean().backward()
+        worst = max(worst, (loss.detach().cpu() - lin(ak).square().mean().detach()).abs().item(),
+                    (dlin.weight.grad.cpu() - lin.weight.grad).abs().max().item())
+        dlin.zero_grad()
+    out["dynamo_repeat_err"] = worst
     # another mesh on the same first device: tensors of the first do not mix
     other = spmd.Mesh((2,), ("d",), devices=[0, 1])
     z = spmd.distribute(torch.ones(4, 2), other, ("d", None))

@@ -112,6 +112,25 @@ def test_collectives_inside_a_replicated_program():
         assert [v.tolist() for v in r.values(b)] == [[[4.0, 5.0]]] * 4
 
 
+def test_a_scale_an_integer_tensor_cannot_hold_is_torchs_error_not_truncated():
+    # it was truncated in one process (0.5 -> 0: all zeros; 1.5 -> 1)
+    with torch_pjrt.replicated(2) as r:
+        t = r.shard(torch.tensor([[3, 5], [3, 6]]))
+        for scale in (0.5, 1.5):
+            with pytest.raises(RuntimeError, match="can't be cast to the desired output type int64"):
+                D.all_reduce(t, "sum", scale)
+            with pytest.raises(RuntimeError, match="can't be cast"):
+                D.reduce_scatter(t, 0, scale)
+        D.all_reduce(t, "sum", 2)  # an integer scale stays exact
+        h = r.shard(torch.tensor([[3.0, 5.0], [3.0, 6.0]], dtype=torch.float16))
+        D.all_reduce(h, "sum", 0.5)
+        torch_pjrt.sync()
+        assert [v.tolist() for v in r.values(t)] == [[[12, 22]]] * 2
+        assert [v.tolist() for v in r.values(h)] == [[[3.0, 5.5]]] * 2
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        D.all_reduce(torch.tensor([3, 5], device=torch_pjrt.device()), "sum", 0.5)
+
+
 def test_launch_two_processes_match_single_device(reference, tmp_path):
     code = (f"import sys; sys.path.insert(0, {HERE!r}); import dp_worker, torch_pjrt\n"
             f"if __name__ == '__main__':\n"

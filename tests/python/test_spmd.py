@@ -89,6 +89,7 @@ def test_semantics(result):
     assert {"bytes_in_use", "allocated_bytes.all.current"} <= set(m["memory_stats_keys"])
     assert m["max_memory_ok"]
     assert m["dynamo_ok"] and m["dynamo_sharding"] is not None
+    assert m["dynamo_repeat_err"] < 1e-4
     assert "different meshes" in m["mix_error"] or "do not mix" in m["mix_error"], m["mix_error"]
     assert "pjrt:1" in m["device_error"] and "device" in m["device_error"], m["device_error"]
 
@@ -123,8 +124,18 @@ def test_error_wrong_entry_count():
 def test_error_mesh_larger_than_devices():
     from torch_pjrt import spmd
     n = torch.pjrt.device_count()
-    with pytest.raises(ValueError, match=rf"needs {2 * n} devices, but this process has {n}"):
+    with pytest.raises(ValueError, match=rf"needs {2 * n} devices, but this process has {n}.*CPU_NUM_DEVICES"):
         spmd.Mesh((2, n), ("a", "b"))
+
+
+def test_error_mesh_over_processes_says_it_is_not_supported(monkeypatch):
+    # under torchrun the hint was CPU_NUM_DEVICES, which gives each process a mesh of its own
+    from torch_pjrt import runtime, spmd
+    monkeypatch.setattr(runtime, "process_count", lambda: 2)
+    n = torch.pjrt.device_count()
+    with pytest.raises(ValueError, match=r"mesh over the job's 2 processes is not supported") as e:
+        spmd.Mesh((2 * n,), ("d",))
+    assert "CPU_NUM_DEVICES" not in str(e.value)
 
 
 def test_placements_and_partial():
