@@ -217,7 +217,11 @@ std::optional<Plan> PlanFor(const c10::OperatorHandle& op,
   std::string functional_name = s.name();
   const bool trailing_underscore = functional_name.size() > 1 && functional_name.back() == '_' &&
                                    functional_name[functional_name.size() - 2] != '_';
-  if (trailing_underscore && Writes(args[0]) && IsTensor(args[0]) && s.returns().size() == 1) {
+  // Python's in-place operators: aten::__ilshift__ writes aten::__lshift__
+  const std::string dunder = "aten::__i";
+  const bool inplace_dunder = functional_name.rfind(dunder, 0) == 0 && functional_name.size() > dunder.size() + 2 &&
+                              functional_name.compare(functional_name.size() - 2, 2, "__") == 0;
+  if ((trailing_underscore || inplace_dunder) && Writes(args[0]) && IsTensor(args[0]) && s.returns().size() == 1) {
     for (size_t i = 1; i < args.size(); ++i) {
       if (Writes(args[i])) return std::nullopt;
     }
@@ -227,7 +231,11 @@ std::optional<Plan> PlanFor(const c10::OperatorHandle& op,
       plan.inputs.push_back(i);
       wanted.push_back(&args[i]);
     }
-    functional_name.pop_back();
+    if (inplace_dunder) {
+      functional_name.erase(dunder.size() - 1, 1);
+    } else {
+      functional_name.pop_back();
+    }
   } else {
     for (size_t i = 0; i < args.size(); ++i) {
       if (Writes(args[i])) {

@@ -944,9 +944,12 @@ at::Tensor clamp(const at::Tensor& a, const std::optional<at::Scalar>& lo, const
 at::Tensor clamp_tensor(const at::Tensor& a, const std::optional<at::Tensor>& lo, const std::optional<at::Tensor>& hi) {
   TORCH_CHECK((lo && lo->defined()) || (hi && hi->defined()), "torch.clamp: At least one of 'min' or 'max' must not be None");
   TraceScope s;
-  at::ScalarType t = a.scalar_type();
-  if (lo && lo->defined()) t = at::promoteTypes(t, at::result_type(a, *lo));
-  if (hi && hi->defined()) t = at::promoteTypes(t, at::result_type(a, *hi));
+  // the three operands promote together, as in the CPU's TensorIterator: a
+  // dimensioned bound's dtype wins over a 0-d self's of the same kind
+  at::native::ResultTypeState state = at::native::update_result_type_state(a, {});
+  if (lo && lo->defined()) state = at::native::update_result_type_state(*lo, state);
+  if (hi && hi->defined()) state = at::native::update_result_type_state(*hi, state);
+  const at::ScalarType t = at::native::result_type(state);
   std::vector<int64_t> shape = a.sizes().vec();
   if (lo && lo->defined()) shape = at::infer_size(shape, lo->sizes());
   if (hi && hi->defined()) shape = at::infer_size(shape, hi->sizes());

@@ -134,7 +134,9 @@ at::Tensor acosh(const at::Tensor& a) {
     ir::Value t = c.bin(Op::Sub, x, c.c(1));
     ir::Value near = c.un(Op::Log1p, c.bin(Op::Add, t, c.un(Op::Sqrt, c.bin(Op::Mul, t, c.bin(Op::Add, x, c.c(1))))));
     ir::Value far = c.bin(Op::Add, c.un(Op::Log, x), c.c(kLn2));
-    return c.sel(c.cmp(CompareDir::GT, x, c.c(kHuge)), far, near);
+    ir::Value r = c.sel(c.cmp(CompareDir::GT, x, c.c(kHuge)), far, near);
+    // below -1, t (x + 1) is positive again: the NaN is set, not left to sqrt
+    return c.sel(c.cmp(CompareDir::LT, x, c.c(1)), c.c(NAN), r);
   });
 }
 

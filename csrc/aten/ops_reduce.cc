@@ -506,12 +506,29 @@ ir::Value Softmax(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t
   return b.Binary(Op::Div, e, sum);
 }
 
+// The CPU's softmax and log_softmax of one number: 1 / 0 where it is finite,
+// NaN where not (its x - max(x) is NaN there); of no numbers, an empty
+// result; an integer input is its NotImplementedError unless empty.
+bool SoftmaxOfNumber(const at::Tensor& a, at::ScalarType t, const char* name, ir::Value* out, double finite) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(a.scalar_type()) || a.numel() == 0, "\"", name,
+                              "\" not implemented for '", a.scalar_type(), "'");
+  const int d = DeviceIndex(a);
+  if (a.numel() == 0) {
+    *out = Fill(d, 0, t, a.sizes().vec());
+    return true;
+  }
+  if (a.dim() != 0) return false;
+  ir::Builder& b = B(d);
+  *out = b.Select(b.IsFinite(ValAs(a, t)), Fill(d, finite, t, {}), Fill(d, NAN, t, {}));
+  return true;
+}
+
 at::Tensor softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
   TraceScope s;
   const int d = DeviceIndex(a);
   const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
   const auto shape = a.sizes().vec();
-  if (shape.empty()) return Wrap(Fill(d, 1, t, {}), d);
+  if (ir::Value v; SoftmaxOfNumber(a, t, "softmax", &v, 1)) return Wrap(v, d);
   const at::ScalarType ct = OpMath(t);  // half types in float, rounded once (the CPU's kernel)
   return WrapIn(Softmax(d, ValAs(a, ct), shape, WrapDim(dim, a.dim()), ct), t, d);
 }
@@ -538,7 +555,7 @@ at::Tensor log_softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
   const int d = DeviceIndex(a);
   const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
   const auto shape = a.sizes().vec();
-  if (shape.empty()) return Wrap(Fill(d, 0, t, {}), d);
+  if (ir::Value v; SoftmaxOfNumber(a, t, "log_softmax", &v, 0)) return Wrap(v, d);
   const at::ScalarType ct = OpMath(t);
   return WrapIn(LogSoftmax(d, ValAs(a, ct), shape, WrapDim(dim, a.dim()), ct), t, d);
 }

@@ -655,6 +655,16 @@ ir::Value IndexCoords(int d, const at::Tensor& self, const IndexPlan& p) {
   return parts.size() == 1 ? parts[0] : b.Concatenate(parts, static_cast<int64_t>(p.bshape.size()));
 }
 
+// An empty result still raises the CPU's IndexError where indices (any)
+// index a dimension of size 0; other indices of an empty result are not
+// checked there either.
+void RefuseIndexingEmptyDims(const at::Tensor& self, const IndexPlan& p) {
+  if (c10::multiply_integers(p.bshape) == 0) return;
+  for (int64_t dim : p.dims) {
+    TORCH_CHECK_INDEX(self.size(dim) > 0, "index: index out of range: indexing a dimension of size 0");
+  }
+}
+
 // Shape of self[indices] and where its dims come from.
 std::vector<int64_t> IndexResultShape(const at::Tensor& self, const IndexPlan& p, std::vector<int64_t>* offset_dims) {
   std::vector<int64_t> rest_before, rest_after;
@@ -686,7 +696,10 @@ at::Tensor index_tensor(const at::Tensor& self, const c10::List<std::optional<at
   const std::vector<int64_t> out = IndexResultShape(self, p, &offset_dims);
   int64_t numel = 1;
   for (int64_t x : out) numel *= x;
-  if (numel == 0) return Wrap(Fill(d, 0, self.scalar_type(), out), d);
+  if (numel == 0) {
+    RefuseIndexingEmptyDims(self, p);
+    return Wrap(Fill(d, 0, self.scalar_type(), out), d);
+  }
   ir::GatherDims g;
   g.offset_dims = offset_dims;
   g.collapsed_slice_dims = p.dims;
@@ -787,7 +800,10 @@ at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>
   for (int64_t x : out) numel *= x;
   TORCH_CHECK(at::is_expandable_to(values.sizes(), out), "shape mismatch: value tensor of shape ", values.sizes(),
               " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(out));
-  if (numel == 0) return self;
+  if (numel == 0) {
+    RefuseIndexingEmptyDims(self, p);
+    return self;
+  }
   ir::Value upd = BroadcastTo(d, Operand(values, d, self.scalar_type()), out);
   ir::ScatterDims sd;
   sd.update_window_dims = offset_dims;
@@ -1021,9 +1037,11 @@ std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, boo
   std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
   along[static_cast<size_t>(w)] = n;
   at::Tensor pos = at::arange(n, self.options().dtype(at::kLong)).view(along);
-  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)),
-                               v.narrow(w, 1, n - 1).ne(v.narrow(w, 0, n - 1))},
-                              w);
+  at::Tensor next = v.narrow(w, 1, n - 1), prev = v.narrow(w, 0, n - 1);
+  at::Tensor differs = next.ne(prev);
+  // NaNs are one value, as the CPU counts them (they sort together, last)
+  if (at::isFloatingType(self.scalar_type())) differs = differs.logical_and(next.isnan().logical_and(prev.isnan()).logical_not());
+  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)), differs}, w);
   at::Tensor run_start = std::get<0>(at::where(starts, pos, 0).cummax(w));
   at::Tensor best = (pos - run_start).argmax(w, true);
   at::Tensor vals = v.gather(w, best), idx = i.gather(w, best);

@@ -340,6 +340,11 @@ Value Builder::Binary(Op op, Value x, Value y) {
   if (f != OpForm::kBinary && f != OpForm::kLogical) {
     throw Error(std::string(OpName(op)) + " is not a binary elementwise op");
   }
+  if (shape(x).dtype == DType::Bool && (op == Op::Add || op == Op::Mul)) {
+    // StableHLO's add and multiply of booleans are or and and, but XLA's
+    // constant folding added them as 1-bit integers (true + true = false)
+    op = op == Op::Add ? Op::Or : Op::And;
+  }
   return Add(op, {x, y});
 }
 
