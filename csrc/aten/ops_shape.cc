@@ -1037,11 +1037,9 @@ std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, boo
   std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
   along[static_cast<size_t>(w)] = n;
   at::Tensor pos = at::arange(n, self.options().dtype(at::kLong)).view(along);
-  at::Tensor next = v.narrow(w, 1, n - 1), prev = v.narrow(w, 0, n - 1);
-  at::Tensor differs = next.ne(prev);
-  // NaNs are one value, as the CPU counts them (they sort together, last)
-  if (at::isFloatingType(self.scalar_type())) differs = differs.logical_and(next.isnan().logical_and(prev.isnan()).logical_not());
-  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)), differs}, w);
+  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)),
+                               v.narrow(w, 1, n - 1).ne(v.narrow(w, 0, n - 1))},
+                              w);
   at::Tensor run_start = std::get<0>(at::where(starts, pos, 0).cummax(w));
   at::Tensor best = (pos - run_start).argmax(w, true);
   at::Tensor vals = v.gather(w, best), idx = i.gather(w, best);

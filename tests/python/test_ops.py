@@ -1428,17 +1428,20 @@ def _same_as_cpu(fn):
                           torch.tensor(3.0, device=d)),
     # acosh below -1 is NaN (was -inf, or 0 in float64, where t (x + 1) is positive again)
     lambda d: torch.acosh(torch.tensor([-3e4, -1e4, -1e30, -1.5, 0.5, 1.0, 2.0], device=d)),
-    # mode counts NaNs as one value
-    lambda d: torch.mode(torch.tensor([float("nan"), float("nan"), 1.0, float("nan")], device=d))[0],
     # logcumsumexp of half types in float, rounded once (was 14 ulp off)
     lambda d: torch.logcumsumexp(torch.tensor([-0.671875] * 2, dtype=torch.bfloat16, device=d), 0),
     # indexing a dimension of size 0 raises though the result is empty; other indices of an empty result do not
     lambda d: torch.zeros(0, 0, dtype=torch.long, device=d)[torch.tensor([1], device=d)],
     lambda d: torch.zeros(0, 2, 0, 3, device=d).index_put_((torch.tensor([1], device=d),), torch.tensor(1.5)),
     lambda d: torch.zeros(2, 0, device=d)[torch.tensor([5], device=d)],
+    # copy_ into an empty tensor still checks the shapes
+    lambda d: torch.zeros(0, 3, device=d).copy_(torch.zeros(2, 3, device=d)),
+    lambda d: torch.zeros(1, 0, device=d).t().copy_(torch.zeros(1, 0, device=d)),
+    lambda d: torch.zeros(0, 3, device=d).copy_(torch.zeros(1, 3, device=d)),
 ], ids=["bool_add", "bool_add_", "softmax_inf", "log_softmax_nan", "log_softmax_-inf", "softmax_number", "softmax_int",
-        "log_softmax_empty_int", "clamp_uint8_bound", "clamp_bf16_bound", "acosh_below_-1", "mode_nan", "logcumsumexp_bf16",
-        "index_empty_dim", "index_put_empty_dim", "index_empty_result"])
+        "log_softmax_empty_int", "clamp_uint8_bound", "clamp_bf16_bound", "acosh_below_-1", "logcumsumexp_bf16",
+        "index_empty_dim", "index_put_empty_dim", "index_empty_result", "copy_to_empty_mismatch",
+        "copy_to_empty_not_expandable", "copy_to_empty_broadcast"])
 def test_random_program_findings_match_the_cpu(fn):
     _same_as_cpu(fn)
 
