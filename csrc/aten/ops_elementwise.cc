@@ -212,6 +212,8 @@ at::Tensor fmod_scalar(const at::Tensor& a, const at::Scalar& b) { return fmod_t
 ir::Value Power(int d, ir::Value x, ir::Value e, at::ScalarType t) {
   ir::Builder& bb = B(d);
   const auto dims = bb.shape(e).dims;
+  // booleans (the CPU computes them): x ** e is x or not e; StableHLO's power takes numbers only
+  if (t == at::kBool) return bb.Binary(Op::Or, BroadcastTo(d, x, dims), bb.Unary(Op::Not, e));
   ir::Value direct = bb.Binary(Op::Pow, BroadcastTo(d, x, dims), e);
   if (!at::isIntegralType(t, /*includeBool=*/false)) return direct;
   constexpr int64_t kBits = 6;
@@ -256,6 +258,7 @@ at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
 at::Tensor pow_tensor_tensor(const at::Tensor& a, const at::Tensor& b) {
   TraceScope s;
   const at::ScalarType t = at::result_type(a, b);
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"pow\" not implemented for 'Bool'");  // as the CPU (a number exponent works)
   Operands o = Prepare(a, b, t);
   return Wrap(Power(o.device, o.x, o.y, t), o.device);
 }
