@@ -544,6 +544,10 @@ class Builder {
   // plugin outside SPMD, where the windows would cross shards.
   void SetStagedSums(bool on) { staged_sums_ = on; }
   bool staged_sums() const { return staged_sums_; }
+  // Whether the program is for XLA's CPU backend, for lowerings that choose
+  // another form there (a grouped convolution's weight gradient, ops_nn.cc).
+  void SetCpuBackend(bool on) { cpu_backend_ = on; }
+  bool cpu_backend() const { return cpu_backend_; }
 
   const Shape& shape(Value v) const;
   const Graph& graph() const { return g_; }
@@ -703,6 +707,7 @@ class Builder {
   void CheckValue(Value v) const;
   Graph g_;
   bool staged_sums_ = false;
+  bool cpu_backend_ = false;
   std::string location_;
   // Restart: the graphs before this one, oldest first, with their
   // fingerprints where they were hashed whole. Nodes taken over are left

@@ -16,7 +16,8 @@ void Runtime::ResetTrace(Trace& t) {
     t.builder->Restart();  // a step traced again takes over the last trace's nodes
   } else {
     t.builder = std::make_unique<ir::Builder>(t.replicas, partitions);
-    t.builder->SetStagedSums(partitions == 1 && client_->platform_name() == "cpu");
+    t.builder->SetCpuBackend(client_->platform_name() == "cpu");
+    t.builder->SetStagedSums(partitions == 1 && t.builder->cpu_backend());
   }
   t.epoch += 1;
   for (Param& p : t.params) {
