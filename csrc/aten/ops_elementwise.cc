@@ -212,7 +212,8 @@ at::Tensor fmod_scalar(const at::Tensor& a, const at::Scalar& b) { return fmod_t
 ir::Value Power(int d, ir::Value x, ir::Value e, at::ScalarType t) {
   ir::Builder& bb = B(d);
   const auto dims = bb.shape(e).dims;
-  // booleans (the CPU computes them): x ** e is x or not e; StableHLO's power takes numbers only
+  // booleans to a number exponent (the CPU computes those; a tensor
+  // exponent it refuses): x ** e is x or not e; StableHLO's power takes numbers only
   if (t == at::kBool) return bb.Binary(Op::Or, BroadcastTo(d, x, dims), bb.Unary(Op::Not, e));
   ir::Value direct = bb.Binary(Op::Pow, BroadcastTo(d, x, dims), e);
   if (!at::isIntegralType(t, /*includeBool=*/false)) return direct;
@@ -265,6 +266,7 @@ at::Tensor pow_tensor_tensor(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor pow_scalar(const at::Scalar& base, const at::Tensor& e) {
   TraceScope s;
   const at::ScalarType t = at::result_type(base, e);
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"pow\" not implemented for 'Bool'");  // as the CPU
   const int d = DeviceIndex(e);
   return Wrap(Power(d, Number(d, base, t, {}, /*wrapped=*/true), ValAs(e, t), t), d);
 }

@@ -32,8 +32,9 @@ at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
   const auto shape = self.sizes().vec();
   const int64_t n = shape[w];
   const int64_t r = self.dim();
-  // half types in float, each result rounded once, as the CPU's kernel
-  // (rounding every step was 14 ulp off in bfloat16)
+  // half types in float, each result rounded once (rounding every step was
+  // 14 ulp off in bfloat16; the CPU's kernel accumulates in its accumulate
+  // type, double for float32, which pjrt keeps in float32)
   const at::ScalarType t = self.scalar_type(), ct = OpMath(t);
   ir::Value neg_inf = ExtremeConst(d, ct, true);
   ir::Value y = ValAs(self, ct);

@@ -509,7 +509,9 @@ ir::Value Softmax(int d, ir::Value x, const std::vector<int64_t>& shape, int64_t
 // The CPU's softmax and log_softmax of one number: 1 / 0 where it is finite,
 // NaN where not (its x - max(x) is NaN there); of no numbers, an empty
 // result; an integer input is its NotImplementedError unless empty.
-bool SoftmaxOfNumber(const at::Tensor& a, at::ScalarType t, const char* name, ir::Value* out, double finite) {
+bool SoftmaxOfNumber(const at::Tensor& a, int64_t dim, at::ScalarType t, const char* name, ir::Value* out,
+                     double finite) {
+  WrapDim(dim, std::max<int64_t>(a.dim(), 1));  // the CPU's IndexError for a dim out of range comes first
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(a.scalar_type()) || a.numel() == 0, "\"", name,
                               "\" not implemented for '", a.scalar_type(), "'");
   const int d = DeviceIndex(a);
@@ -528,7 +530,7 @@ at::Tensor softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
   const int d = DeviceIndex(a);
   const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
   const auto shape = a.sizes().vec();
-  if (ir::Value v; SoftmaxOfNumber(a, t, "softmax", &v, 1)) return Wrap(v, d);
+  if (ir::Value v; SoftmaxOfNumber(a, dim, t, "softmax", &v, 1)) return Wrap(v, d);
   const at::ScalarType ct = OpMath(t);  // half types in float, rounded once (the CPU's kernel)
   return WrapIn(Softmax(d, ValAs(a, ct), shape, WrapDim(dim, a.dim()), ct), t, d);
 }
@@ -555,7 +557,7 @@ at::Tensor log_softmax(const at::Tensor& a, int64_t dim, bool half_to_float) {
   const int d = DeviceIndex(a);
   const at::ScalarType t = half_to_float ? at::kFloat : a.scalar_type();
   const auto shape = a.sizes().vec();
-  if (ir::Value v; SoftmaxOfNumber(a, t, "log_softmax", &v, 0)) return Wrap(v, d);
+  if (ir::Value v; SoftmaxOfNumber(a, dim, t, "log_softmax", &v, 0)) return Wrap(v, d);
   const at::ScalarType ct = OpMath(t);
   return WrapIn(LogSoftmax(d, ValAs(a, ct), shape, WrapDim(dim, a.dim()), ct), t, d);
 }

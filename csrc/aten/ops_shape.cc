@@ -798,12 +798,10 @@ at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>
   const std::vector<int64_t> out = IndexResultShape(self, p, &offset_dims);
   int64_t numel = 1;
   for (int64_t x : out) numel *= x;
+  if (numel == 0) RefuseIndexingEmptyDims(self, p);  // before the value's shape, as the CPU
   TORCH_CHECK(at::is_expandable_to(values.sizes(), out), "shape mismatch: value tensor of shape ", values.sizes(),
               " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(out));
-  if (numel == 0) {
-    RefuseIndexingEmptyDims(self, p);
-    return self;
-  }
+  if (numel == 0) return self;
   ir::Value upd = BroadcastTo(d, Operand(values, d, self.scalar_type()), out);
   ir::ScatterDims sd;
   sd.update_window_dims = offset_dims;

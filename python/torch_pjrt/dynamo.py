@@ -1,7 +1,8 @@
 """``torch.compile(model, backend="pjrt")``.
 
 AOTAutograd hands us functional core-ATen graphs (forward and backward,
-core-ATen decompositions applied). Each compiled graph runs through the same
+core-ATen decompositions applied; the few composite ops pjrt has kernels of
+its own for, such as ``embedding_backward``, stay as they are). Each compiled graph runs through the same
 ATen-to-IR lowerings as the lazy device: its nodes are traced on pjrt tensors
 and ``sync()`` turns the graph into one StableHLO program, compiled once and
 cached (an identical graph traced again compiles nothing new).

@@ -227,6 +227,7 @@ def misc(mesh):
                     (dlin.weight.grad.cpu() - lin.weight.grad).abs().max().item())
         dlin.zero_grad()
     out["dynamo_repeat_err"] = worst
+    out["dynamo_refusals"] = sorted(torch_pjrt.dynamo.call_stats()["refusals"])
     # another mesh on the same first device: tensors of the first do not mix
     other = spmd.Mesh((2,), ("d",), devices=[0, 1])
     z = spmd.distribute(torch.ones(4, 2), other, ("d", None))

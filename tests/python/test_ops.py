@@ -1446,13 +1446,20 @@ def _same_as_cpu(fn):
     lambda d: torch.tensor([True, False, True, False], device=d).pow(torch.tensor([False, False, True, True], device=d)),
     lambda d: torch.tensor([True, False], device=d).pow(False),
     lambda d: torch.tensor([True, False], device=d).pow_(True),
+    lambda d: torch.pow(True, torch.tensor([True, False], device=d)),
+    # softmax of an empty or 0-d tensor still checks dim
+    lambda d: torch.softmax(torch.zeros(0, device=d), 5),
+    lambda d: torch.log_softmax(torch.tensor(1.0, device=d), 2),
+    # an index into a dimension of size 0 raises before the value's shape is checked
+    lambda d: torch.zeros(0, 0, device=d).index_put_((torch.tensor([1], device=d),), torch.ones(3, device=d)),
     # copy_ into an empty tensor still checks the shapes
     lambda d: torch.zeros(0, 3, device=d).copy_(torch.zeros(2, 3, device=d)),
     lambda d: torch.zeros(1, 0, device=d).t().copy_(torch.zeros(1, 0, device=d)),
     lambda d: torch.zeros(0, 3, device=d).copy_(torch.zeros(1, 3, device=d)),
 ], ids=["bool_add", "bool_add_", "softmax_inf", "log_softmax_nan", "log_softmax_-inf", "softmax_number", "softmax_int",
         "log_softmax_empty_int", "clamp_uint8_bound", "clamp_bf16_bound", "acosh_below_-1", "logcumsumexp_bf16",
-        "index_empty_dim", "index_put_empty_dim", "index_empty_result", "bool_pow_tensor", "bool_pow_false", "bool_pow_true_", "copy_to_empty_mismatch",
+        "index_empty_dim", "index_put_empty_dim", "index_empty_result", "bool_pow_tensor", "bool_pow_false", "bool_pow_true_", "bool_base_pow",
+        "softmax_empty_dim", "log_softmax_number_dim", "index_put_empty_dim_first", "copy_to_empty_mismatch",
         "copy_to_empty_not_expandable", "copy_to_empty_broadcast"])
 def test_random_program_findings_match_the_cpu(fn):
     _same_as_cpu(fn)

@@ -90,6 +90,7 @@ def test_semantics(result):
     assert m["max_memory_ok"]
     assert m["dynamo_ok"] and m["dynamo_sharding"] is not None
     assert m["dynamo_repeat_err"] < 1e-4
+    assert any("SPMD programs" in why for why in m["dynamo_refusals"]), m["dynamo_refusals"]
     assert "different meshes" in m["mix_error"] or "do not mix" in m["mix_error"], m["mix_error"]
     assert "pjrt:1" in m["device_error"] and "device" in m["device_error"], m["device_error"]
 
