@@ -284,9 +284,8 @@ at::Tensor select_scatter(const at::Tensor& self, const at::Tensor& src, int64_t
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.numel() == 0) {  // nothing to write, but the CPU's shape check still applies
     if (!at::is_expandable_to(src.sizes(), self.sizes())) {
-      at::infer_size(self.sizes(), src.sizes());  // its message where the shapes do not broadcast
-      TORCH_CHECK(false, "output with shape ", self.sizes(), " doesn't match the broadcast shape ",
-                  c10::IntArrayRef(at::infer_size(self.sizes(), src.sizes())));
+      const auto shape = at::infer_size(self.sizes(), src.sizes());  // raises its message where they do not broadcast
+      TORCH_CHECK(false, "output with shape ", self.sizes(), " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
     }
     return self;
   }

@@ -66,13 +66,8 @@ std::unique_ptr<Recording> BeginRecording(const MaybeTensors& inputs) {
     if (t && t->defined() && !t->has_storage()) rec->why_not = "an input is a batched tensor (vmap), without storage";
   }
   if (!rec->why_not.empty()) return rec;
-  // Refused before BeginRecording syncs the device's pending work (as the
-  // runtime would refuse the recording at its end anyway)
-  auto& rt = runtime::Runtime::Get();
-  if (rt.replicas() > 1) rec->why_not = "the device runs replicated programs";
-  if (!rt.Mesh(device).empty()) rec->why_not = "the device runs SPMD programs (a mesh is in use)";
-  if (!rec->why_not.empty()) return rec;
   rec->start = RaisingTensorErrors([&] { return runtime::Runtime::Get().BeginRecording(device, StoragesOf(inputs)); });
+  rec->why_not = rec->start.refused;
   return rec;
 }
 

@@ -21,11 +21,14 @@ RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& 
   TraceScope scope;
   global_id(device);
   Trace& t = traces_[device];
+  RecordingStart start;
+  start.device = device;
+  if (t.replicas > 1) start.refused = "the device runs replicated programs";
+  if (!t.mesh.empty()) start.refused = "the device runs SPMD programs (a mesh is in use)";
+  if (!start.refused.empty()) return start;
   // The recorded program must be the graph's alone: earlier pending work
   // (inputs computed lazily, e.g. by an optimizer step) launches first.
   if (!t.idle()) SyncDevice(device);
-  RecordingStart start;
-  start.device = device;
   for (Storage* s : inputs) {
     if (s && s->device_ != device) {
       throw pjrt::Error(pjrt::Code::kInvalidArgument, "expected all tensors to be on pjrt:" +
@@ -54,10 +57,8 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     SyncDevice(device);
     return nullptr;
   };
-  if (t.replicas > 1) return refuse("the device runs replicated programs");
-  // An SPMD program takes one argument list per mesh position; a recording
-  // holds one (the graph is traced on every call instead, its program cached).
-  if (!t.mesh.empty()) return refuse("the device runs SPMD programs (a mesh is in use)");
+  // (a region or mesh begun during the trace synced: the epoch says so)
+  if (!start.refused.empty()) return refuse(start.refused);
   if (t.epoch != start.epoch) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
   if (t.host_reads != start.host_reads) {
     return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -74,6 +75,9 @@ struct ReplayProgram {
 // read to the host makes the call unrecordable).
 struct RecordingStart {
   int device = 0;
+  // Non-empty: why the device's programs cannot be recorded (replicated, or
+  // SPMD: they take an argument list per device), said before any sync.
+  std::string refused;
   int64_t epoch = 0;
   int64_t host_reads = 0;
   std::vector<const pjrt::Buffer*> buffers;  // per input (null for non-storages)

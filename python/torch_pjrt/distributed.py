@@ -111,10 +111,10 @@ def _check_scale(tensor: torch.Tensor, scale) -> None:
     """A scale the tensor's dtype cannot hold (0.5 for an integer tensor) is
     PyTorch's error for ``tensor.mul_(scale)``, in one process as in many
     (the program would otherwise truncate it)."""
-    if scale != 1 and not torch.can_cast(torch.result_type(tensor, scale), tensor.dtype):
-        raise RuntimeError(f"result type {str(torch.result_type(tensor, scale)).removeprefix('torch.')} can't be "
-                           f"cast to the desired output type {str(tensor.dtype).removeprefix('torch.')}: "
-                           f"scale={scale!r} on a {tensor.dtype} tensor")
+    result = torch.result_type(tensor, scale)
+    if scale != 1 and not torch.can_cast(result, tensor.dtype):
+        raise RuntimeError(f"result type {str(result).removeprefix('torch.')} can't be cast to the desired output "
+                           f"type {str(tensor.dtype).removeprefix('torch.')}: scale={scale!r} on a {tensor.dtype} tensor")
 
 
 def _gloo_op(op: str):

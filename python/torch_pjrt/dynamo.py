@@ -2,10 +2,11 @@
 
 AOTAutograd hands us functional core-ATen graphs (forward and backward,
 core-ATen decompositions applied; the few composite ops pjrt has kernels of
-its own for, such as ``embedding_backward``, stay as they are). Each compiled graph runs through the same
-ATen-to-IR lowerings as the lazy device: its nodes are traced on pjrt tensors
-and ``sync()`` turns the graph into one StableHLO program, compiled once and
-cached (an identical graph traced again compiles nothing new).
+its own for, such as ``embedding_backward``, stay as they are). Each compiled
+graph runs through the same ATen-to-IR lowerings as the lazy device: its
+nodes are traced on pjrt tensors and ``sync()`` turns the graph into one
+StableHLO program, compiled once and cached (an identical graph traced again
+compiles nothing new).
 
 Inputs on the pjrt device stay there (parameters never leave the device).
 CPU inputs are accepted: they are moved to the current pjrt device, and the
@@ -538,7 +539,7 @@ def _decompositions() -> dict:
     CompositeImplicitAutograd kernel where autograd would have), except where
     pjrt registers a kernel of its own, which is then used as in lazy mode.
     Collecting those entries took 0.15 s of every process's first compile
-    (a third of a warm start's first step, ``docs/performance.md``). With a
+    (``docs/performance.md``, "A warm start under torch.compile"). With a
     torch that lacks the private function, the public table is used."""
     import torch._decomp as decomp
 
