@@ -27,15 +27,25 @@ Counters (``counters()``):
   one, else arguments + outputs not aliasing an argument + temporaries);
   absent where the plugin does not offer the statistics.
 
+``dynamo_recompiles()`` lists the recompilations of functions under
+``torch.compile`` (Dynamo's guard failures: a Python value that changed,
+an input of a new shape or dtype); each costs new graphs and programs
+here.
+
 Timers (``timers()``, seconds): ``compile``, ``execute_launch``,
 ``execute_wait``, ``graph_build``, ``sync``, ``trace``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Dict, List
 
 from torch_pjrt import _C
+
+# Dynamo's guard failures per code object, as counted at the last reset():
+# those are not this reset's recompilations.
+_dynamo_seen: Dict[object, int] = {}
 
 
 def counters() -> Dict[str, int]:
@@ -68,8 +78,32 @@ def recompiles() -> List[dict]:
     return list(_C._metrics_recompiles())
 
 
+def _dynamo_guard_failures() -> Dict[object, list]:
+    # Read only where Dynamo is loaded: importing it takes a second.
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    failures = getattr(dynamo_utils, "guard_failures", None)
+    return dict(failures) if failures else {}
+
+
+def dynamo_recompiles() -> List[dict]:
+    """Each recompilation by ``torch.compile`` (Dynamo) since the last
+    ``reset()``: ``function`` (name, file:line) and ``why`` (the first guard
+    that failed, e.g. ``G['model'].config.problem_type is None`` for a model
+    that sets an attribute on its first call, or a tensor's new size). From
+    Dynamo's own record, which ``torch._dynamo.reset()`` clears."""
+    out = []
+    for code, reasons in _dynamo_guard_failures().items():
+        function = f"{getattr(code, 'co_name', code)} ({getattr(code, 'co_filename', '?')}:" \
+                   f"{getattr(code, 'co_firstlineno', '?')})"
+        for reason in reasons[min(_dynamo_seen.get(code, 0), len(reasons)):]:
+            out.append({"function": function, "why": " ".join(str(reason).split("\n", 1)[0].split())})
+    return out
+
+
 def reset() -> None:
     _C._metrics_reset()
+    _dynamo_seen.clear()
+    _dynamo_seen.update({code: len(reasons) for code, reasons in _dynamo_guard_failures().items()})
 
 
 def report() -> str:
@@ -99,4 +133,9 @@ def report() -> str:
         for r in rc[-20:]:
             where = f" at {r['where']}" if r["where"] else ""
             lines.append(f"    {r['why']}{where}")
+    dyn = dynamo_recompiles()
+    if dyn:
+        lines.append("  torch.compile (Dynamo) recompilations:")
+        for r in dyn[-20:]:
+            lines.append(f"    {r['function']}: {r['why']}")
     return "\n".join(lines)

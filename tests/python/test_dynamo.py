@@ -170,6 +170,35 @@ def test_graph_break_and_new_shapes():
         torch.testing.assert_close(cf(x.to(DEV)).cpu(), f(x))
 
 
+class _Config:
+    problem_type = None
+
+
+def test_dynamo_recompiles_are_in_the_metrics():
+    # As BERT's classification head does: an attribute set on the first
+    # call fails a guard on the second, and Dynamo traces the function again.
+    config = _Config()
+
+    def f(x):
+        if config.problem_type is None:
+            config.problem_type = "regression"
+        return x * 2
+
+    cf = torch.compile(f, backend="pjrt")
+    x = torch.randn(3).to(DEV)
+    cf(x)
+    torch_pjrt.metrics.reset()
+    assert torch_pjrt.metrics.dynamo_recompiles() == []
+    torch.testing.assert_close(cf(x).cpu(), x.cpu() * 2)
+    (r,) = torch_pjrt.metrics.dynamo_recompiles()
+    assert r["function"].startswith("f (") and "problem_type" in r["why"], r
+    assert "Dynamo) recompilations" in torch_pjrt.metrics.report()
+    cf(x)  # the new graph's guards hold
+    assert len(torch_pjrt.metrics.dynamo_recompiles()) == 1
+    torch_pjrt.metrics.reset()
+    assert torch_pjrt.metrics.dynamo_recompiles() == []
+
+
 def test_view_of_a_layout_the_device_does_not_keep():
     # On the CPU (and in AOTAutograd's fake tensors) a dtype conversion keeps
     # a permuted layout, so the traced graph views the permuted-back result;
