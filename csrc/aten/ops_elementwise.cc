@@ -1055,8 +1055,16 @@ ir::Value Lerp(int d, ir::Value x, ir::Value y, ir::Value w, at::ScalarType t, s
   return b.Select(below, near_x(), near_y);
 }
 
+// The CPU's dtype rules (Lerp.cpp): `end` has self's dtype; a weight
+// tensor too unless it is 0-d, which promotes with them as a number would.
+void CheckLerpDtype(const at::Tensor& self, const at::Tensor& other, const char* name) {
+  TORCH_CHECK(self.dtype() == other.dtype(), "expected dtype ", self.dtype(), " for `", name, "` but got dtype ",
+              other.dtype());
+}
+
 at::Tensor lerp_scalar(const at::Tensor& self, const at::Tensor& end, const at::Scalar& w) {
   TraceScope s;
+  CheckLerpDtype(self, end, "end");
   const at::ScalarType t = self.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_scalar\" not implemented for '", t, "'");
   const at::ScalarType ct = OpMath(t);
@@ -1069,7 +1077,9 @@ at::Tensor lerp_scalar(const at::Tensor& self, const at::Tensor& end, const at::
 
 at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& w) {
   TraceScope s;
-  const at::ScalarType t = self.scalar_type();
+  CheckLerpDtype(self, end, "end");
+  if (w.dim() != 0) CheckLerpDtype(self, w, "weight");
+  const at::ScalarType t = w.dim() == 0 ? at::result_type(self, w) : self.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_tensor\" not implemented for '", t, "'");
   const int d = CommonDevice({&self, &end, &w});
   std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), end.sizes()), w.sizes());

@@ -256,6 +256,9 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("lerp weight out of range", lambda t: t.lerp(t + 1, 1e40), torch.tensor([0.0, 1.0])),
     ("lerp of int", lambda t: t.lerp(t + 1, 0.5), torch.tensor([1, 2])),
     ("lerp of int, tensor weight", lambda t: t.lerp(t + 1, t), torch.tensor([1, 2])),
+    ("lerp to an int end", lambda t: t.lerp(t.long(), 0.5), torch.tensor([1.0, 2.0])),
+    ("lerp, weight of another dtype", lambda t: t.lerp(t, t.double()), torch.tensor([1.0, 2.0])),
+    ("lerp_, complex 0-d weight", lambda t: t.lerp_(t, torch.tensor(0.5j, device=t.device)), torch.tensor([1.0, 2.0])),
     ("vector_norm of int", lambda t: torch.linalg.vector_norm(t), torch.tensor([3, 4])),
     ("addcdiv of ints", lambda t: torch.addcdiv(t.float(), t, t), torch.tensor([1, 2])),
     ("index_put_ of another dtype", lambda t: t.index_put_((torch.tensor([0], device=t.device),),
@@ -546,3 +549,17 @@ def test_complex_numbers_have_no_order():
         with pytest.raises(NotImplementedError, match="not implemented for 'ComplexFloat'"):
             fn(z.to(DEV)).cpu()
     same(lambda t: t == 1j, z)
+
+
+def test_lerp_promotes_a_0d_weight_as_the_cpu():
+    x = torch.linspace(-1, 1, 5)
+    for w in (torch.tensor(0.25j), torch.tensor(0.3, dtype=torch.float64), torch.tensor(1)):
+        for a in (x, x.half(), x.long()):
+            if a.dtype == torch.half and w.is_complex():
+                with pytest.raises(NotImplementedError, match="ComplexHalf"):  # complex32: no lowerings
+                    torch.lerp(a.to(DEV), a.to(DEV), w.to(DEV))
+                continue
+            expected = torch.lerp(a, a * 2, w)
+            got = torch.lerp(a.to(DEV), a.to(DEV) * 2, w.to(DEV))
+            assert got.dtype == expected.dtype, (a.dtype, w.dtype)
+            torch.testing.assert_close(got.cpu(), expected)
