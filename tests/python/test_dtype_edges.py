@@ -559,6 +559,10 @@ def test_lerp_promotes_a_0d_weight_as_the_cpu():
                 with pytest.raises(NotImplementedError, match="ComplexHalf"):  # complex32: no lowerings
                     torch.lerp(a.to(DEV), a.to(DEV), w.to(DEV))
                 continue
+            if not a.is_floating_point() and not w.is_floating_point() and not w.is_complex():
+                with pytest.raises(NotImplementedError, match="Long"):  # as the CPU
+                    torch.lerp(a.to(DEV), a.to(DEV), w.to(DEV))
+                continue
             expected = torch.lerp(a, a * 2, w)
             got = torch.lerp(a.to(DEV), a.to(DEV) * 2, w.to(DEV))
             assert got.dtype == expected.dtype, (a.dtype, w.dtype)
