@@ -17,7 +17,8 @@ namespace {
 
 using ir::Op;
 
-// Uniform [0, 1) of dtype t (f32 math for half types), shape `shape`.
+// Uniform [0, 1) of dtype t (float or double), shape `shape`: 24 (53)
+// random bits.
 ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) {
   ir::Builder& b = B(d);
   if (t == at::kDouble) {
@@ -29,12 +30,7 @@ ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) 
   ir::Value bits = RandomBits(d, {ir::DType::U32, shape});
   ir::Value m = b.Binary(Op::Or, b.Binary(Op::ShiftRightLogical, bits, Fill(d, 9, at::kUInt32, shape)),
                          Fill(d, 0x3F800000, at::kUInt32, shape));
-  ir::Value u = b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F32), Fill(d, 1, at::kFloat, shape));
-  if (t == at::kFloat) return u;
-  // Rounding to a narrower type must not produce 1.0.
-  ir::Value c = b.Convert(u, ToIr(t));
-  const double below_one = t == at::kHalf ? 0.99951171875 : 0.99609375;
-  return b.Binary(Op::Min, c, Fill(d, below_one, t, shape));
+  return b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F32), Fill(d, 1, at::kFloat, shape));
 }
 
 at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
@@ -61,11 +57,16 @@ at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at:
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
   const auto shape = self.sizes().vec();
-  ir::Value u = Uniform01(d, shape, t);
+  // As the CPU: from + u (to - from) in float for half types, rounded once;
+  // a value that rounds up to `to` becomes `from` (so each value of the
+  // type in [from, to) is as likely as its share of the interval).
+  const at::ScalarType ct = t == at::kDouble ? at::kDouble : at::kFloat;
+  ir::Value u = Uniform01(d, shape, ct);
   if (from != 0 || to != 1) {
-    u = b.Binary(Op::Add, b.Binary(Op::Mul, u, Number(d, to - from, t, shape)), Number(d, from, t, shape));
+    u = b.Binary(Op::Add, b.Binary(Op::Mul, u, Number(d, to - from, ct, shape)), Number(d, from, ct, shape));
   }
-  Assign(self, u);
+  u = b.Convert(u, ToIr(t));
+  Assign(self, b.Select(b.Compare(ir::CompareDir::EQ, u, Number(d, to, t, shape)), Number(d, from, t, shape), u));
   return self;
 }
 

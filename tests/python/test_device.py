@@ -258,6 +258,20 @@ def test_uniform_of_complex_draws_both_parts_as_the_cpu():
     assert not torch.equal(z.real, z.imag)
 
 
+@pytest.mark.parametrize("dtype,values", [(torch.bfloat16, 64), (torch.float16, 512)])
+def test_half_uniform_covers_from_to_as_the_cpu(dtype, values):
+    # uniform_(2, 3) of a half type once returned 3.0 (the excluded bound)
+    # and drew (-1, 1) from a coarse grid (no value in 0 < |v| < 2**-8):
+    # scaled in float and rounded once now, a value rounded up to `to`
+    # becomes `from`, as the CPU's kernel.
+    r = torch.empty(400000, dtype=dtype, device=DEV).uniform_(2, 3).float().cpu()
+    assert 2 <= r.min() and r.max() < 3 and r.unique().numel() == values
+    share = torch.stack([(r == 2).float().mean(), (r == r.max()).float().mean()]) * values
+    assert ((share - 1).abs() < 0.15).all(), share  # every value of [2, 3) alike, the ends too
+    s = torch.empty(400000, dtype=dtype, device=DEV).uniform_(-1, 1).float().cpu()
+    assert s.abs()[s != 0].min() < 1e-4 and s.unique().numel() > (1000 if dtype == torch.bfloat16 else 8000)  # the coarse grid: 384 and 3072
+
+
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
 def test_normal_of_complex_splits_the_variance_between_the_parts_as_the_cpu(dtype):
     # complex randn / normal_ once raised "normal_ expects a floating point tensor"
