@@ -437,10 +437,82 @@ ir::Value ChannelSlice(ir::Builder& b, ir::Value x, int64_t g, int64_t n) {
   return b.Slice(x, lo, hi, step);
 }
 
+// Depthwise convolutions (a channel per group, one kernel per channel) on
+// XLA's CPU backend, forward and input gradient: the sum over the kernel's
+// taps of strided slices of the padded input times the tap's weight per
+// channel, one fused loop. XLA ran the grouped convolution 10-30x slower
+// than this (docs/performance.md, "Depthwise convolutions"). Up to 27 taps
+// (5x5, 3x3x3): 7x7 kernels keep the convolution (ConvNeXt's step was
+// slower as taps). The weight gradient keeps it too (WeightGrad).
+constexpr int64_t kMaxDepthwiseTaps = 27;
+
+int64_t Taps(const std::vector<int64_t>& kernel_dims) {
+  int64_t n = 1;
+  for (size_t i = 2; i < kernel_dims.size(); ++i) n *= kernel_dims[i];
+  return n;
+}
+
+bool DepthwiseOnCpu(ir::Builder& b, const std::vector<int64_t>& xs, const std::vector<int64_t>& ks, int64_t groups) {
+  if (!b.cpu_backend() || groups <= 1 || xs[1] != groups || ks[0] != groups || ks[1] != 1) return false;
+  for (int64_t v : xs) {
+    if (v == 0) return false;
+  }
+  return Taps(ks) <= kMaxDepthwiseTaps;
+}
+
+// Returns an undefined value where the output would be empty (the
+// convolution handles those).
+ir::Value DepthwiseTaps(int d, ir::Value x, ir::Value k, const std::vector<int64_t>& stride,
+                        const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+                        const std::vector<int64_t>& lhs_dil, const std::vector<int64_t>& dil) {
+  ir::Builder& b = B(d);
+  const ir::DType t = b.shape(x).dtype;
+  // half types multiply and accumulate in float, rounded once, as the CPU's kernel
+  const ir::DType ct = t == ir::DType::BF16 || t == ir::DType::F16 ? ir::DType::F32 : t;
+  const auto xs = b.shape(x).dims, ks = b.shape(k).dims;
+  const size_t ns = ks.size() - 2;
+  std::vector<int64_t> plo{0, 0}, phi{0, 0}, interior{0, 0}, out(ns);
+  for (size_t i = 0; i < ns; ++i) {
+    plo.push_back(lo[i]);
+    phi.push_back(hi[i]);
+    interior.push_back(lhs_dil[i] - 1);
+    const int64_t padded = xs[2 + i] + (xs[2 + i] - 1) * (lhs_dil[i] - 1) + lo[i] + hi[i];
+    const int64_t span = padded - dil[i] * (ks[2 + i] - 1);
+    if (span <= 0) return {};
+    out[i] = (span - 1) / stride[i] + 1;
+  }
+  ir::Value xp = b.Pad(b.Convert(x, ct), b.ScalarConstant(ct, 0), plo, phi, interior);
+  const auto ps = b.shape(xp).dims;
+  ir::Value kc = b.Reshape(b.Convert(k, ct), {ks[0], Taps(ks)});
+  ir::Value acc;
+  std::vector<int64_t> tap(ns, 0);  // the tap's spatial index, last dim fastest
+  for (int64_t n = 0; n < Taps(ks); ++n) {
+    std::vector<int64_t> start(ps.size(), 0), limit = ps, step(ps.size(), 1);
+    for (size_t i = 0; i < ns; ++i) {
+      start[2 + i] = tap[i] * dil[i];
+      limit[2 + i] = start[2 + i] + stride[i] * (out[i] - 1) + 1;
+      step[2 + i] = stride[i];
+    }
+    ir::Value s = b.Slice(xp, start, limit, step);
+    ir::Value w = b.Reshape(b.Slice(kc, {0, n}, {ks[0], n + 1}, {1, 1}), {ks[0]});
+    ir::Value term = Mul(d, s, b.BroadcastInDim(w, b.shape(s).dims, {1}));
+    acc = n == 0 ? term : Add(d, acc, term);
+    for (size_t i = ns; i-- > 0;) {
+      if (++tap[i] < ks[2 + i]) break;
+      tap[i] = 0;
+    }
+  }
+  return b.Convert(acc, t);
+}
+
 // Direct convolution with PyTorch's arguments, NC<spatial> layout.
 ir::Value Conv(int d, ir::Value x, ir::Value k, const std::vector<int64_t>& stride, const std::vector<int64_t>& lo,
                const std::vector<int64_t>& hi, const std::vector<int64_t>& lhs_dil, const std::vector<int64_t>& dil,
                int64_t groups) {
+  if (DepthwiseOnCpu(B(d), B(d).shape(x).dims, B(d).shape(k).dims, groups)) {
+    ir::Value y = DepthwiseTaps(d, x, k, stride, lo, hi, lhs_dil, dil);
+    if (y.valid()) return y;
+  }
   const int64_t rank = static_cast<int64_t>(B(d).shape(x).dims.size());
   return B(d).Convolution(x, k, StandardDims(rank), stride, lo, hi, lhs_dil, dil, groups, 1,
                           ProductPrecision(B(d).shape(x).dtype));
@@ -493,8 +565,8 @@ ir::Value WeightGrad(int d, ir::Value x, ir::Value dy, const std::vector<int64_t
     // so). Only the depthwise case (a channel per group) keeps it: 12x,
     // not 350x, where a convolution per channel would be hundreds of them.
     // The grouped forward and input gradient (3-8x eager's time with 32
-    // groups, 11-27x depthwise) were no faster split. GPUs run the grouped
-    // form in their own kernels.
+    // groups) were no faster split; depthwise ones are sums of taps
+    // (DepthwiseTaps). GPUs run the grouped form in their own kernels.
     std::vector<ir::Value> parts;
     for (int64_t g = 0; g < groups; ++g) {
       parts.push_back(WeightGrad(d, ChannelSlice(b, x, g, xs[1] / groups), ChannelSlice(b, dy, g, ys[1] / groups), ks,
