@@ -15,9 +15,18 @@ TensorLayout LayoutOf(const at::Tensor& t) {
   return {t.scalar_type(), t.sizes().vec(), t.strides().vec(), t.storage_offset()};
 }
 
+// The stride of a dimension of size 1 (or of an empty tensor) addresses
+// nothing: a recorded forward's output and the traced one it replaces may
+// differ there (Mamba's saved slices: 3072 traced, 16 replayed, as the fake
+// tensor says), which would send the backward that reads them to tracing.
 bool Matches(const TensorLayout& l, const at::Tensor& t) {
-  return t.scalar_type() == l.dtype && t.storage_offset() == l.offset && t.sizes().equals(l.sizes) &&
-         t.strides().equals(l.strides);
+  if (t.scalar_type() != l.dtype || t.storage_offset() != l.offset || !t.sizes().equals(l.sizes)) return false;
+  if (t.numel() == 0) return true;
+  const auto strides = t.strides();
+  for (size_t i = 0; i < l.sizes.size(); ++i) {
+    if (l.sizes[i] != 1 && strides[i] != l.strides[i]) return false;
+  }
+  return true;
 }
 
 at::Tensor ViewOn(const c10::Storage& storage, const TensorLayout& l) {

@@ -489,6 +489,29 @@ def test_backward_of_a_slice_replays():
     assert pjrt_dynamo.call_stats()["refusals"] == {}
 
 
+def test_saved_views_with_a_size_one_dim_replay_the_backward():
+    # Mamba's forward saves split+unsqueeze views: traced, their size-1 dim
+    # had the matmul's stride (3072), replayed the fake tensor's (16). The
+    # backward's replay compared that stride, which addresses nothing, and
+    # traced its second call again (3 more compiles).
+    lin = torch.nn.Linear(8, 24).to(DEV)
+
+    def f(x):
+        a, b, c = torch.split(lin(x), [8, 8, 8], dim=-1)
+        return (a[None] * b[None] * c).sum()
+
+    g = torch.compile(f, backend="pjrt")
+    x = torch.randn(2, 16, 8)
+    want = torch.autograd.grad(f(x.to(DEV)), lin.weight)[0].cpu()
+    pjrt_dynamo.call_stats(reset=True)
+    torch_pjrt.metrics.reset()
+    for _ in range(3):
+        torch.testing.assert_close(torch.autograd.grad(g(x.to(DEV)), lin.weight)[0].cpu(), want)
+    c = torch_pjrt.metrics.counters()
+    assert c["replays"] == 4, c  # forward and backward of the 2 later calls
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+
+
 def test_inductor_modes_are_accepted_with_a_warning():
     for mode in ("reduce-overhead", "max-autotune"):
         torch._dynamo.reset()
