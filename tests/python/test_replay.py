@@ -489,26 +489,24 @@ def test_backward_of_a_slice_replays():
     assert pjrt_dynamo.call_stats()["refusals"] == {}
 
 
-def test_saved_views_with_a_size_one_dim_replay_the_backward():
-    # Mamba's forward saves split+unsqueeze views: traced, their size-1 dim
-    # had the matmul's stride (3072), replayed the fake tensor's (16). The
-    # backward's replay compared that stride, which addresses nothing, and
-    # traced its second call again (3 more compiles).
-    lin = torch.nn.Linear(8, 24).to(DEV)
-
-    def f(x):
-        a, b, c = torch.split(lin(x), [8, 8, 8], dim=-1)
-        return (a[None] * b[None] * c).sum()
-
-    g = torch.compile(f, backend="pjrt")
-    x = torch.randn(2, 16, 8)
-    want = torch.autograd.grad(f(x.to(DEV)), lin.weight)[0].cpu()
+def test_mamba_backward_replays_from_its_second_call():
+    # Mamba's forward saves views with a size-1 dim: traced, its stride was
+    # the matmul's (3072), replayed the fake tensor's (16). The backward's
+    # replay compared that stride, which addresses nothing, and traced its
+    # second call again (3 more compiles in step 2).
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.MambaConfig(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=1, expand=2,
+                                      conv_kernel=4, use_cache=False)
+    model = transformers.MambaForCausalLM(config).to(DEV)
+    ids = torch.randint(0, 128, (2, 12)).to(DEV)
+    g = torch.compile(lambda ids: model(input_ids=ids, labels=ids).loss, backend="pjrt")
+    g(ids).backward()
     pjrt_dynamo.call_stats(reset=True)
     torch_pjrt.metrics.reset()
-    for _ in range(3):
-        torch.testing.assert_close(torch.autograd.grad(g(x.to(DEV)), lin.weight)[0].cpu(), want)
-    c = torch_pjrt.metrics.counters()
-    assert c["replays"] == 4, c  # forward and backward of the 2 later calls
+    g(ids).backward()
+    torch_pjrt.sync()
+    assert torch_pjrt.metrics.counters()["replays"] == 2  # forward and backward
     assert pjrt_dynamo.call_stats()["refusals"] == {}
 
 
