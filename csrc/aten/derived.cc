@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "aten/lowering.h"
 #include "aten/tensor.h"
 
 namespace tpj::aten {
@@ -121,11 +122,12 @@ class DerivedKernel final : public c10::OperatorKernel {
     // depends on the order memory is written in. The same memory (in place)
     // is fine.
     for (const at::Tensor& o : outs) {
+      AssertNoInternalOverlap(o);
       for (const c10::IValue& v : call) {
         if (v.isTensor()) {
-          at::assert_no_partial_overlap(o, v.toTensor());
+          AssertNoPartialOverlap(o, v.toTensor());
         } else if (v.isTensorList()) {
-          for (const at::Tensor& t : v.toTensorList().vec()) at::assert_no_partial_overlap(o, t);
+          for (const at::Tensor& t : v.toTensorList().vec()) AssertNoPartialOverlap(o, t);
         }
       }
     }

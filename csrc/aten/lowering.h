@@ -168,6 +168,20 @@ inline at::Tensor WrappedScalar(const at::Scalar& s) {
 inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
 // Result dtype of an in-place op must be castable to self's dtype.
+// An operand that partly overlaps the tensor written (x[1:] += x[:-1],
+// x[1:].copy_(x[:-1])) is refused with the CPU's error: there the answer
+// depends on the order in which memory is written, which a program does
+// not have. The CPU's check (at::assert_no_partial_overlap) gives up on
+// strided views and then writes element by element (buf[:, 1:] =
+// buf[:, :-1] smears the first column); those are checked exactly here
+// (ops_memory.cc). The same memory (x.add_(x)) is fine.
+void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand);
+// An in-place or out= result written through a view whose elements share
+// memory (overlapping unfold windows): the CPU applies the op to a shared
+// element once per window, in order; a program computes each once. Refused
+// with the CPU's error for expanded views (ops_memory.cc).
+void AssertNoInternalOverlap(const at::Tensor& written);
+
 inline void CheckInplace(const at::Tensor& self, at::ScalarType result) {
   TORCH_CHECK(at::canCast(result, self.scalar_type()), "result type ", result,
               " can't be cast to the desired output type ", self.scalar_type());

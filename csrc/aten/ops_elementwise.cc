@@ -1089,11 +1089,8 @@ at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::
   return WrapIn(Lerp(d, x, y, BroadcastTo(d, Operand(w, d, ct), shape), ct), t, d);
 }
 
-// An operand that partly overlaps the tensor written (x[1:] += x[:-1]) is
-// refused with the CPU's error: there the answer would depend on the order
-// in which memory is written, which a functional program does not have.
 inline void NoPartialOverlap(const at::Tensor& self, const at::Tensor& operand) {
-  at::assert_no_partial_overlap(self, operand);
+  AssertNoPartialOverlap(self, operand);
 }
 template <class T>
 void NoPartialOverlap(const at::Tensor&, const T&) {}
@@ -1101,6 +1098,7 @@ void NoPartialOverlap(const at::Tensor&, const T&) {}
 // In-place twins: compute functionally, then write into self (WriteInto).
 template <class F, class... A>
 at::Tensor& Inplace(at::Tensor& self, F f, const A&... args) {
+  AssertNoInternalOverlap(self);
   (NoPartialOverlap(self, args), ...);
   return WriteInto(self, [&] {
     at::Tensor r = f(self, args...);

@@ -20,6 +20,112 @@
 namespace tpj::aten {
 namespace {
 
+// A view's geometry without its size-1 dims (their strides address nothing).
+struct Geometry {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+  bool operator==(const Geometry& o) const { return sizes == o.sizes && strides == o.strides && offset == o.offset; }
+};
+
+Geometry GeometryOf(const at::Tensor& t) {
+  Geometry g;
+  g.offset = t.storage_offset();
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (t.size(i) == 1) continue;
+    g.sizes.push_back(t.size(i));
+    g.strides.push_back(t.stride(i));
+  }
+  return g;
+}
+
+// [first, last] element offsets a view reads (strides are not negative).
+std::pair<int64_t, int64_t> Extent(const Geometry& g) {
+  int64_t last = g.offset;
+  for (size_t i = 0; i < g.sizes.size(); ++i) last += (g.sizes[i] - 1) * g.strides[i];
+  return {g.offset, last};
+}
+
+// Whether delta = sum k_i stride_i with |k_i| < size_i, dims by decreasing
+// stride from `i`: each dim tries the two multiples around delta / stride,
+// exact where every stride exceeds the span of the smaller ones (any view
+// that does not overlap itself); a view that overlaps itself may answer no.
+bool Reaches(int64_t delta, const std::vector<std::pair<int64_t, int64_t>>& dims, size_t i) {
+  if (delta == 0) return true;
+  if (i == dims.size()) return false;
+  const auto [stride, size] = dims[i];
+  if (stride == 0) return Reaches(delta, dims, i + 1);
+  const int64_t q = delta / stride;
+  for (int64_t k : {q, q + (delta > 0 ? 1 : -1)}) {
+    if (std::abs(k) < size && Reaches(delta - k * stride, dims, i + 1)) return true;
+  }
+  return false;
+}
+
+// Element offsets of a view, for views of different geometries.
+void Offsets(const Geometry& g, size_t dim, int64_t at, std::vector<int64_t>* out) {
+  if (dim == g.sizes.size()) {
+    out->push_back(at);
+    return;
+  }
+  for (int64_t k = 0; k < g.sizes[dim]; ++k) Offsets(g, dim + 1, at + k * g.strides[dim], out);
+}
+
+// Whether some two elements of a view are one storage element: none where
+// each stride (by decreasing size) exceeds the span of the smaller ones,
+// else counted up to kMaxOverlapElements elements (larger: assumed).
+bool OverlapsItself(const Geometry& g, int64_t numel);
+
+// Views of different geometries are compared element by element up to this
+// many elements each; larger ones are left to the CPU's check.
+constexpr int64_t kMaxOverlapElements = 1 << 16;
+
+bool OverlapsItself(const Geometry& g, int64_t numel) {
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (size_t i = 0; i < g.sizes.size(); ++i) dims.emplace_back(g.strides[i], g.sizes[i]);
+  std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  int64_t span = 0;  // of the dims after i
+  bool nested = true;
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (dims[i].first <= span) nested = false;
+    span += (dims[i].second - 1) * dims[i].first;
+  }
+  if (nested) return false;
+  if (numel > kMaxOverlapElements) return true;
+  std::vector<int64_t> offsets;
+  Offsets(g, 0, g.offset, &offsets);
+  std::sort(offsets.begin(), offsets.end());
+  return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
+}
+
+// Whether two views of one storage share an element without being the
+// same view (Geometry), for the cases the CPU's check calls too hard.
+bool PartlyOverlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage() ||
+      !a.storage().is_alias_of(b.storage())) {
+    return false;
+  }
+  const Geometry ga = GeometryOf(a), gb = GeometryOf(b);
+  if (ga == gb) return false;
+  const auto [a0, a1] = Extent(ga);
+  const auto [b0, b1] = Extent(gb);
+  if (a1 < b0 || b1 < a0) return false;
+  if (ga.sizes == gb.sizes && ga.strides == gb.strides) {
+    std::vector<std::pair<int64_t, int64_t>> dims;
+    for (size_t i = 0; i < ga.sizes.size(); ++i) dims.emplace_back(ga.strides[i], ga.sizes[i]);
+    std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    return Reaches(gb.offset - ga.offset, dims, 0);
+  }
+  if (a.numel() > kMaxOverlapElements || b.numel() > kMaxOverlapElements) return false;
+  std::vector<int64_t> oa, ob;
+  Offsets(ga, 0, ga.offset, &oa);
+  Offsets(gb, 0, gb.offset, &ob);
+  std::sort(oa.begin(), oa.end());
+  std::sort(ob.begin(), ob.end());
+  std::vector<int64_t> common;
+  std::set_intersection(oa.begin(), oa.end(), ob.begin(), ob.end(), std::back_inserter(common));
+  return !common.empty();
+}
+
 using runtime::Runtime;
 using runtime::TraceScope;
 
@@ -304,7 +410,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   }
   TraceScope scope;
   if (self.is_same(src)) return self;
-  at::assert_no_partial_overlap(self, src);  // the CPU's error: x[1:].copy_(x[:-1])
+  AssertNoPartialOverlap(self, src);  // x[1:].copy_(x[:-1])
   StoreOnce(self, src);
   Assign(self, BroadcastTo(DeviceIndex(self), CastForCopy(src, self.scalar_type()), self.sizes().vec()));
   return self;
@@ -452,6 +558,30 @@ void assert_async_msg(const at::Tensor& self, c10::string_view msg) {
 }
 
 }  // namespace
+
+void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand) {
+  const at::MemOverlapStatus status = at::get_overlap_status(written, operand);
+  TORCH_CHECK(status != at::MemOverlapStatus::Partial && !(status == at::MemOverlapStatus::TooHard &&
+                                                           PartlyOverlaps(written, operand)),
+              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+              "memory location. Please clone() the tensor before performing the operation.",
+              status == at::MemOverlapStatus::TooHard
+                  ? " (pjrt computes every element from the values before the write; the CPU would write these "
+                    "strided views element by element, its answer depending on that order)"
+                  : "");
+}
+
+void AssertNoInternalOverlap(const at::Tensor& written) {
+  const at::MemOverlap status = at::has_internal_overlap(written);
+  if (status == at::MemOverlap::No) return;
+  TORCH_CHECK(status != at::MemOverlap::Yes && !OverlapsItself(GeometryOf(written), written.numel()),
+              "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+              "location. Please clone() the tensor before performing the operation.",
+              status == at::MemOverlap::TooHard
+                  ? " (pjrt computes each element once; the CPU would apply the op to a shared element once per "
+                    "view element, in order)"
+                  : "");
+}
 
 }  // namespace tpj::aten
 

@@ -137,6 +137,46 @@ def test_partly_overlapping_operand_raises_as_on_the_cpu(name):
     assert x.cpu().tolist() == [0.0, 4.0, 16.0, 36.0]
 
 
+STRIDED_OVERLAP = {
+    # The CPU's check gives up on strided views and writes them element by
+    # element (its answer depends on that order: a history buffer shifted
+    # with buf[:, 1:] = buf[:, :-1] ends with its first column everywhere);
+    # pjrt checks them exactly and refuses, with the CPU's error.
+    "buffer shift": lambda x: x.view(2, 5).__setitem__((slice(None), slice(1, None)), x.view(2, 5)[:, :-1]),
+    "strided shift": lambda x: x.__setitem__(slice(2, None, 2), x[:-2:2]),
+    # written through a view that overlaps itself: the CPU doubles a shared element twice
+    "overlapping windows": lambda x: x.unfold(0, 4, 2).mul_(2),
+    "out= into overlapping windows": lambda x: torch.neg(x[:6].view(3, 2), out=x.unfold(0, 2, 1)[:3]),
+    "row times its first column": lambda x: x.view(2, 5).mul_(x.view(2, 5)[:, :1]),
+    "diagonal shift": lambda x: x[:9].view(3, 3).diagonal()[1:].copy_(x[:9].view(3, 3).diagonal()[:-1]),
+    "out= of columns": lambda x: torch.exp(x.view(2, 5)[:, :-1], out=x.view(2, 5)[:, 1:]),
+}
+NO_OVERLAP = {  # strided views of one storage that share no element
+    "interleaved halves": lambda x: x[0::2].add_(x[1::2]),
+    "column from column": lambda x: x.view(5, 2)[:, 0].copy_(x.view(5, 2)[:, 1]),
+    "rotary pairs": lambda x: x.view(2, 5)[:, 1::2].mul_(x.view(2, 5)[:, 0::2][:, :2]),
+    "same columns": lambda x: x.view(2, 5)[:, 1:].mul_(x.view(2, 5)[:, 1:]),
+    "windows that do not overlap": lambda x: x.unfold(0, 2, 2).mul_(2),
+}
+
+
+@pytest.mark.parametrize("name", STRIDED_OVERLAP)
+def test_strided_views_that_partly_overlap_are_refused(name):
+    x = torch.arange(10.0).to(DEV)
+    with pytest.raises(RuntimeError, match="unsupported operation: (some elements|more than one element)") as e:
+        STRIDED_OVERLAP[name](x)
+    assert "the CPU would" in str(e.value)
+    assert x.cpu().tolist() == list(range(10))
+
+
+@pytest.mark.parametrize("name", NO_OVERLAP)
+def test_strided_views_that_share_no_element_compute_as_the_cpu(name):
+    cpu, x = torch.arange(10.0), torch.arange(10.0).to(DEV)
+    NO_OVERLAP[name](cpu)
+    NO_OVERLAP[name](x)
+    assert x.cpu().tolist() == cpu.tolist()
+
+
 def test_masked_scatter_from_its_own_memory():
     # The CPU writes a source in self's memory in order, each element read
     # after the writes before it; a program cannot repeat that, so pjrt
