@@ -264,13 +264,22 @@ at::Tensor ToCpu(const at::Tensor& self) {
   RaisingTensorErrors([&] { rt.CheckReadable(s); });  // before allocating the host copy
   // A small part of a large storage (x[i].item() in a loop, print(x[3])):
   // that part alone comes to the host, copied out on the device first,
-  // rather than the whole storage each time. Only with nothing pending on
-  // the device: the copy would otherwise join the pending work and cut a
-  // step's program where the read happens.
+  // rather than the whole storage each time. The copy does not join pending
+  // work (it would cut a step's program where the read happens): that is
+  // synced first, as the read would sync it anyway (reading two elements of
+  // a pending 512 MiB value took 1 GiB of host memory, the whole storage).
   constexpr size_t kLargeStorage = size_t{1} << 20;
   const size_t part = static_cast<size_t>(self.numel()) * self.element_size();
-  if (s.nbytes() >= kLargeStorage && part > 0 && part * 8 <= s.nbytes() && rt.Idle(s.device())) {
-    return ToCpu(self.clone(at::MemoryFormat::Contiguous));
+  if (s.nbytes() >= kLargeStorage && part > 0 && part * 8 <= s.nbytes()) {
+    if (s.pending()) {
+      try {
+        rt.Sync({s.device()});
+      } catch (...) {
+        RaisingTensorErrors([&] { rt.CheckReadable(s); });  // its value lost: why (OutOfMemoryError after an OOM)
+        throw;
+      }
+    }
+    if (rt.Idle(s.device())) return ToCpu(self.clone(at::MemoryFormat::Contiguous));
   }
   const at::ScalarType storage_type = ToAten(rt.TypeOf(s, ToIr(self.scalar_type())));
   const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));

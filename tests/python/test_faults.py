@@ -248,7 +248,8 @@ def test_out_of_memory_copying_to_the_device_is_out_of_memory():
     assert r.stdout.split("\n")[:2] == ["OOM True", "[3.0, 3.0]"], r.stdout
 
 
-@pytest.mark.parametrize("read", [lambda t: t.item(), lambda t: t.cpu(), lambda t: bool(t > 0), repr])
+@pytest.mark.parametrize("read", [lambda t: t.item(), lambda t: t.cpu(), lambda t: bool(t > 0), repr,
+                                  lambda t: (t.expand(2**37) + 1)[:2].cpu()])
 def test_out_of_memory_launched_by_a_read_is_out_of_memory(read):
     # a batch-size search catches torch.OutOfMemoryError wherever the failing
     # program was launched: here by the read itself
@@ -257,6 +258,15 @@ def test_out_of_memory_launched_by_a_read_is_out_of_memory(read):
         read(big.sum())
     del big
     assert (torch.arange(3.0, device=DEV) * 2).cpu().tolist() == [0.0, 2.0, 4.0]
+
+
+def test_a_few_elements_of_a_pending_large_value_come_alone_to_the_host():
+    # the pending value is computed first, then only the part is copied out
+    # (the whole 64 MiB storage came to the host before)
+    z = torch.zeros(2**24, device=DEV) + 1
+    torch_pjrt.metrics.reset()
+    assert z[5:7].cpu().tolist() == [1.0, 1.0]
+    assert torch_pjrt.metrics.counters()["bytes_to_host"] < 1024
 
 
 def test_out_of_memory_while_running_is_out_of_memory_and_random_numbers_go_on():
