@@ -142,6 +142,7 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
     Operands o = Prepare(a, b, FloatType(rt));
     return Wrap(B(o.device).Binary(Op::Div, o.x, o.y), o.device);
   }
+  TORCH_CHECK_NOT_IMPLEMENTED(rt != at::kBool, "\"div_", *mode, "_cpu\" not implemented for 'Bool'");
   // rounded division by a one-element divisor: in float for half types, as true division
   const bool in_float = !integral && ScalarInFloat(b, rt);
   const at::ScalarType ct = in_float ? at::kFloat : rt;
@@ -179,6 +180,7 @@ at::Tensor floor_divide_scalar(const at::Tensor& a, const at::Scalar& b) {
 at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
   TraceScope s;
   const at::ScalarType t = at::result_type(a, b);
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"remainder_cpu\" not implemented for 'Bool'");
   Operands o = Prepare(a, b, t);
   ir::Builder& bb = B(o.device);
   CheckIntegerDivisor(o, t);
@@ -196,6 +198,7 @@ at::Tensor remainder_scalar_tensor(const at::Scalar& a, const at::Tensor& b) { r
 at::Tensor fmod_tensor(const at::Tensor& a, const at::Tensor& b) {
   TraceScope s;
   const at::ScalarType t = at::result_type(a, b);
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"fmod_cpu\" not implemented for 'Bool'");
   Operands o = Prepare(a, b, t);
   CheckIntegerDivisor(o, t);
   return Wrap(B(o.device).Binary(Op::Rem, o.x, o.y), o.device);

@@ -256,6 +256,13 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
   return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
 }
 
+// The CPU's is_set_to: the same storage, offset, sizes and strides (the CPU
+// fallback compared copies, always False).
+bool is_set_to(const at::Tensor& self, const at::Tensor& other) {
+  return self.storage().is_alias_of(other.storage()) && self.storage_offset() == other.storage_offset() &&
+         self.sizes().equals(other.sizes()) && self.strides().equals(other.strides());
+}
+
 // Host copy of a pjrt tensor: downloads the flat storage once, then lets the
 // CPU apply the view.
 at::Tensor ToCpu(const at::Tensor& self) {
@@ -325,7 +332,7 @@ void CopyHostToPjrt(const at::Tensor& dst, const at::Tensor& src) {
 // src's value as dtype t, for a copy between pjrt tensors: complex to real
 // keeps the real part, with PyTorch's warning, as on the CPU.
 ir::Value CastForCopy(const at::Tensor& src, at::ScalarType t) {
-  if (src.is_complex() && !at::isComplexType(t)) {
+  if (src.is_complex() && !at::isComplexType(t) && t != at::kBool) {  // to bool: whether either part is non-zero
     TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
   }
   return ValAs(src, t);
@@ -612,6 +619,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpj::aten::set_storage));
   m.impl("set_.source_Storage", TORCH_FN(tpj::aten::set_source_storage));
   m.impl("set_.source_Tensor", TORCH_FN(tpj::aten::set_source_tensor));
+  m.impl("is_set_to", TORCH_FN(tpj::aten::is_set_to));
   m.impl("copy_", TORCH_FN(tpj::aten::copy_));
   m.impl("_to_copy", TORCH_FN(tpj::aten::to_copy));
   m.impl("_copy_from", TORCH_FN(tpj::aten::copy_from));

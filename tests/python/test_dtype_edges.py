@@ -256,6 +256,10 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     ("lerp weight out of range", lambda t: t.lerp(t + 1, 1e40), torch.tensor([0.0, 1.0])),
     ("lerp of int", lambda t: t.lerp(t + 1, 0.5), torch.tensor([1, 2])),
     ("lerp of int, tensor weight", lambda t: t.lerp(t + 1, t), torch.tensor([1, 2])),
+    ("bool // bool", lambda t: t // t, torch.tensor([True, False])),
+    ("bool div trunc", lambda t: torch.div(t, t, rounding_mode="trunc"), torch.tensor([True, False])),
+    ("bool remainder", lambda t: torch.remainder(t, t), torch.tensor([True, False])),
+    ("bool fmod", lambda t: torch.fmod(t, True), torch.tensor([True, False])),
     ("lerp to an int end", lambda t: t.lerp(t.long(), 0.5), torch.tensor([1.0, 2.0])),
     ("lerp, weight of another dtype", lambda t: t.lerp(t, t.double()), torch.tensor([1.0, 2.0])),
     ("lerp_, complex 0-d weight", lambda t: t.lerp_(t, torch.tensor(0.5j, device=t.device)), torch.tensor([1.0, 2.0])),
@@ -567,3 +571,11 @@ def test_lerp_promotes_a_0d_weight_as_the_cpu():
             got = torch.lerp(a.to(DEV), a.to(DEV) * 2, w.to(DEV))
             assert got.dtype == expected.dtype, (a.dtype, w.dtype)
             torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_complex_to_bool_is_either_part_nonzero_without_a_warning():
+    import warnings
+    z = torch.tensor([0j, 1j, 1 + 0j, complex(0, -0.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the real-part warning is for casts to real types only
+        assert z.to(DEV).bool().cpu().tolist() == z.bool().tolist()

@@ -585,3 +585,11 @@ def test_deterministic_mode_fills_uninitialized_memory_as_the_cpu():
         assert dev[1] == [2**31 - 1] * 2 and dev[2] is True
     finally:
         torch.use_deterministic_algorithms(was)
+
+
+def test_is_set_to_compares_storage_and_geometry_as_the_cpu():
+    for x in (torch.arange(6.0), torch.arange(6.0).to(DEV)):
+        got = [x.is_set_to(x), x.is_set_to(x.view(6)), x.is_set_to(x[1:]), x.is_set_to(x.clone()),
+               x.view(2, 3).is_set_to(x.view(3, 2).t().t())]
+        assert got == [True, True, False, False, False], (x.device, got)
+    assert torch_pjrt.metrics.fallbacks().get("aten::is_set_to", 0) == 0
