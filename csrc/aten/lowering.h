@@ -167,21 +167,23 @@ inline at::Tensor WrappedScalar(const at::Scalar& s) {
 
 inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
-// Result dtype of an in-place op must be castable to self's dtype.
 // An operand that partly overlaps the tensor written (x[1:] += x[:-1],
 // x[1:].copy_(x[:-1])) is refused with the CPU's error: there the answer
 // depends on the order in which memory is written, which a program does
 // not have. The CPU's check (at::assert_no_partial_overlap) gives up on
 // strided views and then writes element by element (buf[:, 1:] =
-// buf[:, :-1] smears the first column); those are checked exactly here
-// (ops_memory.cc). The same memory (x.add_(x)) is fine.
+// buf[:, :-1] smears the first column); those are checked here
+// (ops_memory.cc). The same memory (x.add_(x)) is fine, and so is a shift
+// toward lower addresses (buf[:, :-1] = buf[:, 1:]), which the CPU reads
+// ahead of its writes.
 void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand);
 // An in-place or out= result written through a view whose elements share
-// memory (overlapping unfold windows): the CPU applies the op to a shared
-// element once per window, in order; a program computes each once. Refused
-// with the CPU's error for expanded views (ops_memory.cc).
+// memory: expanded views (the CPU's error) and overlapping windows
+// (x.unfold(0, 4, 2).mul_(2), where the CPU applies the op to a shared
+// element once per window, in order; a program computes each once).
 void AssertNoInternalOverlap(const at::Tensor& written);
 
+// Result dtype of an in-place op must be castable to self's dtype.
 inline void CheckInplace(const at::Tensor& self, at::ScalarType result) {
   TORCH_CHECK(at::canCast(result, self.scalar_type()), "result type ", result,
               " can't be cast to the desired output type ", self.scalar_type());

@@ -1082,7 +1082,9 @@ at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::
   TraceScope s;
   CheckLerpDtype(self, end, "end");
   if (w.dim() != 0) CheckLerpDtype(self, w, "weight");
-  const at::ScalarType t = w.dim() == 0 ? at::result_type(self, w) : self.scalar_type();
+  at::native::ResultTypeState st;  // a 0-d weight promotes with both, as in TensorIterator
+  for (const at::Tensor* x : {&self, &end, &w}) st = at::native::update_result_type_state(*x, st);
+  const at::ScalarType t = w.dim() == 0 ? at::native::result_type(st) : self.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || at::isComplexType(t), "\"lerp_kernel_tensor\" not implemented for '", t, "'");
   const int d = CommonDevice({&self, &end, &w});
   std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), end.sizes()), w.sizes());

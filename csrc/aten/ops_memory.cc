@@ -45,15 +45,35 @@ std::pair<int64_t, int64_t> Extent(const Geometry& g) {
   return {g.offset, last};
 }
 
-// Whether delta = sum k_i stride_i with |k_i| < size_i, dims by decreasing
-// stride from `i`: each dim tries the two multiples around delta / stride,
-// exact where every stride exceeds the span of the smaller ones (any view
-// that does not overlap itself); a view that overlaps itself may answer no.
-bool Reaches(int64_t delta, const std::vector<std::pair<int64_t, int64_t>>& dims, size_t i) {
+// (stride, size) of the dims that move, by decreasing stride.
+using Dims = std::vector<std::pair<int64_t, int64_t>>;
+Dims SortedDims(const Geometry& g) {
+  Dims dims;
+  for (size_t i = 0; i < g.sizes.size(); ++i) {
+    if (g.strides[i] != 0) dims.emplace_back(g.strides[i], g.sizes[i]);
+  }
+  std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  return dims;
+}
+
+// Whether each stride exceeds the span of the smaller ones: the view's
+// offsets are then distinct and each has one index, found greedily.
+bool Nested(const Dims& dims) {
+  int64_t span = 0;
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (dims[i].first <= span) return false;
+    span += (dims[i].second - 1) * dims[i].first;
+  }
+  return true;
+}
+
+// Whether delta = sum k_i stride_i with |k_i| < size_i, from dim i on:
+// each dim tries the two multiples around delta / stride, exact for nested
+// dims; any answer found is a real solution.
+bool Reaches(int64_t delta, const Dims& dims, size_t i) {
   if (delta == 0) return true;
   if (i == dims.size()) return false;
   const auto [stride, size] = dims[i];
-  if (stride == 0) return Reaches(delta, dims, i + 1);
   const int64_t q = delta / stride;
   for (int64_t k : {q, q + (delta > 0 ? 1 : -1)}) {
     if (std::abs(k) < size && Reaches(delta - k * stride, dims, i + 1)) return true;
@@ -61,68 +81,84 @@ bool Reaches(int64_t delta, const std::vector<std::pair<int64_t, int64_t>>& dims
   return false;
 }
 
-// Element offsets of a view, for views of different geometries.
-void Offsets(const Geometry& g, size_t dim, int64_t at, std::vector<int64_t>* out) {
-  if (dim == g.sizes.size()) {
-    out->push_back(at);
-    return;
+// Whether element offset t is one of a nested view's.
+bool Contains(const Dims& nested, int64_t offset, int64_t t) {
+  int64_t r = t - offset;
+  if (r < 0) return false;
+  for (const auto& [stride, size] : nested) {
+    const int64_t k = r / stride;
+    if (k >= size) return false;
+    r -= k * stride;
   }
-  for (int64_t k = 0; k < g.sizes[dim]; ++k) Offsets(g, dim + 1, at + k * g.strides[dim], out);
+  return r == 0;
 }
 
-// Whether some two elements of a view are one storage element: none where
-// each stride (by decreasing size) exceeds the span of the smaller ones,
-// else counted up to kMaxOverlapElements elements (larger: assumed).
-bool OverlapsItself(const Geometry& g, int64_t numel);
-
-// Views of different geometries are compared element by element up to this
-// many elements each; larger ones are left to the CPU's check.
-constexpr int64_t kMaxOverlapElements = 1 << 16;
-
-bool OverlapsItself(const Geometry& g, int64_t numel) {
-  std::vector<std::pair<int64_t, int64_t>> dims;
-  for (size_t i = 0; i < g.sizes.size(); ++i) dims.emplace_back(g.strides[i], g.sizes[i]);
-  std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
-  int64_t span = 0;  // of the dims after i
-  bool nested = true;
-  for (size_t i = dims.size(); i-- > 0;) {
-    if (dims[i].first <= span) nested = false;
-    span += (dims[i].second - 1) * dims[i].first;
+// Calls f on each element offset of a view until it returns true.
+template <class F>
+bool AnyOffset(const Geometry& g, size_t dim, int64_t at, const F& f) {
+  if (dim == g.sizes.size()) return f(at);
+  for (int64_t k = 0; k < g.sizes[dim]; ++k) {
+    if (AnyOffset(g, dim + 1, at + k * g.strides[dim], f)) return true;
   }
-  if (nested) return false;
-  if (numel > kMaxOverlapElements) return true;
-  std::vector<int64_t> offsets;
-  Offsets(g, 0, g.offset, &offsets);
-  std::sort(offsets.begin(), offsets.end());
+  return false;
+}
+
+std::vector<int64_t> SortedOffsets(const Geometry& g) {
+  std::vector<int64_t> out;
+  AnyOffset(g, 0, g.offset, [&](int64_t t) {
+    out.push_back(t);
+    return false;
+  });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Views are walked element by element up to this many elements (the one
+// walked: the other answers by arithmetic where it is nested), and sorted
+// offsets compared up to kMaxSortedElements; beyond both, left unchecked.
+constexpr int64_t kMaxWalkedElements = int64_t{1} << 22;
+constexpr int64_t kMaxSortedElements = int64_t{1} << 20;
+
+// Whether some two elements of a view are one storage element (the CPU's
+// check answers "too hard" for such views).
+bool OverlapsItself(const Geometry& g, int64_t numel) {
+  if (Nested(SortedDims(g)) || numel > kMaxSortedElements) return false;
+  const std::vector<int64_t> offsets = SortedOffsets(g);
   return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
 }
 
-// Whether two views of one storage share an element without being the
-// same view (Geometry), for the cases the CPU's check calls too hard.
-bool PartlyOverlaps(const at::Tensor& a, const at::Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage() ||
-      !a.storage().is_alias_of(b.storage())) {
+// Whether an operand's elements would be read after the op wrote some of
+// them on the CPU, for the views the CPU's check calls too hard: views of
+// one storage that share an element without being the same view. The CPU
+// walks memory upward, so a view of the same strides shifted toward lower
+// addresses than the written one (buf[:, :-1] = buf[:, 1:]) reads each
+// element before it is written: that computes as in a program.
+bool PartlyOverlaps(const at::Tensor& written, const at::Tensor& operand) {
+  // (views of one storage as types of other sizes, x.view(torch.int16) and
+  // x, count offsets in other units: left to the CPU's check)
+  if (written.numel() == 0 || operand.numel() == 0 || !written.has_storage() || !operand.has_storage() ||
+      !written.storage().is_alias_of(operand.storage()) || written.element_size() != operand.element_size()) {
     return false;
   }
-  const Geometry ga = GeometryOf(a), gb = GeometryOf(b);
-  if (ga == gb) return false;
-  const auto [a0, a1] = Extent(ga);
-  const auto [b0, b1] = Extent(gb);
-  if (a1 < b0 || b1 < a0) return false;
-  if (ga.sizes == gb.sizes && ga.strides == gb.strides) {
-    std::vector<std::pair<int64_t, int64_t>> dims;
-    for (size_t i = 0; i < ga.sizes.size(); ++i) dims.emplace_back(ga.strides[i], ga.sizes[i]);
-    std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
-    return Reaches(gb.offset - ga.offset, dims, 0);
+  const Geometry w = GeometryOf(written), o = GeometryOf(operand);
+  if (w == o) return false;
+  const auto [w0, w1] = Extent(w);
+  const auto [o0, o1] = Extent(o);
+  if (w1 < o0 || o1 < w0) return false;
+  if (w.sizes == o.sizes && w.strides == o.strides) {
+    return o.offset < w.offset && Reaches(w.offset - o.offset, SortedDims(w), 0);
   }
-  if (a.numel() > kMaxOverlapElements || b.numel() > kMaxOverlapElements) return false;
-  std::vector<int64_t> oa, ob;
-  Offsets(ga, 0, ga.offset, &oa);
-  Offsets(gb, 0, gb.offset, &ob);
-  std::sort(oa.begin(), oa.end());
-  std::sort(ob.begin(), ob.end());
+  const Dims wd = SortedDims(w), od = SortedDims(o);
+  if (Nested(wd) && operand.numel() <= kMaxWalkedElements) {
+    return AnyOffset(o, 0, o.offset, [&](int64_t t) { return Contains(wd, w.offset, t); });
+  }
+  if (Nested(od) && written.numel() <= kMaxWalkedElements) {
+    return AnyOffset(w, 0, w.offset, [&](int64_t t) { return Contains(od, o.offset, t); });
+  }
+  if (written.numel() > kMaxSortedElements || operand.numel() > kMaxSortedElements) return false;
+  const std::vector<int64_t> a = SortedOffsets(w), b = SortedOffsets(o);
   std::vector<int64_t> common;
-  std::set_intersection(oa.begin(), oa.end(), ob.begin(), ob.end(), std::back_inserter(common));
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
   return !common.empty();
 }
 

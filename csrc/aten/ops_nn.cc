@@ -457,7 +457,7 @@ bool DepthwiseOnCpu(ir::Builder& b, const std::vector<int64_t>& xs, const std::v
   for (int64_t v : xs) {
     if (v == 0) return false;
   }
-  return Taps(ks) <= kMaxDepthwiseTaps;
+  return Taps(ks) >= 1 && Taps(ks) <= kMaxDepthwiseTaps;
 }
 
 // Returns an undefined value where the output would be empty (the

@@ -48,7 +48,7 @@ import torch
 import torch.fx
 from torch._prims import rng_prims
 
-from torch_pjrt import _C, _device
+from torch_pjrt import _C, _device, metrics
 
 _PRIVATEUSE1 = "PrivateUse1"
 
@@ -567,6 +567,7 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
                           "replays it", stacklevel=2)
     from torch._dynamo.backends.common import aot_autograd
 
+    metrics._note_dynamo_compile()
     # keep_inference_input_mutations: in-place updates of inputs (BatchNorm's
     # running statistics, a compiled optimizer's parameters) stay in the
     # program, which donates the inputs' buffers to their new values.

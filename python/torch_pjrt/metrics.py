@@ -39,13 +39,15 @@ Timers (``timers()``, seconds): ``compile``, ``execute_launch``,
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Dict, List
 
 from torch_pjrt import _C
 
-# Dynamo's guard failures per code object, as counted at the last reset():
-# those are not this reset's recompilations.
-_dynamo_seen: Dict[object, int] = {}
+# torch.compile's recompilations seen by the pjrt backend since reset(), and
+# how many of Dynamo's guard failures per code object are accounted for.
+_dynamo_recompiles: List[dict] = []
+_dynamo_seen: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
 
 
 def counters() -> Dict[str, int]:
@@ -85,25 +87,36 @@ def _dynamo_guard_failures() -> Dict[object, list]:
     return dict(failures) if failures else {}
 
 
-def dynamo_recompiles() -> List[dict]:
-    """Each recompilation by ``torch.compile`` (Dynamo) since the last
-    ``reset()``: ``function`` (name, file:line) and ``why`` (the first guard
-    that failed, e.g. ``G['model'].config.problem_type is None`` for a model
-    that sets an attribute on its first call, or a tensor's new size). From
-    Dynamo's own record, which ``torch._dynamo.reset()`` clears."""
-    out = []
+def _note_dynamo_compile() -> None:
+    """Called by the pjrt backend for each graph Dynamo hands it: the guard
+    failures Dynamo recorded since the last call are one recompilation (one
+    reason per cached entry of the function, newest first)."""
     for code, reasons in _dynamo_guard_failures().items():
-        function = f"{getattr(code, 'co_name', code)} ({getattr(code, 'co_filename', '?')}:" \
-                   f"{getattr(code, 'co_firstlineno', '?')})"
-        for reason in reasons[min(_dynamo_seen.get(code, 0), len(reasons)):]:
-            out.append({"function": function, "why": " ".join(str(reason).split("\n", 1)[0].split())})
-    return out
+        seen = _dynamo_seen.get(code, 0)
+        if seen > len(reasons):  # torch._dynamo.reset() cleared them
+            seen = 0
+        if len(reasons) > seen:
+            function = f"{getattr(code, 'co_name', code)} ({getattr(code, 'co_filename', '?')}:" \
+                       f"{getattr(code, 'co_firstlineno', '?')})"
+            _dynamo_recompiles.append({"function": function, "why": " ".join(str(reasons[seen]).split("\n", 1)[0].split())})
+        try:
+            _dynamo_seen[code] = len(reasons)
+        except TypeError:  # not weakly referenceable: not remembered
+            pass
+
+
+def dynamo_recompiles() -> List[dict]:
+    """Each recompilation by ``torch.compile(backend="pjrt")`` (Dynamo) since
+    the last ``reset()``: ``function`` (name, file:line) and ``why`` (the
+    guard that failed, e.g. ``G['model'].config.problem_type is None`` for
+    a model that sets an attribute on its first call, or a tensor's new
+    size)."""
+    return list(_dynamo_recompiles)
 
 
 def reset() -> None:
     _C._metrics_reset()
-    _dynamo_seen.clear()
-    _dynamo_seen.update({code: len(reasons) for code, reasons in _dynamo_guard_failures().items()})
+    _dynamo_recompiles.clear()
 
 
 def report() -> str:

@@ -571,6 +571,11 @@ def test_lerp_promotes_a_0d_weight_as_the_cpu():
             got = torch.lerp(a.to(DEV), a.to(DEV) * 2, w.to(DEV))
             assert got.dtype == expected.dtype, (a.dtype, w.dtype)
             torch.testing.assert_close(got.cpu(), expected)
+    # a 0-d self and weight promote with a dimensioned end (float32, not float64)
+    self0, end, w = torch.tensor(1.0), torch.linspace(0, 1, 3), torch.tensor(0.5, dtype=torch.float64)
+    got = torch.lerp(self0.to(DEV), end.to(DEV), w.to(DEV))
+    assert got.dtype == torch.lerp(self0, end, w).dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), torch.lerp(self0, end, w))
 
 
 def test_complex_to_bool_is_either_part_nonzero_without_a_warning():

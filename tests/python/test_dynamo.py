@@ -199,6 +199,27 @@ def test_dynamo_recompiles_are_in_the_metrics():
     assert torch_pjrt.metrics.dynamo_recompiles() == []
 
 
+def test_each_dynamo_recompile_is_listed_once():
+    # Dynamo records one guard failure per cached graph of the function at
+    # each recompile (1 + 2 + 3 for three): each recompile is one entry.
+    def g(x):
+        return x + 1
+
+    cg = torch.compile(g, backend="pjrt", dynamic=False)
+    cg(torch.randn(1).to(DEV))
+    torch_pjrt.metrics.reset()
+    for n in (2, 3, 4):
+        cg(torch.randn(n).to(DEV))
+    r = torch_pjrt.metrics.dynamo_recompiles()
+    assert len(r) == 3 and all(e["function"].startswith("g (") for e in r), r
+    torch._dynamo.reset()  # clears Dynamo's record: later recompiles still count
+    torch_pjrt.metrics.reset()
+    cg = torch.compile(g, backend="pjrt", dynamic=False)
+    for n in (1, 2):
+        cg(torch.randn(n).to(DEV))
+    assert len(torch_pjrt.metrics.dynamo_recompiles()) == 1
+
+
 def test_view_of_a_layout_the_device_does_not_keep():
     # On the CPU (and in AOTAutograd's fake tensors) a dtype conversion keeps
     # a permuted layout, so the traced graph views the permuted-back result;

@@ -157,6 +157,11 @@ NO_OVERLAP = {  # strided views of one storage that share no element
     "rotary pairs": lambda x: x.view(2, 5)[:, 1::2].mul_(x.view(2, 5)[:, 0::2][:, :2]),
     "same columns": lambda x: x.view(2, 5)[:, 1:].mul_(x.view(2, 5)[:, 1:]),
     "windows that do not overlap": lambda x: x.unfold(0, 2, 2).mul_(2),
+    "strided view that does not overlap itself": lambda x: x.as_strided((3, 2), (2, 3)).mul_(2),
+    # a shift toward lower addresses: the CPU reads each element before writing it
+    "left buffer shift": lambda x: x.view(2, 5).__setitem__((slice(None), slice(None, -1)), x.view(2, 5)[:, 1:]),
+    "left shift add": lambda x: x.view(2, 5)[:, :-1].add_(x.view(2, 5)[:, 1:]),
+    "float16 view sharing no byte": lambda x: x[:4:2].copy_(x.view(torch.float16)[2:8:4]),
 }
 
 
@@ -167,6 +172,18 @@ def test_strided_views_that_partly_overlap_are_refused(name):
         STRIDED_OVERLAP[name](x)
     assert "the CPU would" in str(e.value)
     assert x.cpu().tolist() == list(range(10))
+
+
+def test_large_strided_overlaps_are_refused_and_large_disjoint_views_compute():
+    x = torch.randn(512, 512).to(DEV)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        x.mul_(x[:, :1])  # 262144 elements written, each row by its first element
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        x[:, 1:].copy_(x[:, :-1])
+    cpu = x.cpu()
+    x[:, 1:].add_(x[:, :1])  # disjoint columns
+    cpu[:, 1:].add_(cpu[:, :1])
+    torch.testing.assert_close(x.cpu(), cpu)
 
 
 @pytest.mark.parametrize("name", NO_OVERLAP)
