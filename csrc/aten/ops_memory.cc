@@ -127,11 +127,39 @@ bool OverlapsItself(const Geometry& g, int64_t numel) {
   return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
 }
 
+// Calls f(written offset, operand offset) for each element of `written`,
+// the operand broadcast to its shape, until f returns true.
+template <class F>
+bool AnyPair(const at::Tensor& w, const std::vector<int64_t>& o_strides, int64_t dim, int64_t wo, int64_t oo,
+             const F& f) {
+  if (dim == w.dim()) return f(wo, oo);
+  for (int64_t k = 0; k < w.size(dim); ++k) {
+    if (AnyPair(w, o_strides, dim + 1, wo + k * w.stride(dim), oo + k * o_strides[dim], f)) return true;
+  }
+  return false;
+}
+
+// The operand's strides broadcast to `written`'s shape; empty where its
+// shape does not broadcast to it.
+std::vector<int64_t> BroadcastStrides(const at::Tensor& written, const at::Tensor& operand) {
+  const int64_t n = written.dim(), lead = n - operand.dim();
+  if (lead < 0) return {};
+  std::vector<int64_t> out(n, 0);
+  for (int64_t d = lead; d < n; ++d) {
+    const int64_t size = operand.size(d - lead);
+    if (size != 1 && size != written.size(d)) return {};
+    out[d] = size == 1 ? 0 : operand.stride(d - lead);
+  }
+  return out;
+}
+
 // Whether an operand's elements would be read after the op wrote some of
 // them on the CPU, for the views the CPU's check calls too hard: views of
 // one storage that share an element without being the same view. The CPU
-// walks memory upward, so a view of the same strides shifted toward lower
-// addresses than the written one (buf[:, :-1] = buf[:, 1:]) reads each
+// walks the written view upward in memory, so an operand element is read
+// after it was written where it lies in the written view below the element
+// it serves (buf[:, 1:] = buf[:, :-1], x.mul_(x[:, :1])); a shift toward
+// lower addresses (buf[:, :-1] = buf[:, 1:], x.div_(x[:, -1:])) reads each
 // element before it is written: that computes as in a program.
 bool PartlyOverlaps(const at::Tensor& written, const at::Tensor& operand) {
   // (views of one storage as types of other sizes, x.view(torch.int16) and
@@ -149,6 +177,11 @@ bool PartlyOverlaps(const at::Tensor& written, const at::Tensor& operand) {
     return o.offset < w.offset && Reaches(w.offset - o.offset, SortedDims(w), 0);
   }
   const Dims wd = SortedDims(w), od = SortedDims(o);
+  const std::vector<int64_t> o_strides = BroadcastStrides(written, operand);
+  if (Nested(wd) && !o_strides.empty() && written.numel() <= kMaxWalkedElements) {
+    return AnyPair(written, o_strides, 0, w.offset, o.offset,
+                   [&](int64_t dst, int64_t src) { return src < dst && Contains(wd, w.offset, src); });
+  }
   if (Nested(wd) && operand.numel() <= kMaxWalkedElements) {
     return AnyOffset(o, 0, o.offset, [&](int64_t t) { return Contains(wd, w.offset, t); });
   }

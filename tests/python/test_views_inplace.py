@@ -161,6 +161,7 @@ NO_OVERLAP = {  # strided views of one storage that share no element
     # a shift toward lower addresses: the CPU reads each element before writing it
     "left buffer shift": lambda x: x.view(2, 5).__setitem__((slice(None), slice(None, -1)), x.view(2, 5)[:, 1:]),
     "left shift add": lambda x: x.view(2, 5)[:, :-1].add_(x.view(2, 5)[:, 1:]),
+    "rows over their last element": lambda x: x.view(2, 5).div_(x.view(2, 5)[:, -1:]),
     "float16 view sharing no byte": lambda x: x[:4:2].copy_(x.view(torch.float16)[2:8:4]),
 }
 
