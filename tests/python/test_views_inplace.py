@@ -611,3 +611,50 @@ def test_is_set_to_compares_storage_and_geometry_as_the_cpu():
                x.view(2, 3).is_set_to(x.view(3, 2).t().t())]
         assert got == [True, True, False, False, False], (x.device, got)
     assert torch_pjrt.metrics.fallbacks().get("aten::is_set_to", 0) == 0
+
+
+def _random_view(rng, n):
+    nd = rng.choice([1, 2, 2, 3])
+    sizes = [rng.randint(1, 4) for _ in range(nd)]
+    strides = [rng.choice([0, 1, 1, 2, 3, 4, 5, 8]) for _ in range(nd)]
+    offset = rng.randint(0, 6)
+    if offset + sum((s - 1) * st for s, st in zip(sizes, strides)) >= n:
+        return None
+    return sizes, strides, offset
+
+
+def test_random_strided_writes_never_differ_silently_from_the_cpu():
+    # x.as_strided(w).add_(x.as_strided(o)) for random views of one storage:
+    # where pjrt computes, it equals the CPU (which writes element by
+    # element); where the CPU refuses, pjrt refuses too. pjrt may refuse
+    # where the CPU's order happens to give the before-the-write answer
+    # (views whose strides do not nest, a few in a hundred).
+    import random
+    rng = random.Random(1)
+    computed = refused = 0
+    for _ in range(1500):
+        w, o = _random_view(rng, 40), _random_view(rng, 40)
+        if w is None or o is None or any(st == 0 and s > 1 for s, st in zip(*w[:2])):
+            continue
+        base = torch.arange(40.0) + 1
+        try:
+            if torch.broadcast_shapes(base.as_strided(*o).shape, base.as_strided(*w).shape) != torch.Size(w[0]):
+                continue
+        except RuntimeError:
+            continue
+        cpu, dev = base.clone(), base.to(DEV)
+        try:
+            cpu.as_strided(*w).add_(cpu.as_strided(*o))
+            cpu_error = None
+        except RuntimeError as e:
+            cpu_error = e
+        try:
+            dev.as_strided(*w).add_(dev.as_strided(*o))
+            got = dev.cpu()
+        except RuntimeError:
+            refused += 1
+            continue
+        assert cpu_error is None, (w, o, cpu_error)
+        assert torch.equal(got, cpu), (w, o)
+        computed += 1
+    assert computed > 75 and refused > 75, (computed, refused)
