@@ -93,19 +93,27 @@ bool Contains(const Dims& nested, int64_t offset, int64_t t) {
   return r == 0;
 }
 
-// Calls f on each element offset of a view until it returns true.
+// Calls f(a, b) for each index of `sizes`, a and b the offsets that the
+// strides sa and sb (from a0 and b0) give it, until f returns true.
 template <class F>
-bool AnyOffset(const Geometry& g, size_t dim, int64_t at, const F& f) {
-  if (dim == g.sizes.size()) return f(at);
-  for (int64_t k = 0; k < g.sizes[dim]; ++k) {
-    if (AnyOffset(g, dim + 1, at + k * g.strides[dim], f)) return true;
+bool AnyIndex(const std::vector<int64_t>& sizes, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
+              size_t dim, int64_t a, int64_t b, const F& f) {
+  if (dim == sizes.size()) return f(a, b);
+  for (int64_t k = 0; k < sizes[dim]; ++k) {
+    if (AnyIndex(sizes, sa, sb, dim + 1, a + k * sa[dim], b + k * sb[dim], f)) return true;
   }
   return false;
 }
 
+// Calls f on each element offset of a view until it returns true.
+template <class F>
+bool AnyOffset(const Geometry& g, const F& f) {
+  return AnyIndex(g.sizes, g.strides, g.strides, 0, g.offset, 0, [&](int64_t t, int64_t) { return f(t); });
+}
+
 std::vector<int64_t> SortedOffsets(const Geometry& g) {
   std::vector<int64_t> out;
-  AnyOffset(g, 0, g.offset, [&](int64_t t) {
+  AnyOffset(g, [&](int64_t t) {
     out.push_back(t);
     return false;
   });
@@ -127,28 +135,17 @@ bool OverlapsItself(const Geometry& g, int64_t numel) {
   return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
 }
 
-// Calls f(written offset, operand offset) for each element of `written`,
-// the operand broadcast to its shape, until f returns true.
-template <class F>
-bool AnyPair(const at::Tensor& w, const std::vector<int64_t>& o_strides, int64_t dim, int64_t wo, int64_t oo,
-             const F& f) {
-  if (dim == w.dim()) return f(wo, oo);
-  for (int64_t k = 0; k < w.size(dim); ++k) {
-    if (AnyPair(w, o_strides, dim + 1, wo + k * w.stride(dim), oo + k * o_strides[dim], f)) return true;
-  }
-  return false;
-}
-
-// The operand's strides broadcast to `written`'s shape; empty where its
-// shape does not broadcast to it.
+// The operand's strides broadcast to `written`'s shape, for the dims of
+// its Geometry (size-1 dims left out); empty where the operand's shape does
+// not broadcast to it.
 std::vector<int64_t> BroadcastStrides(const at::Tensor& written, const at::Tensor& operand) {
   const int64_t n = written.dim(), lead = n - operand.dim();
   if (lead < 0) return {};
-  std::vector<int64_t> out(n, 0);
-  for (int64_t d = lead; d < n; ++d) {
-    const int64_t size = operand.size(d - lead);
+  std::vector<int64_t> out;
+  for (int64_t d = 0; d < n; ++d) {
+    const int64_t size = d < lead ? 1 : operand.size(d - lead);
     if (size != 1 && size != written.size(d)) return {};
-    out[d] = size == 1 ? 0 : operand.stride(d - lead);
+    if (written.size(d) != 1) out.push_back(size == 1 ? 0 : operand.stride(d - lead));
   }
   return out;
 }
@@ -178,15 +175,15 @@ bool PartlyOverlaps(const at::Tensor& written, const at::Tensor& operand) {
   }
   const Dims wd = SortedDims(w), od = SortedDims(o);
   const std::vector<int64_t> o_strides = BroadcastStrides(written, operand);
-  if (Nested(wd) && !o_strides.empty() && written.numel() <= kMaxWalkedElements) {
-    return AnyPair(written, o_strides, 0, w.offset, o.offset,
-                   [&](int64_t dst, int64_t src) { return src < dst && Contains(wd, w.offset, src); });
+  if (Nested(wd) && (w.sizes.empty() || !o_strides.empty()) && written.numel() <= kMaxWalkedElements) {
+    return AnyIndex(w.sizes, w.strides, o_strides, 0, w.offset, o.offset,
+                    [&](int64_t dst, int64_t src) { return src < dst && Contains(wd, w.offset, src); });
   }
   if (Nested(wd) && operand.numel() <= kMaxWalkedElements) {
-    return AnyOffset(o, 0, o.offset, [&](int64_t t) { return Contains(wd, w.offset, t); });
+    return AnyOffset(o, [&](int64_t t) { return Contains(wd, w.offset, t); });
   }
   if (Nested(od) && written.numel() <= kMaxWalkedElements) {
-    return AnyOffset(w, 0, w.offset, [&](int64_t t) { return Contains(od, o.offset, t); });
+    return AnyOffset(w, [&](int64_t t) { return Contains(od, o.offset, t); });
   }
   if (written.numel() > kMaxSortedElements || operand.numel() > kMaxSortedElements) return false;
   const std::vector<int64_t> a = SortedOffsets(w), b = SortedOffsets(o);

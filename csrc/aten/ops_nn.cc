@@ -457,7 +457,8 @@ bool DepthwiseOnCpu(ir::Builder& b, const std::vector<int64_t>& xs, const std::v
   for (int64_t v : xs) {
     if (v == 0) return false;
   }
-  return Taps(ks) >= 1 && Taps(ks) <= kMaxDepthwiseTaps;
+  const int64_t taps = Taps(ks);
+  return taps >= 1 && taps <= kMaxDepthwiseTaps;
 }
 
 // Returns an undefined value where the output would be empty (the
@@ -483,10 +484,11 @@ ir::Value DepthwiseTaps(int d, ir::Value x, ir::Value k, const std::vector<int64
   }
   ir::Value xp = b.Pad(b.Convert(x, ct), b.ScalarConstant(ct, 0), plo, phi, interior);
   const auto ps = b.shape(xp).dims;
-  ir::Value kc = b.Reshape(b.Convert(k, ct), {ks[0], Taps(ks)});
+  const int64_t taps = Taps(ks);
+  ir::Value kc = b.Reshape(b.Convert(k, ct), {ks[0], taps});
   ir::Value acc;
   std::vector<int64_t> tap(ns, 0);  // the tap's spatial index, last dim fastest
-  for (int64_t n = 0; n < Taps(ks); ++n) {
+  for (int64_t n = 0; n < taps; ++n) {
     std::vector<int64_t> start(ps.size(), 0), limit = ps, step(ps.size(), 1);
     for (size_t i = 0; i < ns; ++i) {
       start[2 + i] = tap[i] * dil[i];
