@@ -14,7 +14,7 @@ from typing import List, Optional, Union
 
 import torch
 
-from torch_pjrt import _C, _extension, _plugins
+from torch_pjrt import _C, _extension, _plugins, _printing
 
 _registered = False
 
@@ -96,6 +96,7 @@ def register() -> None:
     _refuse_sharing_between_processes()
     _refuse_dlpack_export()
     _warn_when_cuda_starts()
+    _printing.install()
     if _extension.is_loaded(_C):
         _configure_once()  # stores the search directories only; the runtime starts at first use
         _ensure_location_provider()

@@ -139,6 +139,70 @@ def test_item_and_print_materialize():
     assert torch.equal(x.cpu(), torch.arange(5.0) * 3)
 
 
+def _as_the_cpu_prints(text: str) -> str:
+    """A repr without the device suffix; the line breaks before suffixes
+    (which depend on the suffixes' lengths) as single spaces."""
+    return re.sub(r",\s+(dtype=|size=|requires_grad=|grad_fn=)", r", \1", re.sub(r",\s*device='pjrt:0'", "", text))
+
+
+PRINT_CASES = [
+    lambda: torch.tensor(2.5), lambda: torch.tensor(-7), lambda: torch.tensor(True),
+    lambda: torch.randn(5, 7), lambda: torch.randn(4, 3, 2) * 1e6, lambda: torch.randn(3, 5) * 1e-6,
+    lambda: torch.tensor([1.0, float("inf"), float("nan"), -0.0, 3.0]), lambda: torch.arange(12.0).view(3, 4),
+    lambda: torch.randn(2000), lambda: torch.randn(40, 50), lambda: torch.randn(9, 8, 7, 6) * 100,
+    lambda: torch.randn(64, 3, 5), lambda: torch.randint(-1000, 1000, (30, 40)), lambda: torch.rand(50, 30) > 0.5,
+    lambda: torch.randn(40, 30).to(torch.bfloat16), lambda: torch.randn(7, 300).half(),
+    lambda: torch.randn(30, 40, dtype=torch.complex64), lambda: torch.randn(3, 4, dtype=torch.float64),
+    lambda: torch.randint(0, 255, (20, 70), dtype=torch.uint8), lambda: torch.zeros(0, 3), lambda: torch.tensor([]),
+]
+PRINT_VIEWS = [
+    lambda t: t,
+    lambda t: t.t() if t.dim() == 2 else t,
+    lambda t: t[..., ::2] if t.dim() else t,
+    lambda t: t.conj() if t.is_complex() else t if t.dtype == torch.bool else torch._neg_view(t),
+]
+
+
+@pytest.mark.parametrize("options", [{}, {"threshold": 10, "edgeitems": 2}, {"threshold": 5, "edgeitems": 0},
+                                     {"precision": 2, "sci_mode": True, "linewidth": 40}])
+def test_print_shows_what_the_cpu_shows(options):
+    """repr of a pjrt tensor (computed or pending, strided, conjugate and
+    negative views, summarized or not, every print option) is the CPU's
+    with the device named."""
+    torch.manual_seed(0)
+    with torch._tensor_str.printoptions(**options):
+        for make in PRINT_CASES:
+            cpu = make()
+            computed = cpu.to(DEV)
+            torch_pjrt.sync()
+            for on_device in (computed, computed.clone()):  # the clone is pending
+                for view in PRINT_VIEWS:
+                    want, got = (_as_the_cpu_prints(repr(view(t))) for t in (cpu, on_device))
+                    assert got == want, (options, tuple(cpu.shape), cpu.dtype)
+    assert "device='pjrt:0'" in repr(computed)
+
+
+def test_print_runs_no_program_for_a_computed_tensor_and_one_for_a_summary():
+    """torch formats with tensor ops (masked_select, min, max, item per
+    element): on the device each was a program, print(loss) compiled one
+    every time. Only what is printed is read."""
+    loss = torch.randn(8, device=DEV).square().mean()
+    small, large = torch.randn(5, 7, device=DEV), torch.randn(64, 64, 64, device=DEV)
+    param = torch.nn.Parameter(torch.randn(3, device=DEV))
+    torch_pjrt.sync()
+    for _ in range(2):
+        torch_pjrt.metrics.reset()
+        text = [repr(t) for t in (loss, small, param, loss * 2)]
+        counters = torch_pjrt.metrics.counters()
+        assert counters.get("executions", 0) == 1 and text[3] == repr(loss.cpu() * 2).replace(")", ", device='pjrt:0')")
+        assert text[2].startswith("Parameter containing:") and text[2].endswith("device='pjrt:0', requires_grad=True)")
+        want = repr(large.cpu())
+        torch_pjrt.metrics.reset()
+        assert _as_the_cpu_prints(repr(large)) == want
+        counters = torch_pjrt.metrics.counters()
+        assert counters.get("executions", 0) == 1 and counters.get("bytes_to_host", 0) < 6**3 * 4 * 2
+
+
 def test_buffers_are_donated_when_overwritten():
     p = torch.randn(64, 64)
     d = p.to(DEV)
