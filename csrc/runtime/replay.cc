@@ -37,7 +37,6 @@ RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& 
     }
     if (s && (!s->outcome_ || s->outcome_->error.empty())) Materialize(*s);  // lost values raise when read
     start.buffers.push_back(s ? s->buffer_.get() : nullptr);
-    start.flags.push_back(s && s->outcome_ ? s->outcome_->flag.get() : nullptr);
     start.nbytes.push_back(s ? s->nbytes_ : 0);
     start.dtypes.push_back(s && s->dtype_ ? *s->dtype_ : ir::DType::U8);
   }
@@ -90,7 +89,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
   auto p = std::make_shared<ReplayProgram>();
   p->device = device;
   p->executable = capture.executable;
-  std::unordered_map<const pjrt::Buffer*, int> by_buffer, by_flag;
+  std::unordered_map<const pjrt::Buffer*, int> by_buffer;
   std::unordered_map<const Storage*, int> by_storage;
   p->inputs.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -103,9 +102,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     auto [it, inserted] = by_storage.emplace(s, static_cast<int>(i));
     if (!inserted) in.same_as = it->second;
     if (start.buffers[i]) by_buffer.emplace(start.buffers[i], static_cast<int>(i));
-    if (start.flags[i]) by_flag.emplace(start.flags[i], static_cast<int>(i));
   }
-  std::unordered_map<const pjrt::Buffer*, int> flag_arg;
   for (size_t k = 0; k < capture.args.size(); ++k) {
     ReplayProgram::Arg a;
     const pjrt::Buffer* b = capture.args[k].get();
@@ -113,10 +110,6 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     if (auto it = by_buffer.find(b); it != by_buffer.end()) {
       a.source = ReplayProgram::Source::kInput;
       a.input = it->second;
-    } else if (auto f = by_flag.find(b); f != by_flag.end()) {
-      a.source = ReplayProgram::Source::kFlag;
-      a.input = f->second;
-      flag_arg.emplace(b, static_cast<int>(k));
     } else if (b == capture.rng_param) {
       a.source = ReplayProgram::Source::kRng;
     } else {
@@ -128,11 +121,6 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
       }
     }
     p->args.push_back(std::move(a));
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!start.flags[i]) continue;
-    auto it = flag_arg.find(start.flags[i]);
-    p->inputs[i].flag_arg = it == flag_arg.end() ? ReplayProgram::kFlagUnread : it->second;
   }
   std::unordered_map<const Storage*, int> fresh_index;
   for (size_t k = 0; k < fresh.size(); ++k) fresh_index.emplace(fresh[k], static_cast<int>(k));
@@ -180,9 +168,6 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
     switch (a.source) {
       case ReplayProgram::Source::kInput:
         args[k] = ReadFlat(*inputs[static_cast<size_t>(a.input)], dtype);  // carries its checks into check_code
-        break;
-      case ReplayProgram::Source::kFlag:  // the input's checks are in check_code already (ReadFlat)
-        args[k] = t.builder->ScalarConstant(ir::DType::I32, 0);
         break;
       case ReplayProgram::Source::kRng:
         args[k] = RngStateValue(p.device);
@@ -282,17 +267,6 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   }
   // Arguments.
   std::vector<pjrt::Buffer*> args(p.args.size(), nullptr);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Storage* s = inputs[i];
-    if (!s) continue;
-    const pjrt::Buffer* flag = s->outcome_ ? s->outcome_->flag.get() : nullptr;
-    const int fa = p.inputs[i].flag_arg;
-    if (flag == nullptr || fa == ReplayProgram::kFlagUnread) continue;
-    if (fa == ReplayProgram::kNoFlag) return false;  // a check the program would not honour
-    pjrt::Buffer*& slot = args[static_cast<size_t>(fa)];
-    if (slot != nullptr && slot != flag) return false;
-    slot = s->outcome_->flag.get();
-  }
   for (size_t k = 0; k < p.args.size(); ++k) {
     const ReplayProgram::Arg& a = p.args[k];
     switch (a.source) {
@@ -304,17 +278,6 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
         args[k] = b.get();
         break;
       }
-      case ReplayProgram::Source::kFlag:
-        if (args[k] == nullptr) {
-          if (zero_flags_.size() <= static_cast<size_t>(p.device)) zero_flags_.resize(traces_.size());
-          DeviceBuffer& zero = zero_flags_[static_cast<size_t>(p.device)];
-          if (!zero) {
-            const int32_t z = 0;
-            zero = Upload(&z, ir::DType::I32, {}, p.device);
-          }
-          args[k] = zero.get();
-        }
-        break;
       case ReplayProgram::Source::kRng: {
         const DeviceBuffer& rng = RngBuffer(p.device);
         if (a.donated && rng.use_count() != 1) return false;
@@ -344,18 +307,19 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   }
   m.Add("executions");
   m.Add("replays");
-  std::shared_ptr<Outcome> outcome;
   std::vector<DeviceBuffer> results(outs.size());
   for (size_t o = 0; o < outs.size(); ++o) results[o] = DeviceBuffer(std::move(outs[o]));
-  if (p.checked) {
-    outcome = std::make_shared<Outcome>();
-    for (size_t o = 0; o < p.results.size(); ++o) {
-      for (const ReplayProgram::Result& r : p.results[o]) {
-        if (r.target == ReplayProgram::Target::kFlag) outcome->flag = results[o];
-      }
+  DeviceBuffer flag;
+  for (size_t o = 0; o < p.results.size() && p.checked; ++o) {
+    for (const ReplayProgram::Result& r : p.results[o]) {
+      if (r.target == ReplayProgram::Target::kFlag) flag = results[o];
     }
-    t.unverified.push_back(outcome);
   }
+  std::vector<std::shared_ptr<Outcome>> read;  // before the results replace the inputs' outcomes
+  for (Storage* s : inputs) {
+    if (s) AddInput(read, s->outcome_);
+  }
+  const std::shared_ptr<Outcome> outcome = NewOutcome(t, std::move(flag), std::move(read));
   int64_t donated = 0;
   for (const ReplayProgram::Arg& a : p.args) donated += a.donated ? 1 : 0;
   if (donated) m.Add("donated_buffers", donated);

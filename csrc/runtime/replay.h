@@ -31,23 +31,19 @@
 namespace tpj::runtime {
 
 struct ReplayProgram {
-  enum class Source { kInput, kFlag, kRng, kConst };
+  enum class Source { kInput, kRng, kConst };
   struct Arg {
     Source source = Source::kConst;
-    int input = -1;         // kInput, kFlag: the input it reads
+    int input = -1;         // kInput: the input it reads
     DeviceBuffer constant;  // kConst
     bool donated = false;   // the program reuses this buffer for a result
     ir::DType dtype = ir::DType::F32;  // of the program's parameter (read as such when the call joins a trace)
   };
-  // What the program's input flags were when recorded.
-  static constexpr int kNoFlag = -1;       // the input had no check flag: one now means trace again
-  static constexpr int kFlagUnread = -2;   // it had one the program did not read
   struct Input {
     bool storage = false;  // a pjrt storage (else a value the caller checks)
     int same_as = -1;      // an earlier input with the same storage, or -1 (distinct from all earlier)
     size_t nbytes = 0;
     ir::DType dtype = ir::DType::F32;
-    int flag_arg = kNoFlag;  // the argument its check flag feeds, or kNoFlag / kFlagUnread
   };
   enum class Target { kInput, kFresh, kRng, kFlag };
   struct Result {
@@ -69,9 +65,8 @@ struct ReplayProgram {
   std::shared_ptr<const ir::Graph> body;
 };
 
-// What BeginRecording saw of the inputs before the trace: their buffers and
-// check flags (an in-place write drops a storage's flag), and the trace epoch
-// and host reads (a sync during the trace, e.g. a CPU fallback, or a value
+// What BeginRecording saw of the inputs before the trace: their buffers, and
+// the trace epoch and host reads (a sync during the trace, e.g. a CPU fallback, or a value
 // read to the host makes the call unrecordable).
 struct RecordingStart {
   int device = 0;
@@ -81,7 +76,6 @@ struct RecordingStart {
   int64_t epoch = 0;
   int64_t host_reads = 0;
   std::vector<const pjrt::Buffer*> buffers;  // per input (null for non-storages)
-  std::vector<const pjrt::Buffer*> flags;
   std::vector<size_t> nbytes;
   std::vector<ir::DType> dtypes;
 };

@@ -277,8 +277,10 @@ class Runtime {
     std::vector<std::shared_ptr<Outcome>> unverified;
     // The checks' result so far (i32 scalar, max of failed check ids), or none.
     ir::Value check_code;
-    // Where this trace's checks (and those of the unverified programs it
-    // reads) were traced, at most 64; given to its Outcome.
+    // The unverified outcomes of the storages this trace read (Outcome::inputs
+    // of its program's outcome).
+    std::vector<std::shared_ptr<Outcome>> read;
+    // Where this trace's checks were traced, at most 64; given to its Outcome.
     std::vector<std::pair<int32_t, std::string>> check_sites;
     void AddCheckSite(int32_t id, const std::string& where);
     // Recorded graphs that joined this trace (Replay), until it is launched.
@@ -330,6 +332,14 @@ class Runtime {
   // `again`: also when it was raised before (reads raise every time).
   // Called without mu() held.
   void Verify(const std::shared_ptr<Outcome>& outcome, bool again);
+  // Marks verified the unverified outcomes of `t` whose programs finished
+  // with every check passed (reads flags that are ready; never waits).
+  void SettleFinished(Trace& t);
+  // Adds `o` to `to` as an input of a program that read a storage it covers.
+  static void AddInput(std::vector<std::shared_ptr<Outcome>>& to, const std::shared_ptr<Outcome>& o);
+  // The outcome of a program of `t` with check flag `flag` (null: none) that
+  // read the outcomes `inputs`; null when there is nothing to check.
+  std::shared_ptr<Outcome> NewOutcome(Trace& t, DeviceBuffer flag, std::vector<std::shared_ptr<Outcome>> inputs);
   // Throws TensorError when a read of `s` must fail. Caller holds mu().
   void RaiseIfLost(const Storage& s) const;
   int32_t CheckId(ErrorKind kind, const std::string& what);
@@ -380,7 +390,6 @@ class Runtime {
   };
   void LogLaunch(int device, const std::shared_ptr<pjrt::Executable>& exe, const std::vector<pjrt::Buffer*>& args);
   std::unique_ptr<std::vector<LoggedLaunch>> launch_log_;
-  std::vector<DeviceBuffer> zero_flags_;  // per device: an i32 0, the flag of a program without checks
   friend class TraceScope;
 
   std::recursive_mutex mu_;

@@ -40,15 +40,25 @@ class TensorError : public std::runtime_error {
 };
 
 // What is known of the program that last wrote a storage, shared by every
-// storage that program wrote: the checks compiled into it (`flag`, read
-// once), or an error that every read of those storages raises. A null
-// Outcome: the program had no checks.
+// storage that program wrote: the checks compiled into it (`flag`) and the
+// outcomes of the programs whose results it read (`inputs`), both read on
+// the host when a value is read, or an error that every read of those
+// storages raises. A null Outcome: nothing to check.
+//
+// The flags stay on the host side of the program boundary: a program never
+// takes an earlier program's flag as an argument, so the programs of a step
+// do not depend on which programs wrote their inputs (a step after one that
+// ran as several programs, or after a read of the loss, runs the same
+// executable as every other).
 struct Outcome {
-  // i32[]: 0 when every check passed, else the id of a failed one. Kept after
-  // it read 0: programs that read these storages take it as an input whether
-  // or not it was read, so reading a loss does not change the next program.
+  // i32[]: 0 when every check passed, else the id of a failed one; null when
+  // the program had no checks of its own. Dropped once verified.
   DeviceBuffer flag;
-  bool verified = false;  // flag read, and 0
+  // The unverified outcomes of what the program read: its results are as
+  // invalid as those if one failed. Only outcomes with a flag (an outcome
+  // without one lends its own inputs), emptied once verified.
+  std::vector<std::shared_ptr<Outcome>> inputs;
+  bool verified = false;  // flag and every input read, all 0
   std::string error;      // non-empty: the value is lost or invalid
   ErrorKind kind = ErrorKind::kFailure;
   bool reported = false;  // raised once already: sync(wait=True) does not raise it again

@@ -390,13 +390,9 @@ void Runtime::SyncDevice(int device) {
     for (size_t i = 0; i < outputs.size(); ++i) per[r][i] = DeviceBuffer(std::move(outs[r][i]));
   }
   const std::vector<DeviceBuffer>& shared = per[0];
-  std::shared_ptr<Outcome> outcome;
-  if (check_output != SIZE_MAX) {
-    outcome = std::make_shared<Outcome>();
-    outcome->flag = shared[check_output];
-    outcome->check_sites = std::move(t.check_sites);
-    t.unverified.push_back(outcome);
-  }
+  std::shared_ptr<Outcome> outcome =
+      NewOutcome(t, check_output != SIZE_MAX ? shared[check_output] : DeviceBuffer(), std::move(t.read));
+  if (outcome) outcome->check_sites = std::move(t.check_sites);
   for (size_t i = 0; i < storages.size(); ++i) {
     Storage* s = storages[i];
     Retire(t, s->buffer_);

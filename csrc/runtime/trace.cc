@@ -1,5 +1,6 @@
 // Building the trace: storages read as values of the device's current
 // trace, pending values assigned to storages, random bits.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -31,6 +32,7 @@ void Runtime::ResetTrace(Trace& t) {
   t.rng_value = ir::Value{};
   t.check_code = ir::Value{};
   t.check_sites.clear();
+  t.read.clear();
   t.joined.clear();
 }
 
@@ -75,7 +77,7 @@ ir::Value Runtime::FreshParam(int device, const DeviceBuffer& buffer, ir::DType 
   p.buffer = buffer;
   p.dtype = dtype;
   t.params.push_back(std::move(p));
-  // SPMD: a buffer of one device (numbers, random state, check flags) is
+  // SPMD: a buffer of one device (numbers, random state) is
   // copied to every mesh device at launch; the program reads it replicated.
   return t.builder->Parameter({dtype, buffer->dims()}, t.mesh.empty() ? "" : "{replicated}");
 }
@@ -99,15 +101,9 @@ void Runtime::RaiseIfLost(const Storage& s) const {
 ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
   Trace& t = traces_[s.device_];
   RaiseIfLost(s);
-  if (s.outcome_ && s.outcome_->flag && !s.pending_) {
-    // Checks of the program that wrote s: this program's results are as
-    // invalid as s if they failed (a flag already read is 0 and costs nothing).
-    ir::Value prior = BufferParam(s.device_, s.outcome_->flag, ir::DType::I32);
-    MergeCheck(t, prior);
-    if (!s.outcome_->verified) {
-      for (const auto& [id, where] : s.outcome_->check_sites) t.AddCheckSite(id, where);
-    }
-  }
+  // Checks of the program that wrote s: this program's results are as
+  // invalid as s if they failed.
+  if (!s.pending_) AddInput(t.read, s.outcome_);
   if (!s.dtype_) s.dtype_ = dtype;
   const ir::DType have = *s.dtype_;
   const int64_t numel = static_cast<int64_t>(s.nbytes_ / ir::ByteSize(have));
@@ -251,6 +247,27 @@ int32_t Runtime::CheckId(ErrorKind kind, const std::string& what) {
   const auto id = static_cast<int32_t>(checks_.size());
   check_ids_.emplace(std::move(key), id);
   return id;
+}
+
+void Runtime::AddInput(std::vector<std::shared_ptr<Outcome>>& to, const std::shared_ptr<Outcome>& o) {
+  if (!o || o->verified) return;
+  if (!o->flag && o->error.empty()) {  // nothing of its own to check: what it read
+    for (const auto& in : o->inputs) AddInput(to, in);
+    return;
+  }
+  if (std::find(to.begin(), to.end(), o) == to.end()) to.push_back(o);
+}
+
+std::shared_ptr<Outcome> Runtime::NewOutcome(Trace& t, DeviceBuffer flag, std::vector<std::shared_ptr<Outcome>> inputs) {
+  if (!flag && inputs.empty()) return nullptr;
+  auto outcome = std::make_shared<Outcome>();
+  outcome->flag = std::move(flag);
+  outcome->inputs = std::move(inputs);
+  if (outcome->flag) {
+    t.unverified.push_back(outcome);
+    if (t.unverified.size() > 32) SettleFinished(t);
+  }
+  return outcome;
 }
 
 void Runtime::Trace::AddCheckSite(int32_t id, const std::string& where) {

@@ -3,6 +3,7 @@
 // bytes_to_host.
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 #include <vector>
 
 #include "pjrt/error.h"
@@ -146,7 +147,9 @@ size_t Runtime::ReplicaCount(Storage& s) {
 
 void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
   if (!outcome) return;
-  DeviceBuffer flag;
+  // The outcome and its unverified inputs (each once), and their flags.
+  std::vector<std::shared_ptr<Outcome>> walk;
+  std::vector<DeviceBuffer> flags;
   {
     std::lock_guard<std::recursive_mutex> l(mu_);
     if (!outcome->error.empty()) {
@@ -155,28 +158,80 @@ void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
       throw TensorError(outcome->kind, outcome->error);
     }
     if (outcome->verified) return;
-    flag = outcome->flag;
+    std::unordered_set<const Outcome*> seen;
+    std::vector<std::shared_ptr<Outcome>> stack{outcome};
+    while (!stack.empty()) {
+      std::shared_ptr<Outcome> o = std::move(stack.back());
+      stack.pop_back();
+      if (o->verified || !seen.insert(o.get()).second) continue;
+      for (const auto& in : o->inputs) stack.push_back(in);
+      flags.push_back(o->flag);
+      walk.push_back(std::move(o));
+    }
   }
-  if (!flag) return;
-  int32_t code = 0;
-  CopyToHost(flag, &code, sizeof(code));
+  // Inputs before what read them: a failure is named where it happened.
+  std::shared_ptr<Outcome> failed;
+  for (size_t k = walk.size(); k-- > 0 && !failed;) {
+    {
+      std::lock_guard<std::recursive_mutex> l(mu_);
+      if (!walk[k]->error.empty()) failed = walk[k];
+    }
+    if (failed || !flags[k]) continue;
+    int32_t code = 0;
+    CopyToHost(flags[k], &code, sizeof(code));
+    if (code == 0) continue;
+    std::lock_guard<std::recursive_mutex> l(mu_);
+    const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
+    // Where this program traced the check that failed (one message may come
+    // from several lines: each is named, as the flag does not tell them apart).
+    std::string at;
+    for (const auto& [id, where] : walk[k]->check_sites) {
+      if (id == code) at += (at.empty() ? " (traced at " : " or at ") + where;
+    }
+    if (!at.empty()) at += ")";
+    walk[k]->kind = kind;
+    walk[k]->error = what + at + "; every tensor computed by that program, or from its results, raises this error";
+    failed = walk[k];
+  }
   std::lock_guard<std::recursive_mutex> l(mu_);
-  if (code == 0) {
-    outcome->verified = true;  // every check passed
+  if (!failed) {
+    for (const auto& o : walk) {  // every check passed
+      o->verified = true;
+      o->inputs.clear();
+      o->flag.reset();
+    }
     return;
   }
-  const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
-  // Where this program traced the check that failed (one message may come
-  // from several lines: each is named, as the flag does not tell them apart).
-  std::string at;
-  for (const auto& [id, where] : outcome->check_sites) {
-    if (id == code) at += (at.empty() ? " (traced at " : " or at ") + where;
+  failed->reported = true;
+  if (failed != outcome) {
+    outcome->kind = failed->kind;
+    outcome->error = failed->error;
   }
-  if (!at.empty()) at += ")";
-  outcome->kind = kind;
-  outcome->error = what + at + "; every tensor the program computing this one wrote raises this error";
   outcome->reported = true;
   throw TensorError(outcome->kind, outcome->error);
+}
+
+void Runtime::SettleFinished(Trace& t) {
+  // Outcomes whose flags are on the device already (their programs have
+  // finished) are read now, oldest first, so that the outcomes a loop that
+  // never reads a value leaves behind do not pile up.
+  for (const auto& o : t.unverified) {
+    if (o->verified || !o->error.empty()) continue;
+    bool inputs_verified = true;
+    for (const auto& in : o->inputs) inputs_verified &= in->verified;
+    if (!inputs_verified || (o->flag && !o->flag->IsReady())) continue;
+    int32_t code = 0;
+    try {
+      if (o->flag) o->flag->ToHost(&code, sizeof(code));
+    } catch (const pjrt::Error&) {
+      continue;  // the program failed: a read of its results raises that
+    }
+    if (code != 0) continue;  // raised where a value is read (Verify)
+    o->verified = true;
+    o->inputs.clear();
+    o->flag.reset();
+  }
+  std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o->verified; });
 }
 
 void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {

@@ -127,6 +127,37 @@ def test_a_failed_check_names_the_line_of_its_program():
     assert len({at_a, at_b, at_c}) == 3
 
 
+def test_a_value_computed_from_an_invalid_one_raises_through_programs_without_checks():
+    x = torch.arange(4.0, device=DEV)
+    torch_pjrt.sync()
+    c = x[torch.tensor([7], device=DEV)]
+    torch_pjrt.sync()  # launched, its check not read
+    d = c + 1
+    torch_pjrt.sync()  # a program with no check of its own
+    e = d * 2
+    torch_pjrt.sync()
+    with pytest.raises(IndexError, match="out of"):
+        e.cpu()
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]  # only read by the failed program
+
+
+def test_checks_of_finished_programs_are_settled_without_a_read():
+    """A loop that never reads a value: each program's outcome depends on the
+    last one's; finished ones are settled at later launches, so the read at
+    the end verifies a few flags, not one per program."""
+    x = torch.arange(4.0, device=DEV)
+    i = torch.tensor([1], device=DEV)
+    torch_pjrt.sync()
+    for _ in range(200):
+        x = x + x[i]  # an index check in every program
+        torch_pjrt.sync()
+    time.sleep(0.2)
+    torch_pjrt.metrics.reset()
+    x.cpu()
+    flags = (torch_pjrt.metrics.counters().get("bytes_to_host", 0) - 16) // 4
+    assert 1 <= flags <= 100, flags
+
+
 @pytest.mark.parametrize("op", ["floordiv", "mod", "trunc", "floor", "remainder", "fmod"])
 def test_integer_division_by_zero_raises(op):
     a, b = torch.tensor([4, 5]), torch.tensor([1, 0])
