@@ -4,6 +4,8 @@
 // and Huber, and the class-margin losses multi_margin_loss and
 // multilabel_margin_loss.
 
+#include <ATen/ops/cross_entropy_loss_native.h>
+
 #include "aten/lowering.h"
 
 namespace tpj::aten {
@@ -351,10 +353,41 @@ at::Tensor multilabel_margin_loss_backward(const at::Tensor& grad, const at::Ten
   return Wrap(b.Reshape(g, self.sizes().vec()), d);
 }
 
+// cross_entropy with class weights and label smoothing, mean reduction:
+// ATen's composite divides the smoothing term by the weights of the targets
+// it keeps, which it picks with masked_select, a shape read from the device
+// (a host read and a program per count of ignored targets: a sequence model
+// with padding compiled every step). Here the same sum with the ignored
+// targets' weights masked to zero, ATen's own path for tensor subclasses;
+// every other case is ATen's composite, unchanged. Registered for autograd
+// (the composite's key), so it differentiates through the ops it calls.
+at::Tensor cross_entropy_loss(const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                              int64_t reduction, c10::SymInt ignore_index, double label_smoothing) {
+  const bool class_indices = self.sym_sizes() != target.sym_sizes();
+  if (!weight || !weight->defined() || label_smoothing <= 0.0 || reduction != at::Reduction::Mean || !class_indices) {
+    return at::native::cross_entropy_loss_symint(self, target, weight, reduction, std::move(ignore_index),
+                                                 label_smoothing);
+  }
+  const int64_t class_dim = self.dim() == 1 ? 0 : 1;
+  const int64_t n_classes = self.size(class_dim);
+  at::Tensor input = at::log_softmax(self, class_dim, self.scalar_type());
+  at::Tensor nll = at::nll_loss_nd_symint(input, target, weight, reduction, ignore_index);
+  at::Tensor ignored = target.eq(ignore_index.guard_int(__FILE__, __LINE__));
+  std::vector<int64_t> per_class(static_cast<size_t>(input.dim()), 1);
+  per_class[static_cast<size_t>(class_dim)] = weight->size(0);
+  at::Tensor smooth = (input * weight->view(per_class)).sum(class_dim).neg().masked_fill(ignored, 0.0);
+  // clamped: an out-of-range target is nll_loss's error, as on the CPU
+  at::Tensor kept = target.masked_fill(ignored, 0).clamp(0, n_classes - 1);
+  at::Tensor kept_weight = weight->gather(0, kept.flatten()).view_as(kept).masked_fill(ignored, 0.0).sum();
+  return nll * (1.0 - label_smoothing) + smooth.sum() / kept_weight * (label_smoothing / static_cast<double>(n_classes));
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { K("cross_entropy_loss", cross_entropy_loss); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("binary_cross_entropy", binary_cross_entropy);

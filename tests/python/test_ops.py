@@ -144,7 +144,7 @@ CASES = {
                                     [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), pos(5)], [0]),
     "cross_entropy_smoothing": (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
                                 [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])], [0]),
-    # class weights with label smoothing select by a mask (masked_select)
+    # class weights with label smoothing (ATen selects the kept targets' weights by masked_select)
     "cross_entropy_smoothing_weight": (lambda x, t, w: F.cross_entropy(x, t, weight=w, label_smoothing=0.1),
                                        [r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), pos(5)], [0]),
     # losses and gates of common models: BCE (with logits: log_sigmoid), smooth
@@ -263,6 +263,32 @@ def test_op_matches_cpu(name):
             torch.testing.assert_close(dev_in[i].grad.cpu(), cpu_in[i].grad, rtol=1e-4, atol=1e-4,
                                        msg=lambda m: f"grad of input {i}: {m}")
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_weighted_smoothed_cross_entropy_is_one_program_whatever_is_ignored():
+    """ATen's composite picks the kept targets' weights with masked_select, a
+    shape read from the device: a program and a compile per count of ignored
+    targets (a padded sequence batch compiled every step)."""
+    torch.manual_seed(0)
+    w = torch.rand(5)
+    compiles = []
+    for ignored in range(5):
+        x = torch.randn(2, 5, 8, requires_grad=True)
+        y = torch.randint(0, 5, (2, 8))
+        y[0, :ignored] = -100
+        want = F.cross_entropy(x, y, weight=w, label_smoothing=0.1)
+        want.backward()
+        xd = x.detach().to(DEV).requires_grad_()
+        before = torch_pjrt.metrics.counters()
+        got = F.cross_entropy(xd, y.to(DEV), weight=w.to(DEV), label_smoothing=0.1)
+        got.backward()
+        torch_pjrt.sync()
+        after = torch_pjrt.metrics.counters()
+        compiles.append(after.get("compiles", 0) - before.get("compiles", 0))
+        assert after.get("executions", 0) - before.get("executions", 0) == 1
+        assert got.item() == pytest.approx(want.item(), rel=1e-6)
+        torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-7)
+    assert compiles[1:] == [0] * 4, compiles
 
 
 def test_log2_log10_exact_at_powers():
