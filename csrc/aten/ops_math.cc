@@ -42,26 +42,41 @@ struct Ctx {
   ir::Value nan(ir::Value x) const { return cmp(CompareDir::NE, x, x); }
 };
 
+// The dtype a function of dtype t computes in: the CPU's opmath, or for
+// `wide` functions float64 where t's opmath is float32 on the CPU plugin.
+// XLA's float32 expansions of lgamma, erfc, digamma and zeta are 10-1000x
+// less accurate than the CPU's kernels (lgamma: 1.9e-4 relative near its
+// roots against 1.5e-7, 5e-6 absolute against 5e-7); in float64, rounded
+// once, they are as close as the CPU's. GPUs and TPUs keep float32 (float64
+// is slow or absent there).
+at::ScalarType Compute(at::ScalarType t, int device, bool wide) {
+  const at::ScalarType math = OpMath(t);
+  return wide && math == at::kFloat && B(device).cpu_backend() ? at::kDouble : math;
+}
+
 // A float-valued function of one tensor (integers and bool promote to the
 // default float dtype, as PyTorch's unary float ops do).
 // Half and bfloat16 compute in float and round once, as the CPU's opmath.
 
 // Complex inputs run `op` on the CPU (these formulas are for real numbers).
+// `wide`: float32 (and half) compute in float64 on the CPU plugin (see
+// Compute).
 template <typename F>
-at::Tensor FloatUnary(const char* op, const at::Tensor& a, F f) {
+at::Tensor FloatUnary(const char* op, const at::Tensor& a, F f, bool wide = false) {
   if (a.is_complex()) return OnCpu(op, "", a);
   TraceScope s;
   const at::ScalarType t = FloatType(a.scalar_type());
-  Ctx c{DeviceIndex(a), OpMath(t), a.sizes().vec()};
+  Ctx c{DeviceIndex(a), Compute(t, DeviceIndex(a), wide), a.sizes().vec()};
   return Wrap(c.b().Convert(f(c, ValAs(a, c.t)), ToIr(t)), c.d);
 }
 
 // A function of two broadcast tensors whose result has dtype t.
 template <typename F>
-at::Tensor BinaryIn(const at::Tensor& a, const at::Tensor& b, at::ScalarType t, F f) {
+at::Tensor BinaryIn(const at::Tensor& a, const at::Tensor& b, at::ScalarType t, F f, bool wide = false) {
   TraceScope s;
-  Operands o = Prepare(a, b, OpMath(t));
-  Ctx c{o.device, OpMath(t), o.shape};
+  const at::ScalarType compute = Compute(t, CommonDevice({&a, &b}), wide);
+  Operands o = Prepare(a, b, compute);
+  Ctx c{o.device, compute, o.shape};
   return Wrap(c.b().Convert(f(c, o.x, o.y), ToIr(t)), c.d);
 }
 
@@ -318,19 +333,22 @@ at::Tensor logit_backward(const at::Tensor& grad, const at::Tensor& self, std::o
 // closed form is the CPU's), and for zeta's q <= 0, where XLA's series is
 // not valid.
 at::Tensor erfc(const at::Tensor& a) {
-  return FloatUnary("aten::erfc", a, [](const Ctx& c, ir::Value x) { return c.un(Op::Erfc, x); });
+  return FloatUnary("aten::erfc", a, [](const Ctx& c, ir::Value x) { return c.un(Op::Erfc, x); }, /*wide=*/true);
 }
 
 at::Tensor lgamma(const at::Tensor& a) {
-  return FloatUnary("aten::lgamma", a, [](const Ctx& c, ir::Value x) { return c.un(Op::Lgamma, x); });
+  return FloatUnary("aten::lgamma", a, [](const Ctx& c, ir::Value x) { return c.un(Op::Lgamma, x); }, /*wide=*/true);
 }
 
 // digamma(+-0) is -+inf on the CPU (XLA: NaN).
 at::Tensor digamma(const at::Tensor& a) {
-  return FloatUnary("aten::digamma", a, [](const Ctx& c, ir::Value x) {
-    ir::Value zero = c.cmp(CompareDir::EQ, x, c.c(0));
-    return c.sel(zero, c.bin(Op::Div, c.c(-1), x), c.un(Op::Digamma, x));  // -1/x: the sign of the zero
-  });
+  return FloatUnary(
+      "aten::digamma", a,
+      [](const Ctx& c, ir::Value x) {
+        ir::Value zero = c.cmp(CompareDir::EQ, x, c.c(0));
+        return c.sel(zero, c.bin(Op::Div, c.c(-1), x), c.un(Op::Digamma, x));  // -1/x: the sign of the zero
+      },
+      /*wide=*/true);
 }
 
 // trigamma as the CPU computes it: below 0.5 the reflection
@@ -405,16 +423,20 @@ at::Tensor polygamma(int64_t n, const at::Tensor& a) {
   if (n == 0) return tpj::aten::digamma(a);
   if (n == 1) return FloatUnary("aten::polygamma", a, [](const Ctx& c, ir::Value x) { return Trigamma(c, x); });
   // (-1)^(n+1) n! zeta(n + 1, x), as the CPU
-  return FloatUnary("aten::polygamma", a, [n](const Ctx& c, ir::Value x) {
-    const double factor = (n % 2 ? 1.0 : -1.0) * std::exp(std::lgamma(static_cast<double>(n) + 1.0));
-    return c.bin(Op::Mul, c.c(factor), Zeta(c, c.c(static_cast<double>(n) + 1.0), x, "polygamma"));
-  });
+  return FloatUnary(
+      "aten::polygamma", a,
+      [n](const Ctx& c, ir::Value x) {
+        const double factor = (n % 2 ? 1.0 : -1.0) * std::exp(std::lgamma(static_cast<double>(n) + 1.0));
+        return c.bin(Op::Mul, c.c(factor), Zeta(c, c.c(static_cast<double>(n) + 1.0), x, "polygamma"));
+      },
+      /*wide=*/true);
 }
 
 at::Tensor zeta(const at::Tensor& x, const at::Tensor& q) {
   const at::ScalarType t = FloatType(at::result_type(x, q));
   TORCH_CHECK(!at::isComplexType(t), "special_zeta on pjrt expects real inputs, got ", t);
-  return BinaryIn(x, q, t, [](const Ctx& c, ir::Value a, ir::Value b) { return Zeta(c, a, b, "special_zeta"); });
+  return BinaryIn(
+      x, q, t, [](const Ctx& c, ir::Value a, ir::Value b) { return Zeta(c, a, b, "special_zeta"); }, /*wide=*/true);
 }
 at::Tensor zeta_ss(const at::Tensor& x, const at::Scalar& q) { return zeta(x, WrappedScalar(q)); }
 at::Tensor zeta_st(const at::Scalar& x, const at::Tensor& q) { return zeta(WrappedScalar(x), q); }
