@@ -76,22 +76,22 @@ at::Tensor prelu_kernel(const at::Tensor& self, const at::Tensor& weight) {
   return Wrap(b.Select(pos, o.x, b.Binary(Op::Mul, o.y, o.x)), o.device);
 }
 
-// (x > 0 ? g : w g, x > 0 ? 0 : x g summed to the weight's shape)
+// (x > 0 ? g : w g, x > 0 ? 0 : x g), both of the shape grad, self and
+// weight broadcast to, as the CPU's kernel (autograd sums each to its
+// input's shape; under vmap the grad has more dimensions than self).
 std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(const at::Tensor& grad, const at::Tensor& self,
                                                          const at::Tensor& weight) {
-  at::Tensor gs, gw;
-  {
-    TraceScope s;
-    const at::ScalarType t = at::result_type(self, weight);
-    Operands o = Prepare(self, weight, t);
-    ir::Builder& b = B(o.device);
-    ir::Value g = BroadcastTo(o.device, Operand(grad, o.device, t), o.shape);
-    ir::Value zero = Fill(o.device, 0, t, o.shape);
-    ir::Value pos = b.Compare(CompareDir::GT, o.x, zero);
-    gs = Wrap(b.Select(pos, g, b.Binary(Op::Mul, o.y, g)), o.device);
-    gw = Wrap(b.Select(pos, zero, b.Binary(Op::Mul, o.x, g)), o.device);
-  }
-  return {gs.sum_to_size(self.sizes()), gw.sum_to_size(weight.sizes())};
+  TraceScope s;
+  const at::ScalarType t = at::result_type(self, weight);
+  const int d = CommonDevice({&grad, &self, &weight});
+  const std::vector<int64_t> shape = at::infer_size(at::infer_size(grad.sizes(), self.sizes()), weight.sizes());
+  ir::Builder& b = B(d);
+  ir::Value x = BroadcastTo(d, Operand(self, d, t), shape);
+  ir::Value w = BroadcastTo(d, Operand(weight, d, t), shape);
+  ir::Value g = BroadcastTo(d, Operand(grad, d, t), shape);
+  ir::Value zero = Fill(d, 0, t, shape);
+  ir::Value pos = b.Compare(CompareDir::GT, x, zero);
+  return {Wrap(b.Select(pos, g, b.Binary(Op::Mul, w, g)), d), Wrap(b.Select(pos, zero, b.Binary(Op::Mul, x, g)), d)};
 }
 
 // ----------------------------------------------------------------- shrinks

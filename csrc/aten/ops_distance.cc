@@ -68,8 +68,16 @@ at::Tensor cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p, s
 // for x2), shaped like x1 broadcast to the batch dims; autograd reduces it.
 at::Tensor cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const at::Tensor& x2, double p,
                           const at::Tensor& cdist) {
-  at::Tensor g = DistanceGrad(PairDiff(x1, x2), cdist.unsqueeze(-1), grad.unsqueeze(-1), p).sum(-2);
   std::vector<int64_t> batch = at::infer_size(x1.sizes().slice(0, x1.dim() - 2), x2.sizes().slice(0, x2.dim() - 2));
+  // torch.func.jacrev / vmap over the cotangents: PyTorch's batching rule
+  // passes the batch of gradients with unbatched x1 and x2 and takes the
+  // result as unbatched, so any answer is wrong (the CPU reads the first
+  // gradient only: a Jacobian up to 2.0 off for p = 1). Refused.
+  TORCH_CHECK_NOT_IMPLEMENTED(grad.dim() <= static_cast<int64_t>(batch.size()) + 2,
+                              "cdist backward with a batch of gradients (torch.func.jacrev or vmap of a vjp through "
+                              "torch.cdist) gives a wrong Jacobian in PyTorch on every device; use "
+                              "torch.autograd.functional.jacobian, or vmap(grad(...)) over the inputs");
+  at::Tensor g = DistanceGrad(PairDiff(x1, x2), cdist.unsqueeze(-1), grad.unsqueeze(-1), p).sum(-2);
   batch.push_back(x1.size(-2));
   batch.push_back(x1.size(-1));
   return g.expand(batch).contiguous();

@@ -308,6 +308,47 @@ def test_float32_special_functions_are_rounded_from_float64():
         assert err <= torch.finfo(torch.float32).eps / 2 * 1.01, (name, err)
 
 
+def test_prelu_under_torch_func_matches_the_cpu():
+    """vmap's batching rule hands the backward a batched gradient with an
+    unbatched input: the gradients have the broadcast shape, as the CPU's."""
+    from torch.func import functional_call, grad, jacrev, vmap
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 8), torch.full((8,), 0.2)
+    for wrt in (0, 1):
+        want = jacrev(F.prelu, argnums=wrt)(x, w)
+        got = jacrev(F.prelu, argnums=wrt)(x.to(DEV), w.to(DEV)).cpu()
+        torch.testing.assert_close(got, want)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.PReLU(8), torch.nn.Linear(8, 2))
+    xs, ys = torch.randn(5, 4), torch.randn(5, 2)
+
+    def per_sample(m, xs, ys):
+        params = {k: v.detach() for k, v in m.named_parameters()}
+        loss = lambda p, x, y: F.mse_loss(functional_call(m, p, (x[None],)), y[None])
+        return vmap(grad(loss), in_dims=(None, 0, 0))(params, xs, ys)
+
+    want = per_sample(model, xs, ys)
+    got = per_sample(model.to(DEV), xs.to(DEV), ys.to(DEV))
+    for k in want:
+        torch.testing.assert_close(got[k].cpu(), want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_jacrev_through_cdist_is_refused_and_vmap_of_grad_works():
+    """PyTorch's batching rule for cdist's backward takes a batch of
+    gradients as one (a wrong Jacobian on the CPU): refused on pjrt."""
+    from torch.func import grad, jacrev, vmap
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 6), torch.randn(3, 6)
+    with pytest.raises(NotImplementedError, match="torch.autograd.functional.jacobian"):
+        jacrev(lambda a: torch.cdist(a, b.to(DEV), p=1.0))(a.to(DEV))
+    want = torch.autograd.functional.jacobian(lambda a: torch.cdist(a, b, p=1.0), a)
+    got = torch.autograd.functional.jacobian(lambda a: torch.cdist(a, b.to(DEV), p=1.0), a.to(DEV)).cpu()
+    torch.testing.assert_close(got, want)
+    xs = torch.randn(5, 4, 6)
+    want = vmap(grad(lambda a: torch.cdist(a, b).sum()))(xs)
+    got = vmap(grad(lambda a: torch.cdist(a, b.to(DEV)).sum()))(xs.to(DEV)).cpu()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_log2_log10_exact_at_powers():
     # code takes floor(log2(n)): a power of the base gives its exponent exactly
     x = torch.tensor([2.0 ** k for k in range(-20, 21)] + [10.0 ** k for k in range(-6, 8)])
