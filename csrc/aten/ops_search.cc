@@ -120,7 +120,10 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
                             : ((x - left) * static_cast<double>(bins) / (right - left)).to(at::kLong);
   pos = at::where(pos == bins, at::scalar_tensor(bins - 1, pos.options()), pos);
   at::Tensor inside = (x >= left).logical_and(x <= right);
-  pos = at::where(inside, pos, at::scalar_tensor(bins, pos.options()));  // a spare bin
+  // outside: a spare bin; clamped, as a non-finite data range (its own
+  // check above) gives bins that are no numbers, and the scatter's check
+  // would be the one reported
+  pos = at::where(inside, pos, at::scalar_tensor(bins, pos.options())).clamp(0, bins);
   return at::zeros({bins + 1}, x.options()).scatter_add_(0, pos, at::ones_like(x)).narrow(0, 0, bins).to(t);
 }
 
