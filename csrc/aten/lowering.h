@@ -165,6 +165,11 @@ inline at::Tensor WrappedScalar(const at::Scalar& s) {
   return t;
 }
 
+// A tensor whose sizes are symbols (a fake tensor of a graph Dynamo traces
+// with dynamic shapes): the autograd-key kernels hand it to ATen's composite,
+// whose meta kernels take symbolic sizes.
+inline bool Symbolic(const at::Tensor& t) { return t.defined() && t.unsafeGetTensorImpl()->has_symbolic_sizes_strides(); }
+
 inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
 // An operand that partly overlaps the tensor written (x[1:] += x[:-1],

@@ -364,7 +364,8 @@ at::Tensor multilabel_margin_loss_backward(const at::Tensor& grad, const at::Ten
 at::Tensor cross_entropy_loss(const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
                               int64_t reduction, c10::SymInt ignore_index, double label_smoothing) {
   const bool class_indices = self.sym_sizes() != target.sym_sizes();
-  if (!weight || !weight->defined() || label_smoothing <= 0.0 || reduction != at::Reduction::Mean || !class_indices) {
+  if (!weight || !weight->defined() || label_smoothing <= 0.0 || reduction != at::Reduction::Mean || !class_indices ||
+      Symbolic(self) || Symbolic(target)) {
     return at::native::cross_entropy_loss_symint(self, target, weight, reduction, std::move(ignore_index),
                                                  label_smoothing);
   }

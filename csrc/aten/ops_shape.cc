@@ -842,8 +842,11 @@ at::Tensor index_put(const at::Tensor& self, const c10::List<std::optional<at::T
 // _index_put_impl_, whose autograd formula is index_put_'s.
 at::Tensor& index_put_autograd(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                                const at::Tensor& values, bool accumulate) {
-  const std::optional<MaskRow> r = values.scalar_type() == self.scalar_type() ? AsMaskRow(self, indices, values)
-                                                                              : std::nullopt;
+  bool symbolic = Symbolic(self) || Symbolic(values);
+  for (const std::optional<at::Tensor>& i : indices) symbolic |= i && Symbolic(*i);
+  const std::optional<MaskRow> r = values.scalar_type() == self.scalar_type() && !symbolic
+                                       ? AsMaskRow(self, indices, values)
+                                       : std::nullopt;
   if (!r) return at::_index_put_impl_(self, indices, values, accumulate, /*unsafe=*/false);
   at::assert_no_overlap(self, values);  // the CPU's check: a source in self's memory raises
   const at::Tensor m = r->mask.reshape(r->mask_dims);

@@ -57,6 +57,30 @@ def test_training_matches_eager_cpu(name):
     assert all(p.device == DEV for p in m.parameters())
 
 
+def test_mask_assignment_and_weighted_smoothed_loss_trace_with_dynamic_shapes():
+    """pjrt's autograd-key kernels (x[mask] = v, cross_entropy) read sizes:
+    with a second size Dynamo traces fake tensors of symbolic sizes, which
+    raised 'Cannot call numel() on tensor with symbolic sizes' (Faster
+    R-CNN's box matcher, `matches[below] = -1`)."""
+    import torch.nn.functional as F
+    torch._dynamo.reset()
+
+    def assign(x):
+        y = x.clone()
+        y[y < 0.5] = -1.0
+        return y
+
+    loss = lambda x, y, w: F.cross_entropy(x, y, weight=w, label_smoothing=0.1)
+    c_assign, c_loss = torch.compile(assign, backend="pjrt"), torch.compile(loss, backend="pjrt")
+    w = torch.rand(5)
+    for n in (8, 12, 16):
+        x = torch.rand(n)
+        assert torch.equal(c_assign(x.to(DEV)).cpu(), assign(x))
+        logits, y = torch.randn(n, 5), torch.randint(0, 5, (n,))
+        y[0] = -100
+        assert c_loss(logits.to(DEV), y.to(DEV), w.to(DEV)).item() == pytest.approx(loss(logits, y, w).item(), rel=1e-6)
+
+
 def test_cpu_inputs_are_moved_and_results_come_back():
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
     x = torch.randn(5, 4)
