@@ -11,6 +11,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/RangeUtils.h>
 #include <ATen/native/ScatterGatherChecks.h>
+#include <ATen/ops/one_hot_native.h>
 
 #include "aten/layout.h"
 #include "aten/lowering.h"
@@ -855,6 +856,26 @@ at::Tensor& index_put_autograd(at::Tensor& self, const c10::List<std::optional<a
   return self;
 }
 
+// one_hot: ATen leaves the class range to scatter's index check on
+// accelerators (PrivateUse1 included), whose error names scatter. The CPU's
+// checks and messages go into the program instead (_assert_async, as
+// torch.compile's decomposition does), and the scatter reads the classes
+// clamped into range, so that its own check never fires first. Fake and
+// symbolic tensors (Dynamo's tracing) take ATen's path unchanged.
+at::Tensor one_hot_autograd(const at::Tensor& self, int64_t num_classes) {
+  if (self.key_set().has(c10::DispatchKey::Python) || Symbolic(self) || self.scalar_type() != at::kLong ||
+      self.numel() == 0 || num_classes == 0 || num_classes < -1) {
+    return at::native::one_hot(self, num_classes);
+  }
+  at::_assert_async(self.ge(0).all(), "Class values must be non-negative.");
+  if (num_classes == -1) {
+    num_classes = self.max().item<int64_t>() + 1;
+  } else {
+    at::_assert_async(self.lt(num_classes).all(), "Class values must be smaller than num_classes.");
+  }
+  return at::native::one_hot(num_classes > 0 ? self.clamp(0, num_classes - 1) : self, num_classes);
+}
+
 // nn.Embedding(max_norm=...): each row that `indices` names and whose
 // norm_type-norm exceeds max_norm is scaled to max_norm / (norm + 1e-7), in
 // place, as the CPU kernel does; a row named twice is scaled once. An index
@@ -1136,7 +1157,10 @@ at::Tensor roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef 
 
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
 
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { K("index_put_", index_put_autograd); }
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  K("index_put_", index_put_autograd);
+  K("one_hot", one_hot_autograd);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("cat", cat);
