@@ -859,21 +859,21 @@ at::Tensor& index_put_autograd(at::Tensor& self, const c10::List<std::optional<a
 // one_hot: ATen leaves the class range to scatter's index check on
 // accelerators (PrivateUse1 included), whose error names scatter. The CPU's
 // checks and messages go into the program instead (_assert_async, as
-// torch.compile's decomposition does), and the scatter reads the classes
-// clamped into range, so that its own check never fires first. Fake and
-// symbolic tensors (Dynamo's tracing) take ATen's path unchanged.
+// torch.compile's decomposition does, which this kernel takes the place of
+// for Dynamo's fake tensors too), and the scatter reads the classes clamped
+// into range, so that its own check never fires first. With num_classes -1
+// ATen counts the classes (max + 1).
 at::Tensor one_hot_autograd(const at::Tensor& self, int64_t num_classes) {
-  if (self.key_set().has(c10::DispatchKey::Python) || Symbolic(self) || self.scalar_type() != at::kLong ||
-      self.numel() == 0 || num_classes == 0 || num_classes < -1) {
+  if (self.scalar_type() != at::kLong || num_classes == 0 || num_classes < -1 ||
+      (!Symbolic(self) && self.numel() == 0)) {
     return at::native::one_hot(self, num_classes);
   }
   at::_assert_async(self.ge(0).all(), "Class values must be non-negative.");
-  if (num_classes == -1) {
-    num_classes = self.max().item<int64_t>() + 1;
-  } else {
-    at::_assert_async(self.lt(num_classes).all(), "Class values must be smaller than num_classes.");
-  }
-  return at::native::one_hot(num_classes > 0 ? self.clamp(0, num_classes - 1) : self, num_classes);
+  if (num_classes == -1) return at::native::one_hot(self, num_classes);
+  at::_assert_async(self.lt(num_classes).all(), "Class values must be smaller than num_classes.");
+  // (fake tensors take ATen's functional form, a comparison with arange)
+  const bool fake = self.key_set().has(c10::DispatchKey::Python);
+  return at::native::one_hot(fake ? self : self.clamp(0, num_classes - 1), num_classes);
 }
 
 // nn.Embedding(max_norm=...): each row that `indices` names and whose
