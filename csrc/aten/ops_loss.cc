@@ -363,6 +363,8 @@ at::Tensor multilabel_margin_loss_backward(const at::Tensor& grad, const at::Ten
 // (the composite's key), so it differentiates through the ops it calls.
 at::Tensor cross_entropy_loss(const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
                               int64_t reduction, c10::SymInt ignore_index, double label_smoothing) {
+  // ATen's check (a negative value is no smoothing there)
+  TORCH_CHECK(label_smoothing <= 1.0, "label_smoothing must be between 0.0 and 1.0. Got: ", label_smoothing);
   const bool class_indices = self.sym_sizes() != target.sym_sizes();
   if (!weight || !weight->defined() || label_smoothing <= 0.0 || reduction != at::Reduction::Mean || !class_indices ||
       Symbolic(self) || Symbolic(target)) {

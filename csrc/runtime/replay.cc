@@ -167,7 +167,7 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
     const ir::DType dtype = a.dtype;  // not read from the body: its nodes are cold in the cache
     switch (a.source) {
       case ReplayProgram::Source::kInput:
-        args[k] = ReadFlat(*inputs[static_cast<size_t>(a.input)], dtype);  // carries its checks into check_code
+        args[k] = ReadFlat(*inputs[static_cast<size_t>(a.input)], dtype);  // its outcome joins t.read
         break;
       case ReplayProgram::Source::kRng:
         args[k] = RngStateValue(p.device);
@@ -316,8 +316,8 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
     }
   }
   std::vector<std::shared_ptr<Outcome>> read;  // before the results replace the inputs' outcomes
-  for (Storage* s : inputs) {
-    if (s) AddInput(read, s->outcome_);
+  for (const ReplayProgram::Arg& a : p.args) {  // inputs only overwritten carry nothing
+    if (a.source == ReplayProgram::Source::kInput) AddInput(read, inputs[static_cast<size_t>(a.input)]->outcome_);
   }
   const std::shared_ptr<Outcome> outcome = NewOutcome(t, std::move(flag), std::move(read));
   int64_t donated = 0;

@@ -8,10 +8,10 @@
 // become one program (one launch, fused by XLA) rather than several.
 //
 // A recording says, for each program argument, where its buffer comes from
-// (an input storage, the check flag of an input's last program, the
-// device's random state, or a constant such as a cached scalar), and for
-// each program result which storage it becomes (an input written in place,
-// a fresh storage of a graph output, the random state, the check flag).
+// (an input storage, the device's random state, or a constant such as a
+// cached scalar), and for each program result which storage it becomes (an
+// input written in place, a fresh storage of a graph output, the random
+// state, the program's own check flag).
 // Runtime::Replay checks what it relies on and returns false, launching
 // nothing, when the call does not match the recording; the caller then
 // traces again (and records anew).

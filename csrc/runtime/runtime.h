@@ -333,8 +333,11 @@ class Runtime {
   // Called without mu() held.
   void Verify(const std::shared_ptr<Outcome>& outcome, bool again);
   // Marks verified the unverified outcomes of `t` whose programs finished
-  // with every check passed (reads flags that are ready; never waits).
+  // with every check passed, and failed those that failed or read a failed
+  // one (reads flags that are ready; never waits, never throws).
   void SettleFinished(Trace& t);
+  // The error of outcome `o` whose flag read `code` (check `what`).
+  static std::string FailedCheck(const Outcome& o, int32_t code, const std::string& what);
   // Adds `o` to `to` as an input of a program that read a storage it covers.
   static void AddInput(std::vector<std::shared_ptr<Outcome>>& to, const std::shared_ptr<Outcome>& o);
   // The outcome of a program of `t` with check flag `flag` (null: none) that

@@ -4,6 +4,7 @@
 // new buffers. A compile or launch failure drops the trace's pending work.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <fstream>
 #include <sstream>
 
@@ -112,7 +113,18 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
   }
   Metrics::Get().AddTime("execute_wait", Seconds(t0));
   retired.clear();
-  for (const auto& o : outcomes) Verify(o, /*again=*/false);
+  // Every outcome is verified (one that throws must not leave the others
+  // unread: what read them could never be settled); the first failure is
+  // raised.
+  std::exception_ptr first;
+  for (const auto& o : outcomes) {
+    try {
+      Verify(o, /*again=*/false);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 void Runtime::AwaitLaunched() noexcept {
@@ -440,6 +452,7 @@ void Runtime::TrackLaunch(Trace& t, const DeviceBuffer& first_result) {
   t.retiring.push_back(Trace::Retiring{first_result->ReadyEvent(), std::move(t.retired)});
   t.retired.clear();
   while (!t.retiring.empty() && t.retiring.front().launch_done->IsReady()) t.retiring.pop_front();
+  if (t.unverified.size() > 32) SettleFinished(t);
   if (t.inflight.size() > 256) {
     // bound the lists: drop the programs already finished, and outcomes
     // nobody can observe any more (their storages were overwritten or freed)

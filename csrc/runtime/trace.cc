@@ -146,7 +146,7 @@ void Runtime::AssignFlat(Storage& s, ir::Value flat) {
   if (shape.dtype != *s.dtype_) flat = t.builder->Bitcast(flat, *s.dtype_);
   s.value_ = flat;
   s.epoch_ = t.epoch;
-  s.outcome_.reset();  // a value read from an unchecked storage carries its checks in check_code
+  s.outcome_.reset();  // the outcomes of what the value read are in t.read
   if (!s.pending_) {
     s.pending_ = true;
     t.pending.insert(&s);
@@ -263,10 +263,7 @@ std::shared_ptr<Outcome> Runtime::NewOutcome(Trace& t, DeviceBuffer flag, std::v
   auto outcome = std::make_shared<Outcome>();
   outcome->flag = std::move(flag);
   outcome->inputs = std::move(inputs);
-  if (outcome->flag) {
-    t.unverified.push_back(outcome);
-    if (t.unverified.size() > 32) SettleFinished(t);
-  }
+  if (outcome->flag) t.unverified.push_back(outcome);
   return outcome;
 }
 

@@ -3,6 +3,7 @@
 // bytes_to_host.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_set>
 #include <vector>
 
@@ -145,6 +146,17 @@ size_t Runtime::ReplicaCount(Storage& s) {
   return s.replicas_.empty() ? 1 : s.replicas_.size();
 }
 
+std::string Runtime::FailedCheck(const Outcome& o, int32_t code, const std::string& what) {
+  // Where this program traced the check that failed (one message may come
+  // from several lines: each is named, as the flag does not tell them apart).
+  std::string at;
+  for (const auto& [id, where] : o.check_sites) {
+    if (id == code) at += (at.empty() ? " (traced at " : " or at ") + where;
+  }
+  if (!at.empty()) at += ")";
+  return what + at + "; every tensor computed by that program, or from its results, raises this error";
+}
+
 void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
   if (!outcome) return;
   // The outcome and its unverified inputs (each once), and their flags.
@@ -158,20 +170,24 @@ void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
       throw TensorError(outcome->kind, outcome->error);
     }
     if (outcome->verified) return;
-    std::unordered_set<const Outcome*> seen;
-    std::vector<std::shared_ptr<Outcome>> stack{outcome};
+    // Inputs before what read them (depth-first, post-order): the first
+    // failure found is one whose own inputs passed, where it happened.
+    std::unordered_set<const Outcome*> seen{outcome.get()};
+    std::vector<std::pair<std::shared_ptr<Outcome>, size_t>> stack{{outcome, 0}};
     while (!stack.empty()) {
-      std::shared_ptr<Outcome> o = std::move(stack.back());
-      stack.pop_back();
-      if (o->verified || !seen.insert(o.get()).second) continue;
-      for (const auto& in : o->inputs) stack.push_back(in);
+      auto& [o, next] = stack.back();
+      if (next < o->inputs.size()) {
+        std::shared_ptr<Outcome> in = o->inputs[next++];
+        if (!in->verified && seen.insert(in.get()).second) stack.emplace_back(std::move(in), 0);
+        continue;
+      }
       flags.push_back(o->flag);
       walk.push_back(std::move(o));
+      stack.pop_back();
     }
   }
-  // Inputs before what read them: a failure is named where it happened.
   std::shared_ptr<Outcome> failed;
-  for (size_t k = walk.size(); k-- > 0 && !failed;) {
+  for (size_t k = 0; k < walk.size() && !failed; ++k) {
     {
       std::lock_guard<std::recursive_mutex> l(mu_);
       if (!walk[k]->error.empty()) failed = walk[k];
@@ -182,15 +198,8 @@ void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
     if (code == 0) continue;
     std::lock_guard<std::recursive_mutex> l(mu_);
     const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
-    // Where this program traced the check that failed (one message may come
-    // from several lines: each is named, as the flag does not tell them apart).
-    std::string at;
-    for (const auto& [id, where] : walk[k]->check_sites) {
-      if (id == code) at += (at.empty() ? " (traced at " : " or at ") + where;
-    }
-    if (!at.empty()) at += ")";
     walk[k]->kind = kind;
-    walk[k]->error = what + at + "; every tensor computed by that program, or from its results, raises this error";
+    walk[k]->error = FailedCheck(*walk[k], code, what);
     failed = walk[k];
   }
   std::lock_guard<std::recursive_mutex> l(mu_);
@@ -202,34 +211,60 @@ void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
     }
     return;
   }
+  const bool reported_before = failed->reported;
   failed->reported = true;
   if (failed != outcome) {
     outcome->kind = failed->kind;
     outcome->error = failed->error;
   }
   outcome->reported = true;
+  // sync(wait=True) raises a failure once: not again for a program that
+  // read what failed (a read raises it every time)
+  if (!again && reported_before) return;
   throw TensorError(outcome->kind, outcome->error);
 }
 
 void Runtime::SettleFinished(Trace& t) {
   // Outcomes whose flags are on the device already (their programs have
-  // finished) are read now, oldest first, so that the outcomes a loop that
-  // never reads a value leaves behind do not pile up.
-  for (const auto& o : t.unverified) {
-    if (o->verified || !o->error.empty()) continue;
+  // finished) are read now, inputs first, so that a loop that never reads a
+  // value does not pile them up. A failed one keeps its error, which what
+  // read it takes over (it is as invalid), ending the chain there. Best
+  // effort: nothing here waits or throws.
+  std::function<bool(Outcome&)> settle = [&](Outcome& o) {
+    if (o.verified) return true;
+    if (!o.error.empty() || (o.flag && !o.flag->IsReady())) return false;  // (programs finish in order)
     bool inputs_verified = true;
-    for (const auto& in : o->inputs) inputs_verified &= in->verified;
-    if (!inputs_verified || (o->flag && !o->flag->IsReady())) continue;
-    int32_t code = 0;
-    try {
-      if (o->flag) o->flag->ToHost(&code, sizeof(code));
-    } catch (const pjrt::Error&) {
-      continue;  // the program failed: a read of its results raises that
+    for (const auto& in : o.inputs) {
+      if (settle(*in)) continue;
+      inputs_verified = false;
+      if (!in->error.empty()) {
+        o.kind = in->kind;
+        o.error = in->error;
+        o.inputs.clear();
+        return false;
+      }
     }
-    if (code != 0) continue;  // raised where a value is read (Verify)
-    o->verified = true;
-    o->inputs.clear();
-    o->flag.reset();
+    if (!inputs_verified) return false;
+    int32_t code = 0;
+    if (o.flag) {
+      o.flag->ToHost(&code, sizeof(code));
+      Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(sizeof(code)));
+    }
+    if (code != 0) {
+      const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
+      o.kind = kind;
+      o.error = FailedCheck(o, code, what);
+      o.inputs.clear();
+      return false;
+    }
+    o.verified = true;
+    o.inputs.clear();
+    o.flag.reset();
+    return true;
+  };
+  try {
+    for (const auto& o : t.unverified) settle(*o);
+  } catch (...) {  // a flag the plugin could not read: its read raises that later
   }
   std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o->verified; });
 }

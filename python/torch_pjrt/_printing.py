@@ -35,6 +35,8 @@ def _edges_on_host(t: torch.Tensor) -> torch.Tensor | None:
     summarized printing reads (see the module's docstring), or None where
     the host cannot allocate that shape."""
     e = _tensor_str.PRINT_OPTS.edgeitems
+    if e == 0:  # only "..." is printed: no value is needed (torch's formatter reads them all, as on the CPU)
+        return torch.zeros((), dtype=t.dtype).expand(t.shape)
     summarized = [d for d in range(t.dim()) if t.size(d) > 2 * e]
     edges = t
     for d in summarized:
@@ -43,12 +45,16 @@ def _edges_on_host(t: torch.Tensor) -> torch.Tensor | None:
     edges = edges.cpu().resolve_conj().resolve_neg()
     if not summarized:
         return edges
+    fill = torch.utils.deterministic.fill_uninitialized_memory  # deterministic mode would fill every page
     try:
+        torch.utils.deterministic.fill_uninitialized_memory = False
         host = torch.empty(t.shape, dtype=edges.dtype)  # untouched pages cost no memory
     except RuntimeError as error:
         if "DefaultCPUAllocator" not in str(error):
             raise
         return None
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
     index = []
     for d in range(t.dim()):
         n = t.size(d)

@@ -203,6 +203,27 @@ def test_print_runs_no_program_for_a_computed_tensor_and_one_for_a_summary():
         assert counters.get("executions", 0) == 1 and counters.get("bytes_to_host", 0) < 6**3 * 4 * 2
 
 
+def test_printing_a_large_tensor_touches_no_host_copy_of_it():
+    """The summarized contents come from an uninitialized host tensor of the
+    full shape whose untouched pages cost nothing: also in deterministic
+    mode (which fills new memory) and with edgeitems=0."""
+    import resource
+    x = torch.zeros(2**26, device=DEV) + 1  # 256 MiB
+    torch_pjrt.sync(wait=True)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        text = repr(x)
+        with torch._tensor_str.printoptions(edgeitems=0):
+            summary = repr(x.view(2**13, 2**13))
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert text.startswith("tensor([1., 1., 1.,  ..., 1., 1., 1.]") and "..." in summary
+    assert grown_mib < 64, grown_mib
+
+
 def test_buffers_are_donated_when_overwritten():
     p = torch.randn(64, 64)
     d = p.to(DEV)

@@ -141,6 +141,50 @@ def test_a_value_computed_from_an_invalid_one_raises_through_programs_without_ch
     assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]  # only read by the failed program
 
 
+def test_a_failure_is_named_where_it_happened_and_a_wait_raises_it_once():
+    x = torch.arange(4.0, device=DEV)
+    torch_pjrt.sync()
+    a2 = x[torch.tensor([9], device=DEV)]  # the cause: an index out of range
+    torch_pjrt.sync()
+    torch.ops.aten._assert_async.msg((a2 > 100).all(), "a consequence")  # reads a2, fails too
+    a3 = a2 + 1
+    torch_pjrt.sync()
+    c = a3 + a2  # reads the consequence first
+    b = a2 * 2
+    torch_pjrt.sync()
+    with pytest.raises(IndexError, match="out of range"):
+        c.cpu()
+    with pytest.raises(IndexError, match="out of range"):
+        a3.cpu()
+    torch_pjrt.sync(wait=True)  # raised once by the reads: not again through b
+    with pytest.raises(IndexError):
+        b.cpu()  # a read raises every time
+
+
+def test_a_wait_that_raises_leaves_later_checks_settling():
+    """sync(wait=True) takes the launched outcomes off the device's list: one
+    that raised must not leave the others unread, or every later program
+    that read them could never be settled (one flag kept per program)."""
+    x = torch.arange(4.0, device=DEV)
+    i = torch.tensor([1], device=DEV)
+    torch_pjrt.sync()
+    bad = x[torch.tensor([9], device=DEV)]
+    torch_pjrt.sync()
+    x = x + x[i]
+    torch_pjrt.sync()
+    with pytest.raises(IndexError):
+        torch_pjrt.sync(wait=True)
+    del bad
+    for _ in range(300):
+        x = x - x[i] * 0
+        torch_pjrt.sync()
+    time.sleep(0.2)
+    torch_pjrt.metrics.reset()
+    assert x.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+    flags = (torch_pjrt.metrics.counters().get("bytes_to_host", 0) - 16) // 4
+    assert flags <= 100, flags
+
+
 def test_checks_of_finished_programs_are_settled_without_a_read():
     """A loop that never reads a value: each program's outcome depends on the
     last one's; finished ones are settled at later launches, so the read at

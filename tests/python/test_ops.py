@@ -508,17 +508,6 @@ def test_assert_async_is_a_check_in_the_program():
         f(torch.tensor([0, 7, 1]).to(DEV)).cpu()
     with pytest.raises(RuntimeError, match="non-negative"):
         f(torch.tensor([0, -1, 1]).to(DEV)).cpu()
-
-
-def test_one_hot_out_of_range_raises_the_cpus_message_lazily():
-    """ATen leaves one_hot's class range to scatter's index check off the
-    CPU (its error named scatter); pjrt compiles the CPU's checks."""
-    for x, n, message in [([0, 7, 1], 5, "smaller than num_classes"), ([0, -1, 1], 5, "non-negative"),
-                          ([0, -1, 1], -1, "non-negative")]:
-        with pytest.raises(RuntimeError, match=message):
-            F.one_hot(torch.tensor(x).to(DEV), n).cpu()
-    for x, n in [([0, 3, 1], 5), ([2, 0], -1), ([[1, 2], [0, 4]], 6)]:
-        assert torch.equal(F.one_hot(torch.tensor(x).to(DEV), n).cpu(), F.one_hot(torch.tensor(x), n))
     ok = torch.tensor(2).to(DEV)
     torch.ops.aten._assert_async(ok)
     torch.ops.aten._assert_async.msg(ok > 1, "fine")
@@ -533,6 +522,17 @@ def test_one_hot_out_of_range_raises_the_cpus_message_lazily():
     torch_pjrt.sync(wait=True)  # raised once
     with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
         torch.ops.aten._assert_async(torch.ones(2).to(DEV))
+
+
+def test_one_hot_out_of_range_raises_the_cpus_message_lazily():
+    """ATen leaves one_hot's class range to scatter's index check off the
+    CPU (its error named scatter); pjrt compiles the CPU's checks."""
+    for x, n, message in [([0, 7, 1], 5, "smaller than num_classes"), ([0, -1, 1], 5, "non-negative"),
+                          ([0, -1, 1], -1, "non-negative")]:
+        with pytest.raises(RuntimeError, match=message):
+            F.one_hot(torch.tensor(x).to(DEV), n).cpu()
+    for x, n in [([0, 3, 1], 5), ([2, 0], -1), ([[1, 2], [0, 4]], 6)]:
+        assert torch.equal(F.one_hot(torch.tensor(x).to(DEV), n).cpu(), F.one_hot(torch.tensor(x), n))
 
 
 def test_empty_batches_give_empty_results():
