@@ -1,6 +1,8 @@
 #include "runtime/program.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "ir/printer.h"
@@ -54,6 +56,26 @@ int LineWithDims(const std::string& text, const std::string& msg) {
   return 0;
 }
 
+// The host memory the kernel can still hand out (MemAvailable + SwapFree of
+// /proc/meminfo), or -1 where it does not say.
+int64_t HostBytesAvailable() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0, total = 0;
+  bool found = false;
+  while (f >> key >> kib) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:" || key == "SwapFree:") {
+      total += kib * 1024;
+      found = true;
+    }
+  }
+  return found ? total : -1;
+}
+
+// Programs that allocate at most this much are not checked.
+constexpr int64_t kPreflightBytes = int64_t{256} << 20;
+
 }  // namespace
 
 std::string ProgramLine(const std::string& text, int line) {
@@ -105,6 +127,40 @@ std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::s
     throw pjrt::Error(pjrt::Code::kInternal, std::string("the plugin failed to compile the program: ") + e.what() +
                                                  (at.empty() ? "" : "\n  in StableHLO " + at));
   }
+}
+
+std::optional<ProgramMemory> MemoryOf(const pjrt::Executable& exe) {
+  auto stats = exe.CompiledMemoryStats();
+  if (!stats) return std::nullopt;
+  ProgramMemory p;
+  for (const auto& [name, bytes] : *stats) {
+    if (name == "argument_bytes") p.argument = bytes;
+    if (name == "output_bytes") p.output = bytes;
+    if (name == "alias_bytes") p.alias = bytes;
+    if (name == "temp_bytes") p.temp = bytes;
+    if (name == "peak_memory_bytes") p.peak = bytes;
+  }
+  return p;
+}
+
+void CheckHostMemory(int64_t run_bytes) {
+  if (run_bytes <= kPreflightBytes) return;
+  const int64_t available = HostBytesAvailable();
+  if (available < 0 || run_bytes <= available) return;
+  auto gib = [](int64_t b) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(1) << static_cast<double>(b) / static_cast<double>(int64_t{1} << 30) << " GiB";
+    return o.str();
+  };
+  throw pjrt::Error(pjrt::Code::kResourceExhausted,
+                    "Out of memory: the program needs " + gib(run_bytes) + " for its temporaries and results, the host has " +
+                        gib(available) + " available (MemAvailable + SwapFree); it was not launched");
+}
+
+int64_t HostRunBytes(pjrt::Client& client, const pjrt::Executable& exe) {
+  if (client.platform_name() != "cpu") return 0;
+  auto memory = MemoryOf(exe);
+  return memory ? memory->run() : 0;
 }
 
 }  // namespace tpj::runtime

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,27 @@ CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
 std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::string& text,
                                               const pjrt::CompileOptions& options,
                                               std::vector<pjrt::ArgSpec> args = {});
+
+// The device memory the compiler planned for one run of a program, where
+// the plugin reports it.
+struct ProgramMemory {
+  int64_t argument = 0, output = 0, alias = 0, temp = 0, peak = 0;
+  // What a run allocates beyond its arguments: temporaries and the results
+  // that reuse no donated argument.
+  int64_t run() const { return temp + output - alias; }
+};
+std::optional<ProgramMemory> MemoryOf(const pjrt::Executable& exe);
+
+// XLA's CPU client allocates a program's temporaries once its launch has
+// returned: one too large fails the run after the arguments were donated,
+// losing them (a training step's parameters). Such a program is refused
+// before its launch instead (CheckHostMemory), when a run allocates more
+// than the host has. HostRunBytes: what a run of `exe` allocates on the CPU
+// plugin, 0 elsewhere (not checked).
+int64_t HostRunBytes(pjrt::Client& client, const pjrt::Executable& exe);
+// Throws an out-of-memory pjrt::Error where `run_bytes` exceed the host's
+// available memory (/proc/meminfo is read only above 256 MiB).
+void CheckHostMemory(int64_t run_bytes);
 
 // The program line `line` (1-based) of `text` with its number, or "".
 std::string ProgramLine(const std::string& text, int line);

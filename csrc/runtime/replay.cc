@@ -6,6 +6,7 @@
 
 #include "pjrt/error.h"
 #include "runtime/dtype_map.h"
+#include "runtime/program.h"
 #include "runtime/runtime.h"
 
 namespace tpj::runtime {
@@ -89,6 +90,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
   auto p = std::make_shared<ReplayProgram>();
   p->device = device;
   p->executable = capture.executable;
+  p->run_bytes = HostRunBytes(*client_, *p->executable);
   std::unordered_map<const pjrt::Buffer*, int> by_buffer;
   std::unordered_map<const Storage*, int> by_storage;
   p->inputs.resize(inputs.size());
@@ -291,16 +293,21 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   }
   std::vector<std::unique_ptr<pjrt::Buffer>> outs;
   try {
+    CheckHostMemory(p.run_bytes);
     if (launch_log_) LogLaunch(p.device, p.executable, args);
     auto t1 = std::chrono::steady_clock::now();
     outs = p.executable->Execute(args);
     m.AddTime("execute_launch", Seconds(t1));
   } catch (...) {
-    // As a failed sync: what the program would have written is lost.
+    // As a failed sync: what the program would have written is lost, but
+    // out of memory before it ran leaves intact inputs as they were.
     auto lost = LostToCurrentException("run");
     for (const auto& rs : p.results) {
       for (const ReplayProgram::Result& r : rs) {
-        if (r.target == ReplayProgram::Target::kInput) inputs[static_cast<size_t>(r.index)]->outcome_ = lost;
+        if (r.target != ReplayProgram::Target::kInput) continue;
+        Storage& s = *inputs[static_cast<size_t>(r.index)];
+        if (lost->kind == ErrorKind::kOutOfMemory && s.buffer_ && !s.buffer_->is_deleted()) continue;
+        s.outcome_ = lost;
       }
     }
     throw;

@@ -53,6 +53,7 @@ struct ReplayProgram {
 
   int device = 0;
   std::shared_ptr<pjrt::Executable> executable;
+  int64_t run_bytes = 0;                   // HostRunBytes of the executable
   std::vector<Arg> args;                   // per program argument
   std::vector<Input> inputs;               // per graph input
   std::vector<std::vector<Result>> results;  // per program result: the storages it becomes

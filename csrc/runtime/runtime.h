@@ -295,6 +295,8 @@ class Runtime {
     std::shared_ptr<pjrt::Executable> executable;
     std::vector<int64_t> used;  // trace parameter index of each program argument
     size_t num_aliases = 0;
+    // Host memory a run allocates, on the CPU plugin (0: not checked).
+    int64_t run_bytes = 0;
   };
 
   void Init();
@@ -336,8 +338,10 @@ class Runtime {
   // with every check passed, and failed those that failed or read a failed
   // one (reads flags that are ready; never waits, never throws).
   void SettleFinished(Trace& t);
-  // The error of outcome `o` whose flag read `code` (check `what`).
-  static std::string FailedCheck(const Outcome& o, int32_t code, const std::string& what);
+  // Fails outcome `o`, whose flag read `code` (not 0). Caller holds mu().
+  void FailCheck(Outcome& o, int32_t code);
+  // Marks `o` verified: its flag and every input read 0.
+  static void MarkVerified(Outcome& o);
   // Adds `o` to `to` as an input of a program that read a storage it covers.
   static void AddInput(std::vector<std::shared_ptr<Outcome>>& to, const std::shared_ptr<Outcome>& o);
   // The outcome of a program of `t` with check flag `flag` (null: none) that

@@ -23,24 +23,15 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The device memory the compiler planned for one run of `exe`, where the
-// plugin reports it: the largest over programs is the counter
-// program_peak_bytes (its own peak figure, else arguments + outputs that do
-// not alias an argument + temporaries).
+// The largest planned memory over programs is the counter
+// program_peak_bytes (the plugin's own peak figure, else arguments + what a
+// run allocates).
 void RecordProgramMemory(const pjrt::Executable& exe) {
-  auto stats = exe.CompiledMemoryStats();
-  if (!stats) return;
-  int64_t argument = 0, output = 0, alias = 0, temp = 0, peak = 0;
-  for (const auto& [name, bytes] : *stats) {
-    if (name == "argument_bytes") argument = bytes;
-    if (name == "output_bytes") output = bytes;
-    if (name == "alias_bytes") alias = bytes;
-    if (name == "temp_bytes") temp = bytes;
-    if (name == "peak_memory_bytes") peak = bytes;
-  }
+  auto p = MemoryOf(exe);
+  if (!p) return;
   Metrics& m = Metrics::Get();
-  m.Max("program_peak_bytes", peak > 0 ? peak : argument + output - alias + temp);
-  m.Max("program_temp_bytes", temp);
+  m.Max("program_peak_bytes", p->peak > 0 ? p->peak : p->argument + p->run());
+  m.Max("program_temp_bytes", p->temp);
 }
 
 }  // namespace
@@ -304,11 +295,21 @@ void Runtime::SyncDevice(int device) {
   // trace's pending work; every storage it would have written (donated
   // buffers included) raises the failure when read, until overwritten.
   // Storages it only read keep their values.
+  // Out of memory before anything ran (a refused launch, a plugin that
+  // fails the launch at once): a storage whose buffer from before this
+  // trace is intact keeps that value instead, as if the work since the last
+  // sync had not been traced, so that code catching torch.OutOfMemoryError
+  // (a batch-size search) goes on with its parameters.
   auto abandon = [&](const char* stage) {
     auto lost = LostToCurrentException(stage);
+    const bool roll_back = lost->kind == ErrorKind::kOutOfMemory;
     for (Storage* s : storages) {
       s->pending_ = false;
       s->epoch_ = -1;
+      if (roll_back && s->buffer_ && s->dtype_ && !s->buffer_->is_deleted() &&
+          static_cast<size_t>(s->buffer_->element_count()) * ir::ByteSize(*s->dtype_) == s->nbytes_) {
+        continue;
+      }
       s->outcome_ = lost;
     }
     ResetTrace(t);
@@ -331,10 +332,12 @@ void Runtime::SyncDevice(int device) {
   std::vector<int64_t> used;
   std::shared_ptr<pjrt::Executable> exe;
   size_t num_aliases = aliases.size();
+  int64_t run_bytes = 0;
   if (auto it = plans_.find(trace_key); it != plans_.end()) {
     exe = it->second.executable;
     used = it->second.used;
     num_aliases = it->second.num_aliases;
+    run_bytes = it->second.run_bytes;
     m.Add("cache_hits");
     m.AddTime("graph_build", Seconds(t0));
   } else {
@@ -362,8 +365,9 @@ void Runtime::SyncDevice(int device) {
       abandon("compile");
       throw;
     }
+    run_bytes = HostRunBytes(*client_, *exe);
     if (plans_.size() > 1024) plans_.clear();  // bounded; the compile cache keeps the executables
-    plans_[trace_key] = Plan{exe, used, num_aliases};
+    plans_[trace_key] = Plan{exe, used, num_aliases, run_bytes};
   }
 
   // Arguments per replica: per-replica buffers, else copies of the one buffer.
@@ -386,6 +390,7 @@ void Runtime::SyncDevice(int device) {
         }
       }
     }
+    CheckHostMemory(run_bytes * n);
     if (launch_log_ && n == 1) LogLaunch(device, exe, args[0]);
     auto t1 = std::chrono::steady_clock::now();
     outs = exe->ExecuteReplicated(args);

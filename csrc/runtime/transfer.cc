@@ -146,7 +146,8 @@ size_t Runtime::ReplicaCount(Storage& s) {
   return s.replicas_.empty() ? 1 : s.replicas_.size();
 }
 
-std::string Runtime::FailedCheck(const Outcome& o, int32_t code, const std::string& what) {
+void Runtime::FailCheck(Outcome& o, int32_t code) {
+  const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
   // Where this program traced the check that failed (one message may come
   // from several lines: each is named, as the flag does not tell them apart).
   std::string at;
@@ -154,7 +155,14 @@ std::string Runtime::FailedCheck(const Outcome& o, int32_t code, const std::stri
     if (id == code) at += (at.empty() ? " (traced at " : " or at ") + where;
   }
   if (!at.empty()) at += ")";
-  return what + at + "; every tensor computed by that program, or from its results, raises this error";
+  o.kind = kind;
+  o.error = what + at + "; every tensor computed by that program, or from its results, raises this error";
+}
+
+void Runtime::MarkVerified(Outcome& o) {
+  o.verified = true;
+  o.inputs.clear();
+  o.flag.reset();
 }
 
 void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
@@ -197,18 +205,12 @@ void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
     CopyToHost(flags[k], &code, sizeof(code));
     if (code == 0) continue;
     std::lock_guard<std::recursive_mutex> l(mu_);
-    const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
-    walk[k]->kind = kind;
-    walk[k]->error = FailedCheck(*walk[k], code, what);
+    FailCheck(*walk[k], code);
     failed = walk[k];
   }
   std::lock_guard<std::recursive_mutex> l(mu_);
   if (!failed) {
-    for (const auto& o : walk) {  // every check passed
-      o->verified = true;
-      o->inputs.clear();
-      o->flag.reset();
-    }
+    for (const auto& o : walk) MarkVerified(*o);  // every check passed
     return;
   }
   const bool reported_before = failed->reported;
@@ -251,15 +253,11 @@ void Runtime::SettleFinished(Trace& t) {
       Metrics::Get().Add("bytes_to_host", static_cast<int64_t>(sizeof(code)));
     }
     if (code != 0) {
-      const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
-      o.kind = kind;
-      o.error = FailedCheck(o, code, what);
+      FailCheck(o, code);
       o.inputs.clear();
       return false;
     }
-    o.verified = true;
-    o.inputs.clear();
-    o.flag.reset();
+    MarkVerified(o);
     return true;
   };
   try {

@@ -8,6 +8,7 @@ import functools
 import os
 import struct
 import sys
+import threading
 import types
 import warnings
 from typing import List, Optional, Union
@@ -45,9 +46,32 @@ def _user_frame(frame):
 def _await_launched_at_exit() -> None:
     # Python's exit handlers run before C++ static destructors: a program
     # still running in the plugin's threads when exit() tears those down
-    # crashes the process (SIGSEGV, or std::terminate in the plugin).
-    if _extension.is_loaded(_C):  # nothing was launched without it (and its stub would raise again)
-        _C._await_launched()
+    # crashes the process (SIGSEGV, or std::terminate in the plugin). A
+    # running program cannot be stopped, so the wait runs in a thread and
+    # Ctrl-C during it ends the process at once (exit status 130, the exit
+    # handlers registered before this one do not run).
+    if not _extension.is_loaded(_C):  # nothing was launched without it (and its stub would raise again)
+        return
+    waiter = threading.Thread(target=_C._await_launched, name="torch_pjrt exit", daemon=True)
+    waiter.start()
+    try:
+        waiter.join(1.0)
+        if waiter.is_alive():
+            print(
+                "torch_pjrt: waiting for the programs still running on the device before exiting "
+                "(Ctrl-C to exit at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+            while waiter.is_alive():
+                waiter.join(0.5)
+    except KeyboardInterrupt:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or broken stream: exiting anyway
+                pass
+        os._exit(130)
 
 
 atexit.register(_await_launched_at_exit)

@@ -3,6 +3,7 @@ compiled into programs), failed programs, Ctrl-C during a wait, fork, and
 recompiles that must not happen. Each raises a clear error or keeps the
 right value; nothing is lost silently, nothing hangs."""
 
+import copy
 import os
 import signal
 import subprocess
@@ -220,6 +221,11 @@ def test_integer_division_by_zero_raises(op):
     assert torch.equal(f(a.to(DEV), torch.tensor([3, 2]).to(DEV)).cpu(), f(a, torch.tensor([3, 2])))
     # float division by zero is inf/nan on the CPU too: no check
     assert torch.isinf((a.float().to(DEV) / 0).cpu()).all()
+    # zeros known when the program is built: XLA folds the division on the
+    # host, where 0 / 0 in integers killed the process (SIGFPE)
+    z = torch.zeros(2, dtype=torch.int64, device=DEV)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(z, z).cpu()
 
 
 def test_an_op_that_throws_takes_its_checks_with_it():
@@ -282,24 +288,62 @@ def test_checks_add_no_recompiles_in_a_training_loop():
 # -------------------------------------------------------- failed programs
 
 
-def test_a_failed_program_loses_nothing_silently():
+def test_out_of_memory_before_a_launch_keeps_what_the_program_would_overwrite():
     w = torch.ones(4).to(DEV)
     torch_pjrt.sync()
     kept = torch.full((3,), 2.0).to(DEV)
     torch_pjrt.sync()
     w.mul_(10)  # pending, with w's buffer donated to the failing program
     fresh = torch.arange(4.0).to(DEV) + 1
-    big = torch.zeros(2**37, device=DEV) + 1  # 512 GiB: the plugin runs out of memory
+    big = torch.zeros(2**37, device=DEV) + 1  # 512 GiB: more than the host has, refused before the launch
     # a PjrtError that device-agnostic code catches as torch.OutOfMemoryError
     with pytest.raises(torch_pjrt.PjrtError, match="RESOURCE_EXHAUSTED|memory") as failed:
         torch_pjrt.sync(wait=True)
     assert isinstance(failed.value, torch.OutOfMemoryError) and failed.value.code_name == "RESOURCE_EXHAUSTED"
-    for t in (w, fresh, big[:2]):
+    assert "not launched" in str(failed.value)
+    for t in (fresh, big[:2]):  # made by the failed work: lost
         with pytest.raises(torch.OutOfMemoryError, match="lost"):
             t.cpu()
+    assert w.cpu().tolist() == [1.0] * 4  # its value before the failed work (not lost: the buffer was not donated)
     assert kept.cpu().tolist() == [2.0, 2.0, 2.0]  # not written by the failed program
-    w.copy_(torch.ones(4))  # a full overwrite makes w usable again
-    assert (w * 2).cpu().tolist() == [2.0] * 4
+    fresh.copy_(torch.ones(4))  # a full overwrite makes a lost tensor usable again
+    assert (fresh * 2).cpu().tolist() == [2.0] * 4
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_batch_size_search_goes_on_with_its_parameters(compiled):
+    # A step too large for the host is refused before its launch: the
+    # parameters and optimizer state keep their values (a launched program
+    # would have taken them), and the smaller batch trains as on the CPU.
+    # (SGD's state lives on the device; Adam's step count is a CPU tensor
+    # that the failed step's Python code advanced.)
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(8, 8)
+    models = {"cpu": cpu, DEV: copy.deepcopy(cpu).to(DEV)}
+    opts = {d: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for d, m in models.items()}
+
+    def step(d, batch):
+        width = 16 if batch <= 4 else 2**20  # the large batches: a (batch, 2^20) product, 4 TiB for the largest
+
+        def loss_of(x):
+            return (models[d](x) @ torch.ones(8, width, device=d)).tanh().mean()
+
+        f = torch.compile(loss_of, backend="pjrt", dynamic=False) if compiled and d != "cpu" else loss_of
+        loss = f(torch.full((batch, 8), 0.5, device=d))
+        loss.backward()
+        opts[d].step()
+        opts[d].zero_grad()
+        return loss.item()
+
+    for d in models:
+        step(d, 4)
+    for batch in (2**20, 2**17):
+        with pytest.raises(torch.OutOfMemoryError, match="not launched"):
+            step(DEV, batch)
+    for d in models:
+        step(d, 4)
+    for a, b in zip(models["cpu"].parameters(), models[DEV].parameters()):
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.skipif("asan" in os.environ.get("LD_PRELOAD", ""), reason="an address-space limit leaves ASan no room")
@@ -367,16 +411,26 @@ def test_out_of_memory_while_running_is_out_of_memory_and_random_numbers_go_on()
 def test_a_failure_absorbed_by_reading_the_random_state_is_still_raised_by_the_next_wait():
     # get_rng_state after a failed program that drew random numbers returns
     # the restarted stream's state instead of raising: the failure has not
-    # reached the user, so sync(wait=True) raises it.
-    torch.manual_seed(0)
-    x = torch.rand(2**26, 1000, device=DEV)  # with the product below, over a TiB
-    y = (x @ torch.rand(1000, 4000, device=DEV)).sum()
-    torch_pjrt.sync()
-    state = torch.pjrt.get_rng_state()
-    assert state.dtype == torch.uint8 and state.numel() == 16
-    with pytest.raises(torch.OutOfMemoryError, match="[Oo]ut of memory"):
-        torch_pjrt.sync(wait=True)
-    del y
+    # reached the user, so sync(wait=True) raises it. The program fits the
+    # host (its launch is not refused) but not the process's data limit: it
+    # fails while running.
+    code = textwrap.dedent("""
+        import resource, torch, torch_pjrt
+        resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30))
+        torch.manual_seed(0)
+        x = torch.rand(2**19, 1000, device="pjrt")  # 2 GiB
+        y = (x @ torch.rand(1000, 400, device="pjrt")).sum()
+        torch_pjrt.sync()
+        state = torch.pjrt.get_rng_state()
+        print(state.dtype, state.numel())
+        try:
+            torch_pjrt.sync(wait=True)
+        except torch.OutOfMemoryError as e:
+            print("OOM", "ut of memory" in str(e))
+    """)
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["torch.uint8 16", "OOM True"], r.stdout + r.stderr[-2000:]
 
 
 # ------------------------------------------------------- Ctrl-C and fork

@@ -7,6 +7,11 @@ active exception", which is how rank 1 of torch_pjrt.launch died with the
 PJRT API 0.115 CPU plugin: its last step was still running when it returned).
 torch_pjrt waits for launched programs in a Python exit handler."""
 
+import signal
+import subprocess
+import sys
+import time
+
 from conftest import run_python
 
 # About 8 s of CPU on 2 cores: the program must outlive the interpreter's
@@ -28,3 +33,20 @@ def test_exit_while_a_program_runs_is_clean():
     assert r.stdout.strip() == "exiting", r.stderr[-2000:]
     assert r.returncode == 0, f"exit code {r.returncode}: {r.stderr[-2000:]}"
     assert "terminate called" not in r.stderr
+
+
+def test_ctrl_c_while_exit_waits_for_a_program_exits_at_once():
+    # the running program cannot be stopped: a second Ctrl-C (or the first
+    # one during the wait) ends the process instead of waiting it out
+    p = subprocess.Popen([sys.executable, "-c", EXIT_WHILE_RUNNING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "exiting"
+        line = p.stderr.readline()
+        assert "waiting for the programs still running" in line, line + p.stderr.read()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=10) == 130
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        p.kill()
