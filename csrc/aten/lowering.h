@@ -182,6 +182,12 @@ inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() =
 // toward lower addresses (buf[:, :-1] = buf[:, 1:]), which the CPU reads
 // ahead of its writes.
 void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand);
+// A source sharing any element with the tensor an index write writes
+// (index_put_, index_add_, scatter_, put_, ...) is refused with the CPU's
+// error (at::assert_no_overlap), also through strided views the CPU's check
+// calls too hard (it then writes element by element, the answer depending
+// on that order; a program reads the whole source first).
+void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source);
 // An in-place or out= result written through a view whose elements share
 // memory: expanded views (the CPU's error) and overlapping windows
 // (x.unfold(0, 4, 2).mul_(2), where the CPU applies the op to a shared

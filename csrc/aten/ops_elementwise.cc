@@ -103,12 +103,16 @@ at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, 
 at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Atan2, FloatType(at::result_type(a, b))); }
 
 // Integer division by zero raises on the CPU (RuntimeError: ZeroDivisionError);
-// here it is a check compiled into the program.
-void CheckIntegerDivisor(const Operands& o, at::ScalarType t) {
+// here it is a check compiled into the program. The divisor becomes 1 where
+// it is 0 (the check reports those elements): XLA folds a division of
+// constants on the host, where 0 / 0 is SIGFPE (torch.zeros(2) % torch.zeros(2)
+// in int64 killed the process).
+void CheckIntegerDivisor(Operands& o, at::ScalarType t) {
   if (!at::isIntegralType(t, /*includeBool=*/true)) return;
   ir::Builder& b = B(o.device);
-  CheckNone(o.device, b.Compare(ir::CompareDir::EQ, o.y, Fill(o.device, 0, t, o.shape)), runtime::ErrorKind::kValue,
-            "ZeroDivisionError: integer division or remainder by zero");
+  ir::Value zero = b.Compare(ir::CompareDir::EQ, o.y, Fill(o.device, 0, t, o.shape));
+  CheckNone(o.device, zero, runtime::ErrorKind::kValue, "ZeroDivisionError: integer division or remainder by zero");
+  o.y = b.Select(zero, Fill(o.device, 1, t, o.shape), o.y);
 }
 
 // Float floor division as PyTorch computes it (div_floor_floating): from

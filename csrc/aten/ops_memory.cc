@@ -192,6 +192,40 @@ bool PartlyOverlaps(const at::Tensor& written, const at::Tensor& operand) {
   return !common.empty();
 }
 
+// Whether two views of one storage share an element (the same view
+// included). Views of types of other sizes share one where their byte
+// ranges meet; beyond the walk limits, left unchecked (false).
+bool SharesElement(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage() ||
+      !a.storage().is_alias_of(b.storage())) {
+    return false;
+  }
+  const Geometry ga = GeometryOf(a), gb = GeometryOf(b);
+  const auto [a0, a1] = Extent(ga);
+  const auto [b0, b1] = Extent(gb);
+  if (a.element_size() != b.element_size()) {
+    return a0 * a.element_size() < (b1 + 1) * b.element_size() && b0 * b.element_size() < (a1 + 1) * a.element_size();
+  }
+  if (a1 < b0 || b1 < a0) return false;
+  if (ga == gb) return true;
+  const Dims da = SortedDims(ga), db = SortedDims(gb);
+  if (Nested(da) && b.numel() <= kMaxWalkedElements) {
+    return AnyOffset(gb, [&](int64_t t) { return Contains(da, ga.offset, t); });
+  }
+  if (Nested(db) && a.numel() <= kMaxWalkedElements) {
+    return AnyOffset(ga, [&](int64_t t) { return Contains(db, gb.offset, t); });
+  }
+  if (a.numel() > kMaxSortedElements || b.numel() > kMaxSortedElements) return false;
+  const std::vector<int64_t> x = SortedOffsets(ga), y = SortedOffsets(gb);
+  std::vector<int64_t> common;
+  std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(common));
+  return !common.empty();
+}
+
+constexpr const char* kSharedMemory =
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+    "memory location. Please clone() the tensor before performing the operation.";
+
 using runtime::Runtime;
 using runtime::TraceScope;
 
@@ -470,13 +504,11 @@ at::Tensor select_scatter(const at::Tensor& self, const at::Tensor& src, int64_t
 }
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  if (self.numel() == 0) {  // nothing to write, but the CPU's shape check still applies
-    if (!at::is_expandable_to(src.sizes(), self.sizes())) {
-      const auto shape = at::infer_size(self.sizes(), src.sizes());  // raises its message where they do not broadcast
-      TORCH_CHECK(false, "output with shape ", self.sizes(), " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
-    }
-    return self;
+  if (!at::is_expandable_to(src.sizes(), self.sizes())) {  // the CPU's shape check and messages
+    const auto shape = at::infer_size(self.sizes(), src.sizes());  // raises its message where they do not broadcast
+    TORCH_CHECK(false, "output with shape ", self.sizes(), " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
   }
+  if (self.numel() == 0) return self;  // nothing to write
   if (IsPjrt(self) && !IsPjrt(src)) {
     TORCH_CHECK(src.device().is_cpu(), "copy from ", src.device(), " to pjrt is not supported; go through the CPU");
     CopyHostToPjrt(self, src);
@@ -645,12 +677,20 @@ void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand
   const at::MemOverlapStatus status = at::get_overlap_status(written, operand);
   TORCH_CHECK(status != at::MemOverlapStatus::Partial && !(status == at::MemOverlapStatus::TooHard &&
                                                            PartlyOverlaps(written, operand)),
-              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
-              "memory location. Please clone() the tensor before performing the operation.",
+              kSharedMemory,
               status == at::MemOverlapStatus::TooHard
                   ? " (pjrt computes every element from the values before the write; the CPU would write these "
                     "strided views element by element, its answer depending on that order)"
                   : "");
+}
+
+void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source) {
+  at::assert_no_overlap(written, source);  // the CPU's check and message
+  TORCH_CHECK(at::get_overlap_status(written, source) != at::MemOverlapStatus::TooHard ||
+                  !SharesElement(written, source),
+              kSharedMemory,
+              " (pjrt reads the whole source before writing; the CPU would write these strided views element by "
+              "element, its answer depending on that order)");
 }
 
 void AssertNoInternalOverlap(const at::Tensor& written) {

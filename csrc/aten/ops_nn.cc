@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <sstream>
 
 #include "aten/layout.h"
 #include "aten/lowering.h"
@@ -46,8 +47,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
                                                                  const std::optional<at::Tensor>& weight,
                                                                  const std::optional<at::Tensor>& bias, double eps) {
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
-  TORCH_CHECK(axis >= 0 && input.sizes().slice(axis).equals(normalized_shape), "Given normalized_shape=", normalized_shape,
-              ", expected input with shape [*, ", normalized_shape, "], but got input of size", input.sizes());
+  if (axis < 0 || !input.sizes().slice(axis).equals(normalized_shape)) {
+    std::ostringstream dims;  // the CPU's message: [*, 2, 3]
+    for (int64_t n : normalized_shape) dims << ", " << n;
+    TORCH_CHECK(false, "Given normalized_shape=", normalized_shape, ", expected input with shape [*", dims.str(),
+                "], but got input of size", input.sizes());
+  }
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);

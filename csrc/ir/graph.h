@@ -545,7 +545,9 @@ class Builder {
   void SetStagedSums(bool on) { staged_sums_ = on; }
   bool staged_sums() const { return staged_sums_; }
   // Whether the program is for XLA's CPU backend, for lowerings that choose
-  // another form there (a grouped convolution's weight gradient, ops_nn.cc).
+  // another form there: depthwise convolutions as sums of taps and a grouped
+  // convolution's weight gradient per group (ops_nn.cc), float32 special
+  // functions computed in float64 (ops_math.cc), staged sums (trace.cc).
   void SetCpuBackend(bool on) { cpu_backend_ = on; }
   bool cpu_backend() const { return cpu_backend_; }
 

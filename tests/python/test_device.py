@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torch_pjrt
 from conftest import run_python
@@ -571,6 +572,21 @@ def test_attention_fast_path_checks_mask_shapes_as_the_cpu():
             d(xd, xd, xd, need_weights=False, **{k: v.to(DEV) for k, v in masks.items()})[0].cpu()
         assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
         m = m.cpu()
+
+
+@pytest.mark.parametrize("case", [
+    lambda d: F.layer_norm(torch.randn(2, 3, device=d), (4,)),
+    lambda d: F.layer_norm(torch.randn(2, 3, device=d), (2, 4)),
+    lambda d: torch.randn(2, 3, device=d).copy_(torch.randn(4, device=d)),
+    lambda d: torch.randn(3, device=d).copy_(torch.randn(2, 3, device=d)),
+    lambda d: torch.randn(2, 3, device=d).copy_(torch.randn(4)),
+])
+def test_shape_errors_are_the_cpus(case):
+    with pytest.raises(RuntimeError) as cpu:
+        case("cpu")
+    with pytest.raises(RuntimeError) as dev:
+        case(DEV)
+    assert str(dev.value) == str(cpu.value)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])

@@ -150,6 +150,12 @@ STRIDED_OVERLAP = {
     "row times its first column": lambda x: x.view(2, 5).mul_(x.view(2, 5)[:, :1]),
     "diagonal shift": lambda x: x[:9].view(3, 3).diagonal()[1:].copy_(x[:9].view(3, 3).diagonal()[:-1]),
     "out= of columns": lambda x: torch.exp(x.view(2, 5)[:, :-1], out=x.view(2, 5)[:, 1:]),
+    # index writes whose source is another view of self's strided memory
+    "index_add_ from an alias": lambda x: x[::2].index_add_(0, _idx(x, 1, 0, 2, 3, 4), x[::2][:]),
+    "index_copy_ from a shifted view": lambda x: x[::2][1:].index_copy_(0, _idx(x, 1, 0, 2, 3), x[::2][:4]),
+    "scatter_add_ from an alias": lambda x: x[::2].scatter_add_(0, _idx(x, 1, 0), x[::2].detach()),
+    "put_ from an alias": lambda x: x[::2].put_(_idx(x, 1, 0), x[::2].view_as(x[::2])[:2]),
+    "index_put_ accumulating an alias": lambda x: x[::2].index_put_((_idx(x, 1, 0),), x[::2][:2], accumulate=True),
 }
 NO_OVERLAP = {  # strided views of one storage that share no element
     "interleaved halves": lambda x: x[0::2].add_(x[1::2]),
@@ -163,6 +169,8 @@ NO_OVERLAP = {  # strided views of one storage that share no element
     "left shift add": lambda x: x.view(2, 5)[:, :-1].add_(x.view(2, 5)[:, 1:]),
     "rows over their last element": lambda x: x.view(2, 5).div_(x.view(2, 5)[:, -1:]),
     "float16 view sharing no byte": lambda x: x[:4:2].copy_(x.view(torch.float16)[2:8:4]),
+    "index_add_ from the other half": lambda x: x[0::2].index_add_(0, _idx(x, 1, 0, 2, 4, 3), x[1::2]),
+    "scatter_ from another column": lambda x: x.view(5, 2)[:, 0].scatter_(0, _idx(x, 4, 3, 2), x.view(5, 2)[:3, 1]),
 }
 
 
