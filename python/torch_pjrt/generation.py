@@ -117,6 +117,33 @@ def _warn_unapplied(gen_config) -> None:
                       f"the tokens may differ from model.generate()'s.", stacklevel=3)
 
 
+# Attention that cuts its causal mask from a buffer by the keys' length
+# (bias[key_len - query_len:key_len]): with a static cache the keys' length
+# is the cache's, so the cut is wrong (on the CPU too, as with
+# cache_implementation="static"); model.generate() grows its cache instead.
+_MASK_CUT_BY_KEY_LENGTH = ("gpt_neo", "imagegpt", "bark")
+
+
+def _check_supported(model, max_len: int) -> None:
+    """Refuses models whose decoding this fixed-shape loop cannot repeat."""
+    config = model.config
+    kind = getattr(config, "model_type", "")
+    if kind in _MASK_CUT_BY_KEY_LENGTH:
+        raise NotImplementedError(
+            f"torch_pjrt.generation.generate does not support {type(model).__name__}: its attention cuts the causal "
+            f"mask by the keys' length, which a static cache makes the cache's length (the tokens would differ). Use "
+            f"model.generate() for it.")
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "longrope":
+        original = rope.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings",
+                                                                            None)
+        if original is not None and max_len > original:
+            raise NotImplementedError(
+                f"torch_pjrt.generation.generate: {type(model).__name__} switches to its long RoPE factors past "
+                f"{original} tokens and model.generate() then encodes the whole sequence again, which this loop does "
+                f"not; prompt + max_new_tokens is {max_len}. Use model.generate() for it, or stay within {original}.")
+
+
 def _static_cache(model, max_len: int):
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
@@ -233,6 +260,7 @@ def generate(
     prompt_ids = ids
     ids, mask, positions, next_position = (t.to(device) for t in (ids, mask, positions, next_position))
 
+    _check_supported(model, max_len)
     cache = _static_cache(model, max_len)
     forward_kwargs = {}
     if "logits_to_keep" in inspect.signature(model.forward).parameters:

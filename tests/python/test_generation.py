@@ -225,6 +225,27 @@ def test_refuses_a_cpu_model_a_sliding_window_cache_and_an_encoder_decoder():
         generation.generate(t5, ids, max_new_tokens=2)
 
 
+def test_refuses_a_mask_cut_by_the_keys_length_and_long_rope_past_its_switch():
+    # both would give other tokens than model.generate() (found against it:
+    # GPT-Neo's local attention cuts its mask by the cache's length; Phi-3
+    # encodes the whole sequence again with its long factors)
+    ids, _ = prompt(1, 8)
+    neo = transformers.GPTNeoForCausalLM(transformers.GPTNeoConfig(
+        vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+        window_size=8, max_position_embeddings=64)).eval().to(torch_pjrt.device())
+    with pytest.raises(NotImplementedError, match="cuts the causal mask.*model.generate"):
+        generation.generate(neo, ids.to(torch_pjrt.device()), max_new_tokens=2)
+    factors = [1.0] * 4
+    phi = transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, original_max_position_embeddings=12, pad_token_id=0,
+        rope_scaling={"type": "longrope", "short_factor": factors, "long_factor": factors})).eval()
+    phi = phi.to(torch_pjrt.device())
+    with pytest.raises(NotImplementedError, match="long RoPE factors past 12 tokens"):
+        generation.generate(phi, ids.to(torch_pjrt.device()), max_new_tokens=12)
+    assert generation.generate(phi, ids.to(torch_pjrt.device()), max_new_tokens=4).shape == (1, 12)  # within 12
+
+
 def test_warns_when_the_generation_config_asks_for_processors_it_does_not_apply():
     _, dev = models("llama")
     ids, _ = prompt(3, 6)
