@@ -32,6 +32,10 @@ struct Plan {
   // out= overloads with a Meta kernel: that kernel checks the outputs'
   // dtypes by the op's own rule first (see MetaCheck).
   bool meta_check = false;
+  // Position (in the functional's arguments) of a Tensor argument named
+  // "value" (index_fill_, masked_fill_, fill_): one number that the CPU reads
+  // (item()) before writing, so it may lie in the memory written.
+  std::optional<size_t> value_arg;
 };
 
 c10::IValue OnMeta(const c10::IValue& v) {
@@ -123,8 +127,9 @@ class DerivedKernel final : public c10::OperatorKernel {
     // is fine.
     for (const at::Tensor& o : outs) {
       AssertNoInternalOverlap(o);
-      for (const c10::IValue& v : call) {
-        if (v.isTensor()) {
+      for (size_t i = 0; i < call.size(); ++i) {
+        const c10::IValue& v = call[i];
+        if (v.isTensor() && i != plan_.value_arg) {
           AssertNoPartialOverlap(o, v.toTensor());
         } else if (v.isTensorList()) {
           for (const at::Tensor& t : v.toTensorList().vec()) AssertNoPartialOverlap(o, t);
@@ -257,6 +262,9 @@ std::optional<Plan> PlanFor(const c10::OperatorHandle& op,
   if (!f) return std::nullopt;
   plan.functional = *f;
   plan.meta_check = !plan.inplace && op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    if (args[plan.inputs[i]].name() == "value" && IsTensor(args[plan.inputs[i]])) plan.value_arg = i;
+  }
   if (DtypeFromOut().count(functional_name) && plan.outs.size() == 1) {
     const auto& fargs = f->schema().arguments();
     for (size_t i = 0; i < fargs.size(); ++i) {

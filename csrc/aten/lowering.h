@@ -186,8 +186,9 @@ void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand
 // (index_put_, index_add_, scatter_, put_, ...) is refused with the CPU's
 // error (at::assert_no_overlap), also through strided views the CPU's check
 // calls too hard (it then writes element by element, the answer depending
-// on that order; a program reads the whole source first).
-void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source);
+// on that order; a program reads the whole source first). One value written
+// without `accumulate` gives one answer in any order: only the CPU's check.
+void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source, bool accumulate);
 // An in-place or out= result written through a view whose elements share
 // memory: expanded views (the CPU's error) and overlapping windows
 // (x.unfold(0, 4, 2).mul_(2), where the CPU applies the op to a shared

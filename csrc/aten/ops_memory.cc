@@ -684,9 +684,10 @@ void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand
                   : "");
 }
 
-void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source) {
+void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source, bool accumulate) {
   at::assert_no_overlap(written, source);  // the CPU's check and message
-  TORCH_CHECK(at::get_overlap_status(written, source) != at::MemOverlapStatus::TooHard ||
+  TORCH_CHECK((source.numel() == 1 && !accumulate) ||
+                  at::get_overlap_status(written, source) != at::MemOverlapStatus::TooHard ||
                   !SharesElement(written, source),
               kSharedMemory,
               " (pjrt reads the whole source before writing; the CPU would write these strided views element by "

@@ -103,7 +103,7 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
   // after the writes before it (x.masked_scatter_(m, x) with m = [1, 0, 1, 1]
   // gives [0, 1, 1, 1] there), which a program cannot repeat; refused with
   // the CPU's own overlap error instead of another answer.
-  AssertNoOverlap(self, source);
+  AssertNoOverlap(self, source, /*accumulate=*/false);
   at::Tensor flat = mask.expand(self.sizes()).reshape({-1});
   const int64_t count = self.numel() == 0 ? 0 : Count(flat);
   if (count == 0) return self;

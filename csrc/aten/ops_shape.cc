@@ -373,7 +373,7 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
               "self.dtype = ", self.scalar_type(), " and source.dtype = ", source.scalar_type());
   TORCH_CHECK_INDEX(index.numel() == source.numel(), "put_(): Expected source and index to have the same number of elements, "
               "but got source.numel() = ", source.numel(), ", index.numel() = ", index.numel());
-  AssertNoOverlap(self, source);
+  AssertNoOverlap(self, source, accumulate);
   if (index.numel() == 0) return self;
   TORCH_CHECK_INDEX(self.numel() > 0, "put_(): Tried to put elements into an empty tensor");
   TraceScope s;
@@ -449,11 +449,11 @@ at::Tensor channel_shuffle(const at::Tensor& self, c10::SymInt groups_) {
 }
 
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
-  AssertNoOverlap(self, src);
+  AssertNoOverlap(self, src, /*accumulate=*/true);
   return WriteInto(self, [&] { return tpj::aten::scatter_add(self, dim, index, src); });
 }
 at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
-  AssertNoOverlap(self, src);
+  AssertNoOverlap(self, src, /*accumulate=*/false);
   return WriteInto(self, [&] { return tpj::aten::scatter_src(self, dim, index, src); });
 }
 at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& v) {
@@ -535,7 +535,7 @@ at::Tensor index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& ind
 }
 
 at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
-  AssertNoOverlap(self, source);
+  AssertNoOverlap(self, source, /*accumulate=*/false);
   return WriteInto(self, [&] { return tpj::aten::index_copy(self, dim, index, source); });
 }
 
@@ -574,7 +574,7 @@ at::Tensor index_fill_tensor(const at::Tensor& self, int64_t dim, const at::Tens
 
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                        const at::Scalar& alpha) {
-  AssertNoOverlap(self, source);
+  AssertNoOverlap(self, source, /*accumulate=*/true);
   return WriteInto(self, [&] { return tpj::aten::index_add(self, dim, index, source, alpha); });
 }
 
@@ -815,15 +815,28 @@ at::Tensor& IndexPut(at::Tensor& self, const c10::List<std::optional<at::Tensor>
   return self;
 }
 
+// The CPU's index_put_ writes one value under one boolean mask as
+// masked_fill_ of that value, read first, before its overlap check
+// (x[x > 5] = x[0]); a program reads it first too. Other index writes get
+// AssertNoOverlap.
+void IndexPutOverlapCheck(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                          const at::Tensor& values, bool accumulate) {
+  if (!accumulate && values.numel() == 1 && indices.size() == 1) {
+    const std::optional<at::Tensor> mask = indices.get(0);
+    if (mask && (mask->scalar_type() == at::kBool || mask->scalar_type() == at::kByte)) return;
+  }
+  AssertNoOverlap(self, values, accumulate);
+}
+
 at::Tensor& index_put_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
                        bool accumulate) {
-  AssertNoOverlap(self, values);
+  IndexPutOverlapCheck(self, indices, values, accumulate);
   return IndexPut(self, indices, values, accumulate);
 }
 
 at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                             const at::Tensor& values, bool accumulate, bool unsafe) {
-  AssertNoOverlap(self, values);
+  IndexPutOverlapCheck(self, indices, values, accumulate);
   return IndexPut(self, indices, values, accumulate);
 }
 
@@ -849,7 +862,7 @@ at::Tensor& index_put_autograd(at::Tensor& self, const c10::List<std::optional<a
                                        ? AsMaskRow(self, indices, values)
                                        : std::nullopt;
   if (!r) return at::_index_put_impl_(self, indices, values, accumulate, /*unsafe=*/false);
-  AssertNoOverlap(self, values);
+  IndexPutOverlapCheck(self, indices, values, accumulate);
   const at::Tensor m = r->mask.reshape(r->mask_dims);
   const at::Tensor v = values.reshape(r->row);
   self.copy_(at::where(m, accumulate ? self + v : v, self));

@@ -1,6 +1,7 @@
 #include "pjrt/error.h"
 
 #include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace tpj::pjrt {
@@ -52,10 +53,28 @@ const char* CodeName(int code) {
   return (code >= 0 && code <= 16) ? kNames[code] : "UNKNOWN";
 }
 
+// XLA's CPU client fails a program one of whose inputs holds an earlier
+// program's error with that error behind "Error dispatching computation: ",
+// once per program it went through: a training loop that goes on after a
+// failure grew the message by one prefix per step. Said once, with what it
+// means.
+namespace {
+std::string Explained(std::string message) {
+  static constexpr std::string_view kDispatch = "Error dispatching computation: ";
+  const size_t first = message.find(kDispatch);
+  if (first == std::string::npos) return message;
+  size_t end = first;
+  while (std::string_view(message).substr(end, kDispatch.size()) == kDispatch) end += kDispatch.size();
+  message.replace(first, end - first,
+                  "an input of this program is the result of an earlier program that failed (not computed again): ");
+  return message;
+}
+}  // namespace
+
 void ThrowIfError(const pjrt_abi::Api* api, pjrt_abi::Error* err, const char* call) {
   if (err == nullptr) return;
   Taken t = Take(api, err);
-  throw Error(t.code, std::string(call) + ": " + CodeName(t.code) + ": " + t.message);
+  throw Error(t.code, std::string(call) + ": " + CodeName(t.code) + ": " + Explained(std::move(t.message)));
 }
 
 void DiscardError(const pjrt_abi::Api* api, pjrt_abi::Error* err) noexcept {

@@ -224,6 +224,17 @@ void BindPjrt(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "Waits for every launched program (launches nothing, raises nothing); run at interpreter exit.");
   m.def(
+      "_launches_done",
+      [] {
+        if (!runtime::Runtime::Initialized() || pjrt::InForkedChild()) return true;
+        runtime::Runtime& r = runtime::Runtime::Get();
+        for (int d = 0; d < r.device_count(); ++d) {
+          if (!r.LaunchesDone(d)) return false;
+        }
+        return true;
+      },
+      "Whether every launched program has finished (waits for nothing).");
+  m.def(
       "_memory_stats",
       [](int index) -> py::object {
         pjrt::Client& c = runtime::Runtime::Get().client();

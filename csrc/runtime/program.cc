@@ -1,5 +1,6 @@
 #include "runtime/program.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
@@ -56,21 +57,31 @@ int LineWithDims(const std::string& text, const std::string& msg) {
   return 0;
 }
 
-// The host memory the kernel can still hand out (MemAvailable + SwapFree of
-// /proc/meminfo), or -1 where it does not say.
+// A number read from a file, or -1 (missing, unreadable, "max").
+int64_t ReadNumber(const char* path) {
+  std::ifstream f(path);
+  int64_t v = -1;
+  return f >> v ? v : -1;
+}
+
+// The host memory this process can still get: MemAvailable + SwapFree of
+// /proc/meminfo, within its cgroup's (v2) memory.max; -1 where the kernel
+// does not say (no MemAvailable line).
 int64_t HostBytesAvailable() {
   std::ifstream f("/proc/meminfo");
   std::string key, unit;
-  int64_t kib = 0, total = 0;
-  bool found = false;
+  int64_t kib = 0, available = -1, swap = 0;
   while (f >> key >> kib) {
     std::getline(f, unit);
-    if (key == "MemAvailable:" || key == "SwapFree:") {
-      total += kib * 1024;
-      found = true;
-    }
+    if (key == "MemAvailable:") available = kib * 1024;
+    if (key == "SwapFree:") swap = kib * 1024;
   }
-  return found ? total : -1;
+  if (available < 0) return -1;
+  available += swap;
+  const int64_t limit = ReadNumber("/sys/fs/cgroup/memory.max");
+  const int64_t used = ReadNumber("/sys/fs/cgroup/memory.current");
+  if (limit >= 0 && used >= 0) available = std::min(available, std::max<int64_t>(limit - used, 0));
+  return available;
 }
 
 // Programs that allocate at most this much are not checked.
@@ -154,7 +165,7 @@ void CheckHostMemory(int64_t run_bytes) {
   };
   throw pjrt::Error(pjrt::Code::kResourceExhausted,
                     "Out of memory: the program needs " + gib(run_bytes) + " for its temporaries and results, the host has " +
-                        gib(available) + " available (MemAvailable + SwapFree); it was not launched");
+                        gib(available) + " available (MemAvailable + SwapFree, within the cgroup's memory.max); it was not launched");
 }
 
 int64_t HostRunBytes(pjrt::Client& client, const pjrt::Executable& exe) {

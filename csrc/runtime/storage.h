@@ -124,6 +124,10 @@ class Storage {
   int64_t epoch_ = -1;  // the trace epoch value_ belongs to
   bool pending_ = false;
   std::shared_ptr<Outcome> outcome_;  // of the program that computed buffer_
+  // outcome_ and dtype_ before the current trace wrote the storage, which an
+  // out-of-memory failure before the launch restores (SyncDevice)
+  std::shared_ptr<Outcome> outcome_before_;
+  std::optional<ir::DType> dtype_before_;
   std::shared_ptr<const Sharding> sharding_;  // SPMD (see sharding())
 };
 

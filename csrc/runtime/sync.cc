@@ -49,7 +49,12 @@ std::shared_ptr<Outcome> LostToCurrentException(const char* stage) {
   } catch (...) {
   }
   lost->error = std::string("the value of this pjrt tensor was lost: the program computing it failed to ") + stage +
-                " (" + what + "). Compute it again (after freeing memory, if it was an out-of-memory error).";
+                " (" + what + "). Compute it again (after freeing memory, if it was an out-of-memory error)";
+  if (lost->kind == ErrorKind::kOutOfMemory) {
+    lost->error += "; state that the failed step created is lost with it (an optimizer's first-step buffers: "
+                   "optimizer.state.clear() before trying again)";
+  }
+  lost->error += ".";
   return lost;
 }
 
@@ -306,11 +311,15 @@ void Runtime::SyncDevice(int device) {
     for (Storage* s : storages) {
       s->pending_ = false;
       s->epoch_ = -1;
-      if (roll_back && s->buffer_ && s->dtype_ && !s->buffer_->is_deleted() &&
-          static_cast<size_t>(s->buffer_->element_count()) * ir::ByteSize(*s->dtype_) == s->nbytes_) {
+      if (roll_back && s->buffer_ && s->dtype_before_ && !s->sharding_ && !s->buffer_->is_deleted() &&
+          s->buffer_->element_type() == ToPjrt(*s->dtype_before_) &&
+          static_cast<size_t>(s->buffer_->element_count()) * ir::ByteSize(*s->dtype_before_) == s->nbytes_) {
+        s->outcome_ = std::move(s->outcome_before_);  // a failure from before stays one
+        s->dtype_ = s->dtype_before_;
         continue;
       }
       s->outcome_ = lost;
+      s->outcome_before_.reset();
     }
     ResetTrace(t);
   };
@@ -422,6 +431,7 @@ void Runtime::SyncDevice(int device) {
     s->pending_ = false;
     s->epoch_ = -1;
     s->outcome_ = outcome;
+    s->outcome_before_.reset();
   }
   if (capture_) {
     SyncCapture& c = *capture_;

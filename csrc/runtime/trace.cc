@@ -137,6 +137,10 @@ void Runtime::AssignFlat(Storage& s, ir::Value flat) {
          "step or loop iteration (docs/device.md). Warned once per process");
   }
   const ir::Shape& shape = t.builder->shape(flat);
+  if (!s.pending_) {  // its state before this trace, for a rollback (SyncDevice)
+    s.outcome_before_ = s.outcome_;
+    s.dtype_before_ = s.dtype_;
+  }
   // A value of another dtype that covers the whole storage retypes it rather
   // than being bitcast back: storages that torch.load uploaded as bytes take
   // the dtype of their first full write (an optimizer state after resuming),

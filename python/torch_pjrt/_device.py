@@ -6,9 +6,10 @@ import atexit
 import contextlib
 import functools
 import os
+import signal
 import struct
 import sys
-import threading
+import time
 import types
 import warnings
 from typing import List, Optional, Union
@@ -47,31 +48,30 @@ def _await_launched_at_exit() -> None:
     # Python's exit handlers run before C++ static destructors: a program
     # still running in the plugin's threads when exit() tears those down
     # crashes the process (SIGSEGV, or std::terminate in the plugin). A
-    # running program cannot be stopped, so the wait runs in a thread and
-    # Ctrl-C during it ends the process at once (exit status 130, the exit
-    # handlers registered before this one do not run).
+    # running program cannot be stopped: the wait polls (no thread: Python
+    # 3.12 refuses new threads at exit), and Ctrl-C during it ends the
+    # process at once, by SIGINT as an uncaught KeyboardInterrupt does (the
+    # exit handlers registered before this one do not run).
     if not _extension.is_loaded(_C):  # nothing was launched without it (and its stub would raise again)
         return
-    waiter = threading.Thread(target=_C._await_launched, name="torch_pjrt exit", daemon=True)
-    waiter.start()
     try:
-        waiter.join(1.0)
-        if waiter.is_alive():
-            print(
-                "torch_pjrt: waiting for the programs still running on the device before exiting "
-                "(Ctrl-C to exit at once)",
-                file=sys.stderr,
-                flush=True,
-            )
-            while waiter.is_alive():
-                waiter.join(0.5)
+        start, told = time.monotonic(), False
+        while not _C._launches_done():
+            if not told and time.monotonic() - start > 1.0:
+                print("torch_pjrt: waiting for the programs still running on the device before exiting "
+                      "(Ctrl-C to exit at once)", file=sys.stderr, flush=True)
+                told = True
+            time.sleep(0.02)
     except KeyboardInterrupt:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:  # a closed or broken stream: exiting anyway
                 pass
-        os._exit(130)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        os._exit(130)  # (where the signal did not end it)
+    _C._await_launched()  # all finished: drops their events
 
 
 atexit.register(_await_launched_at_exit)

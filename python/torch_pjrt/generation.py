@@ -121,14 +121,14 @@ def _warn_unapplied(gen_config) -> None:
 # (bias[key_len - query_len:key_len]): with a static cache the keys' length
 # is the cache's, so the cut is wrong (on the CPU too, as with
 # cache_implementation="static"); model.generate() grows its cache instead.
-_MASK_CUT_BY_KEY_LENGTH = ("gpt_neo", "imagegpt", "bark")
+# By the modeling module: Bark's generating models have other model_types.
+_MASK_CUT_BY_KEY_LENGTH = ("modeling_gpt_neo", "modeling_imagegpt", "modeling_bark")
 
 
 def _check_supported(model, max_len: int) -> None:
     """Refuses models whose decoding this fixed-shape loop cannot repeat."""
     config = model.config
-    kind = getattr(config, "model_type", "")
-    if kind in _MASK_CUT_BY_KEY_LENGTH:
+    if type(model).__module__.rsplit(".", 1)[-1] in _MASK_CUT_BY_KEY_LENGTH:
         raise NotImplementedError(
             f"torch_pjrt.generation.generate does not support {type(model).__name__}: its attention cuts the causal "
             f"mask by the keys' length, which a static cache makes the cache's length (the tokens would differ). Use "

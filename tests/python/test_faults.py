@@ -308,6 +308,17 @@ def test_out_of_memory_before_a_launch_keeps_what_the_program_would_overwrite():
     assert kept.cpu().tolist() == [2.0, 2.0, 2.0]  # not written by the failed program
     fresh.copy_(torch.ones(4))  # a full overwrite makes a lost tensor usable again
     assert (fresh * 2).cpu().tolist() == [2.0] * 4
+    # a tensor whose value had failed before stays failed through a rollback
+    bad = torch.arange(4.0).to(DEV)[torch.tensor([10]).to(DEV)]
+    torch_pjrt.sync()
+    with pytest.raises(IndexError):
+        bad.cpu()
+    bad.fill_(7.0)
+    big = torch.zeros(2**37, device=DEV) + 1
+    with pytest.raises(torch.OutOfMemoryError):
+        torch_pjrt.sync(wait=True)
+    with pytest.raises(IndexError):
+        bad.cpu()
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -329,12 +340,24 @@ def test_a_batch_size_search_goes_on_with_its_parameters(compiled):
             return (models[d](x) @ torch.ones(8, width, device=d)).tanh().mean()
 
         f = torch.compile(loss_of, backend="pjrt", dynamic=False) if compiled and d != "cpu" else loss_of
+        opts[d].zero_grad()  # (a step that raised left its gradients)
         loss = f(torch.full((batch, 8), 0.5, device=d))
         loss.backward()
         opts[d].step()
-        opts[d].zero_grad()
         return loss.item()
 
+    with pytest.raises(torch.OutOfMemoryError, match="not launched"):
+        step(DEV, 2**20)
+    if compiled:
+        # the compiled forward runs at once and was refused there: as on
+        # CUDA, the step stopped before the optimizer made any state
+        assert not opts[DEV].state
+    else:
+        # refused at loss.item(), after opt.step() traced: the momentum
+        # buffers that step made are lost with it
+        with pytest.raises(torch.OutOfMemoryError, match=r"lost.*optimizer\.state\.clear\(\)"):
+            step(DEV, 4)
+        opts[DEV].state.clear()
     for d in models:
         step(d, 4)
     for batch in (2**20, 2**17):
@@ -427,10 +450,17 @@ def test_a_failure_absorbed_by_reading_the_random_state_is_still_raised_by_the_n
             torch_pjrt.sync(wait=True)
         except torch.OutOfMemoryError as e:
             print("OOM", "ut of memory" in str(e))
+        for _ in range(3):  # programs computed from the failed one, one after the other
+            y = y + 1
+            torch_pjrt.sync()
+        try:
+            y.item()
+        except torch.OutOfMemoryError as e:  # the cause said once, not once per program
+            print("chain", str(e).count("earlier program that failed"), str(e).count("dispatching"))
     """)
     r = run_python(code)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split("\n")[:2] == ["torch.uint8 16", "OOM True"], r.stdout + r.stderr[-2000:]
+    assert r.stdout.split("\n")[:3] == ["torch.uint8 16", "OOM True", "chain 1 0"], r.stdout + r.stderr[-2000:]
 
 
 # ------------------------------------------------------- Ctrl-C and fork

@@ -171,6 +171,10 @@ NO_OVERLAP = {  # strided views of one storage that share no element
     "float16 view sharing no byte": lambda x: x[:4:2].copy_(x.view(torch.float16)[2:8:4]),
     "index_add_ from the other half": lambda x: x[0::2].index_add_(0, _idx(x, 1, 0, 2, 4, 3), x[1::2]),
     "scatter_ from another column": lambda x: x.view(5, 2)[:, 0].scatter_(0, _idx(x, 4, 3, 2), x.view(5, 2)[:3, 1]),
+    # one value of self's memory written without accumulating: read before any write, on the CPU too
+    "one value under a mask": lambda x: x.__setitem__(x > 5, x[0]),
+    "one value into a column": lambda x: x.view(5, 2)[:, 0].__setitem__(_idx(x, 0, 1), x[2]),
+    "index_fill_ of a column with a value of it": lambda x: x.view(5, 2)[:, 0].index_fill_(0, _idx(x, 0), x[4]),
 }
 
 
