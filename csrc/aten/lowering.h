@@ -172,6 +172,12 @@ inline bool Symbolic(const at::Tensor& t) { return t.defined() && t.unsafeGetTen
 
 inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
+// Where the CPU's kernel is not built for bool: its dispatch's error (a
+// lowering would compute something the CPU refuses).
+inline void CheckNotBool(at::ScalarType t, const char* cpu_kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"", cpu_kernel, "\" not implemented for 'Bool'");
+}
+
 // An operand that partly overlaps the tensor written (x[1:] += x[:-1],
 // x[1:].copy_(x[:-1])) is refused with the CPU's error: there the answer
 // depends on the order in which memory is written, which a program does

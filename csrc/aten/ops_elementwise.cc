@@ -459,6 +459,7 @@ at::Tensor trunc(const at::Tensor& a) {
 bool Unsigned(at::ScalarType t) { return at::isIntegralType(t, /*includeBool=*/true) && !at::isSignedType(t); }
 
 at::Tensor abs(const at::Tensor& a) {
+  CheckNotBool(a.scalar_type(), "abs_cpu");
   if (Unsigned(a.scalar_type())) {
     TraceScope s;
     return Wrap(Val(a), DeviceIndex(a));
@@ -1033,6 +1034,7 @@ at::Tensor AddcOp(const at::Tensor& self, const at::Tensor& t1, const at::Tensor
   return WrapIn(b.Binary(Op::Add, in(self), b.Binary(op, x1, in(t2))), t, d);
 }
 at::Tensor addcmul(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  CheckNotBool(at::promote_types(at::result_type(self, a), b.scalar_type()), "addcmul_cpu_out");
   return AddcOp(self, a, b, v, Op::Mul);
 }
 at::Tensor addcdiv(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {

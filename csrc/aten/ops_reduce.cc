@@ -385,6 +385,7 @@ at::Tensor Cumulative(const at::Tensor& a, int64_t dim, std::optional<at::Scalar
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   const at::ScalarType t = SumType(a, dtype);
+  CheckNotBool(t, kind == ReduceKind::Sum ? "cumsum_out_cpu" : "cumprod_out_cpu");
   if (a.dim() == 0) return Wrap(ValAs(a, t), d);
   const int64_t w = WrapDim(dim, a.dim());
   const auto shape = a.sizes().vec();
@@ -607,6 +608,7 @@ void CheckMatmul(const at::Tensor& a, const at::Tensor& b, int64_t ra, int64_t r
   TORCH_CHECK(b.dim() == rb, name, ": mat2 must be a ", rb, "D tensor");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(),
               " != ", b.scalar_type());
+  CheckNotBool(a.scalar_type(), ra == 2 ? "addmm_impl_cpu_" : name);  // (mm and addmm are one CPU kernel)
 }
 
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
@@ -718,6 +720,7 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const std::optio
 }
 
 at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+  CheckNotBool(a.scalar_type(), "dot");
   TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   TORCH_CHECK(a.size(0) == b.size(0), "inconsistent tensor size, expected tensor [", a.size(0),
               "] and src [", b.size(0), "] to have the same number of elements, but got ", a.size(0), " and ", b.size(0),
@@ -756,6 +759,7 @@ bool equal(const at::Tensor& a, const at::Tensor& b) {
 // addmv: beta * self + alpha * (mat @ vec), self broadcast to the result.
 at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                  const at::Scalar& alpha) {
+  CheckNotBool(mat.scalar_type(), "addmv_impl_cpu");
   TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1 && self.dim() <= 1,
               "vector + matrix @ vector expected, got ", self.dim(), ", ", mat.dim(), ", ", vec.dim());
   TORCH_CHECK(mat.size(1) == vec.size(0) && (self.dim() == 0 || self.size(0) == 1 || self.size(0) == mat.size(0)),
@@ -783,6 +787,7 @@ at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor
 }
 
 at::Tensor mv(const at::Tensor& a, const at::Tensor& v) {
+  CheckNotBool(a.scalar_type(), "addmv_impl_cpu");
   TORCH_CHECK(a.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", a.dim(), ", ", v.dim());
   TraceScope s;
   const int d = CommonDevice({&a, &v});

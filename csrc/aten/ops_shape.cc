@@ -1004,6 +1004,7 @@ std::tuple<at::Tensor, at::Tensor> sort(const at::Tensor& self, int64_t dim, boo
 }
 
 std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "topk does not support bool dtypes on CPU");
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK(k >= 0 && k <= (self.dim() ? self.size(w) : 1), "selected index k out of range");
   auto [v, i] = sort_stable(self, true, w, largest);
@@ -1019,6 +1020,7 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64
 // open); the values agree.
 std::tuple<at::Tensor, at::Tensor> SortedAt(const at::Tensor& self, int64_t dim, bool keepdim, const char* op,
                                             const std::function<at::Tensor(const at::Tensor& valid, int64_t n)>& position) {
+  CheckNotBool(self.scalar_type(), std::string(op) == "kthvalue" ? "kthvalue_cpu" : "median_out");
   if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK_INDEX(self.size(w) > 0, op, "(): Expected reduction dim ", w, " to have non-zero size.");
@@ -1044,6 +1046,7 @@ std::tuple<at::Tensor, at::Tensor> nanmedian_dim(const at::Tensor& self, int64_t
 // The whole tensor's median: NaN when it is empty, as the CPU.
 at::Tensor MedianAll(const at::Tensor& self, bool ignore_nan) {
   if (self.numel() == 0) return at::full({}, NAN, self.options().dtype(at::kFloat)).to(self.scalar_type());  // as the CPU: NaN, cast
+  CheckNotBool(self.scalar_type(), "median_cpu");
   at::Tensor flat = self.reshape({-1});
   return std::get<0>(ignore_nan ? nanmedian_dim(flat, 0, false) : median_dim(flat, 0, false));
 }

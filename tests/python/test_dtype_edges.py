@@ -305,6 +305,25 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     # an out= form's own dtype rule (its Meta kernel's), beyond "the result castable to the output"
     ("topk into int32 indices", lambda t: torch.topk(t, 2, out=(t.new_zeros(2), t.new_zeros(2, dtype=torch.int32))),
      torch.arange(6.0)),
+    # kernels the CPU does not build for bool
+    *[(f"{name} of bool", fn, torch.tensor([[True, False], [True, True]])) for name, fn in [
+        ("cumsum to bool", lambda t: torch.cumsum(t, 0, dtype=torch.bool)),
+        ("cumprod to bool", lambda t: torch.cumprod(t, 1, dtype=torch.bool)),
+        ("cumsum into a bool out=", lambda t: torch.cumsum(t.int(), 0, out=torch.empty_like(t))),
+        ("topk", lambda t: torch.topk(t, 1)),
+        ("median", torch.median),
+        ("median along a dim", lambda t: torch.median(t, 0)),
+        ("nanmedian", torch.nanmedian),
+        ("kthvalue", lambda t: torch.kthvalue(t, 1)),
+        ("abs", torch.abs),
+        ("addcmul_", lambda t: t.clone().addcmul_(t, t)),
+        ("mm", lambda t: t @ t),
+        ("bmm", lambda t: t[None] @ t[None]),
+        ("addmm", lambda t: torch.addmm(t, t, t)),
+        ("baddbmm", lambda t: torch.baddbmm(t[None], t[None], t[None])),
+        ("dot", lambda t: torch.dot(t[0], t[1])),
+        ("mv", lambda t: t @ t[0]),
+    ]],
 ])
 def test_refused_as_on_the_cpu(name, fn, x):
     with pytest.raises(Exception) as cpu:
