@@ -135,6 +135,24 @@ bool OverlapsItself(const Geometry& g, int64_t numel) {
   return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
 }
 
+// Whether two views of one storage (elements of one size) share an element:
+// the elements of one looked up in the other where that one is nested, else
+// their sorted offsets compared; beyond the walk limits, false.
+bool AnyCommonElement(const Geometry& a, int64_t a_numel, const Geometry& b, int64_t b_numel) {
+  const Dims da = SortedDims(a), db = SortedDims(b);
+  if (Nested(da) && b_numel <= kMaxWalkedElements) {
+    return AnyOffset(b, [&](int64_t t) { return Contains(da, a.offset, t); });
+  }
+  if (Nested(db) && a_numel <= kMaxWalkedElements) {
+    return AnyOffset(a, [&](int64_t t) { return Contains(db, b.offset, t); });
+  }
+  if (a_numel > kMaxSortedElements || b_numel > kMaxSortedElements) return false;
+  const std::vector<int64_t> x = SortedOffsets(a), y = SortedOffsets(b);
+  std::vector<int64_t> common;
+  std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(common));
+  return !common.empty();
+}
+
 // The operand's strides broadcast to `written`'s shape, for the dims of
 // its Geometry (size-1 dims left out); empty where the operand's shape does
 // not broadcast to it.
@@ -173,23 +191,13 @@ bool PartlyOverlaps(const at::Tensor& written, const at::Tensor& operand) {
   if (w.sizes == o.sizes && w.strides == o.strides) {
     return o.offset < w.offset && Reaches(w.offset - o.offset, SortedDims(w), 0);
   }
-  const Dims wd = SortedDims(w), od = SortedDims(o);
+  const Dims wd = SortedDims(w);
   const std::vector<int64_t> o_strides = BroadcastStrides(written, operand);
   if (Nested(wd) && (w.sizes.empty() || !o_strides.empty()) && written.numel() <= kMaxWalkedElements) {
     return AnyIndex(w.sizes, w.strides, o_strides, 0, w.offset, o.offset,
                     [&](int64_t dst, int64_t src) { return src < dst && Contains(wd, w.offset, src); });
   }
-  if (Nested(wd) && operand.numel() <= kMaxWalkedElements) {
-    return AnyOffset(o, [&](int64_t t) { return Contains(wd, w.offset, t); });
-  }
-  if (Nested(od) && written.numel() <= kMaxWalkedElements) {
-    return AnyOffset(w, [&](int64_t t) { return Contains(od, o.offset, t); });
-  }
-  if (written.numel() > kMaxSortedElements || operand.numel() > kMaxSortedElements) return false;
-  const std::vector<int64_t> a = SortedOffsets(w), b = SortedOffsets(o);
-  std::vector<int64_t> common;
-  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
-  return !common.empty();
+  return AnyCommonElement(w, written.numel(), o, operand.numel());
 }
 
 // Whether two views of one storage share an element (the same view
@@ -207,19 +215,7 @@ bool SharesElement(const at::Tensor& a, const at::Tensor& b) {
     return a0 * a.element_size() < (b1 + 1) * b.element_size() && b0 * b.element_size() < (a1 + 1) * a.element_size();
   }
   if (a1 < b0 || b1 < a0) return false;
-  if (ga == gb) return true;
-  const Dims da = SortedDims(ga), db = SortedDims(gb);
-  if (Nested(da) && b.numel() <= kMaxWalkedElements) {
-    return AnyOffset(gb, [&](int64_t t) { return Contains(da, ga.offset, t); });
-  }
-  if (Nested(db) && a.numel() <= kMaxWalkedElements) {
-    return AnyOffset(ga, [&](int64_t t) { return Contains(db, gb.offset, t); });
-  }
-  if (a.numel() > kMaxSortedElements || b.numel() > kMaxSortedElements) return false;
-  const std::vector<int64_t> x = SortedOffsets(ga), y = SortedOffsets(gb);
-  std::vector<int64_t> common;
-  std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(common));
-  return !common.empty();
+  return ga == gb || AnyCommonElement(ga, a.numel(), gb, b.numel());
 }
 
 constexpr const char* kSharedMemory =
