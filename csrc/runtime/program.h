@@ -49,7 +49,8 @@ std::optional<ProgramMemory> MemoryOf(const pjrt::Executable& exe);
 // plugin, 0 elsewhere (not checked).
 int64_t HostRunBytes(pjrt::Client& client, const pjrt::Executable& exe);
 // Throws an out-of-memory pjrt::Error where `run_bytes` exceed the host's
-// available memory (/proc/meminfo is read only above 256 MiB).
+// available memory (MemAvailable + SwapFree, within the cgroup v2
+// memory.max; read only above 256 MiB).
 void CheckHostMemory(int64_t run_bytes);
 
 // The program line `line` (1-based) of `text` with its number, or "".

@@ -127,7 +127,7 @@ _MASK_CUT_BY_KEY_LENGTH = ("modeling_gpt_neo", "modeling_imagegpt", "modeling_ba
 
 def _check_supported(model, max_len: int) -> None:
     """Refuses models whose decoding this fixed-shape loop cannot repeat."""
-    config = model.config
+    config = getattr(model, "config", None)
     if type(model).__module__.rsplit(".", 1)[-1] in _MASK_CUT_BY_KEY_LENGTH:
         raise NotImplementedError(
             f"torch_pjrt.generation.generate does not support {type(model).__name__}: its attention cuts the causal "
