@@ -125,12 +125,15 @@ class DerivedKernel final : public c10::OperatorKernel {
     // is refused with the CPU's error (TensorIterator's check): its answer
     // depends on the order memory is written in. The same memory (in place)
     // is fine.
+    std::vector<at::Tensor> sharing;  // inputs in an output's storage (AssertNotResizedOverInput)
     for (const at::Tensor& o : outs) {
       AssertNoInternalOverlap(o);
       for (size_t i = 0; i < call.size(); ++i) {
         const c10::IValue& v = call[i];
         if (v.isTensor() && i != plan_.value_arg) {
-          AssertNoPartialOverlap(o, v.toTensor());
+          const at::Tensor& t = v.toTensor();
+          AssertNoPartialOverlap(o, t);
+          if (t.defined() && t.has_storage() && o.has_storage() && t.storage().is_alias_of(o.storage())) sharing.push_back(t);
         } else if (v.isTensorList()) {
           for (const at::Tensor& t : v.toTensorList().vec()) AssertNoPartialOverlap(o, t);
         }
@@ -140,7 +143,10 @@ class DerivedKernel final : public c10::OperatorKernel {
       for (size_t k = 0; k < outs.size(); ++k) {
         const at::Tensor r = Result(call[k]);
         if (!r.defined()) continue;
-        if (!inplace[k]) at::native::resize_output(outs[k], r.sizes());
+        if (!inplace[k]) {
+          for (const at::Tensor& t : sharing) AssertNotResizedOverInput(outs[k], r.sizes(), t);
+          at::native::resize_output(outs[k], r.sizes());
+        }
         if (r.numel() > 0) Assign(outs[k], Val(r));
       }
     };

@@ -195,6 +195,10 @@ void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand
 // on that order; a program reads the whole source first). One value written
 // without `accumulate` gives one answer in any order: only the CPU's check.
 void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source, bool accumulate);
+// An out= tensor that must be resized (its sizes are not `sizes`) while it
+// shares its storage with `input` (torch.add(x, y, out=x.view(1))): the CPU
+// reads the input after writing part of it; refused.
+void AssertNotResizedOverInput(const at::Tensor& out, at::IntArrayRef sizes, const at::Tensor& input);
 // An in-place or out= result written through a view whose elements share
 // memory: expanded views (the CPU's error) and overlapping windows
 // (x.unfold(0, 4, 2).mul_(2), where the CPU applies the op to a shared

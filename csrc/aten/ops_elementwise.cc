@@ -994,6 +994,7 @@ void CheckBoolMask(const at::Tensor& mask) {
 
 at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
   CheckBoolMask(mask);
+  AssertNoInternalOverlap(self);  // a shared element masked in one place and not in another
   TraceScope s;
   const int d = CommonDevice({&self, &mask});
   const auto shape = self.sizes().vec();
@@ -1006,6 +1007,7 @@ at::Tensor& masked_fill_tensor_(at::Tensor& self, const at::Tensor& mask, const 
   TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
   CheckBoolMask(mask);
+  AssertNoInternalOverlap(self);
   TraceScope s;
   const int d = CommonDevice({&self, &mask, &value});
   const auto shape = self.sizes().vec();

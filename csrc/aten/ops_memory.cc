@@ -681,6 +681,7 @@ void AssertNoPartialOverlap(const at::Tensor& written, const at::Tensor& operand
 }
 
 void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source, bool accumulate) {
+  AssertNoInternalOverlap(written);  // (x.unfold(0, 2, 1).index_add_(...): a shared element written twice)
   at::assert_no_overlap(written, source);  // the CPU's check and message
   TORCH_CHECK((source.numel() == 1 && !accumulate) ||
                   at::get_overlap_status(written, source) != at::MemOverlapStatus::TooHard ||
@@ -688,6 +689,16 @@ void AssertNoOverlap(const at::Tensor& written, const at::Tensor& source, bool a
               kSharedMemory,
               " (pjrt reads the whole source before writing; the CPU would write these strided views element by "
               "element, its answer depending on that order)");
+}
+
+void AssertNotResizedOverInput(const at::Tensor& out, at::IntArrayRef sizes, const at::Tensor& input) {
+  if (out.sizes().equals(sizes) || !input.defined() || !input.has_storage() || !out.has_storage() ||
+      !input.storage().is_alias_of(out.storage())) {
+    return;
+  }
+  TORCH_CHECK(false, kSharedMemory,
+              " (an out= tensor resized over the storage of an input: the CPU would read that input's elements "
+              "after writing some of them, its answer depending on that order)");
 }
 
 void AssertNoInternalOverlap(const at::Tensor& written) {

@@ -823,7 +823,10 @@ void IndexPutOverlapCheck(const at::Tensor& self, const c10::List<std::optional<
                           const at::Tensor& values, bool accumulate) {
   if (!accumulate && values.numel() == 1 && indices.size() == 1) {
     const std::optional<at::Tensor> mask = indices.get(0);
-    if (mask && (mask->scalar_type() == at::kBool || mask->scalar_type() == at::kByte)) return;
+    if (mask && (mask->scalar_type() == at::kBool || mask->scalar_type() == at::kByte)) {
+      AssertNoInternalOverlap(self);
+      return;
+    }
   }
   AssertNoOverlap(self, values, accumulate);
 }

@@ -156,6 +156,13 @@ STRIDED_OVERLAP = {
     "scatter_add_ from an alias": lambda x: x[::2].scatter_add_(0, _idx(x, 1, 0), x[::2].detach()),
     "put_ from an alias": lambda x: x[::2].put_(_idx(x, 1, 0), x[::2].view_as(x[::2])[:2]),
     "index_put_ accumulating an alias": lambda x: x[::2].index_put_((_idx(x, 1, 0),), x[::2][:2], accumulate=True),
+    # index and mask writes through windows that share elements
+    "index_add_ into overlapping windows": lambda x: x.unfold(0, 2, 1).index_add_(0, _idx(x, 0, 1), torch.ones(2, 2).to(x)),
+    "index_put_ accumulating into overlapping windows":
+        lambda x: x.unfold(0, 2, 1).index_put_((_idx(x, 0, 1),), torch.tensor(10.0).to(x), accumulate=True),
+    "masked_fill_ of overlapping windows": lambda x: x.unfold(0, 2, 1).masked_fill_(torch.eye(9, 2).bool().to(x.device), 10),
+    # an out= resized over the storage of an input (the CPU rereads the input after writing it)
+    "out= resized over an input": lambda x: torch.add(x[:1], torch.ones(3).to(x), out=x[5:6]),
 }
 NO_OVERLAP = {  # strided views of one storage that share no element
     "interleaved halves": lambda x: x[0::2].add_(x[1::2]),
