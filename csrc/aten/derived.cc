@@ -33,7 +33,7 @@ struct Plan {
   // dtypes by the op's own rule first (see MetaCheck).
   bool meta_check = false;
   // Position (in the functional's arguments) of a Tensor argument named
-  // "value" (index_fill_, masked_fill_, fill_): one number that the CPU reads
+  // "value" (index_fill_.int_Tensor's): one number that the CPU reads
   // (item()) before writing, so it may lie in the memory written.
   std::optional<size_t> value_arg;
 };
