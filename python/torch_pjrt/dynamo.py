@@ -9,10 +9,11 @@ StableHLO program, compiled once and cached (an identical graph traced again
 compiles nothing new).
 
 Inputs on the pjrt device stay there (parameters never leave the device).
-CPU inputs are accepted: they are moved to the current pjrt device, and the
-outputs are moved back to the CPU, so a CPU model compiled with
-``backend="pjrt"`` runs on the device transparently (at the cost of copies on
-every call).
+CPU inputs are accepted: they are moved to the pjrt device current when
+the graph was compiled, with what the graph creates on the CPU, and the
+outputs that eager gives on the CPU are moved back, so a CPU model compiled
+with ``backend="pjrt"`` runs on the device transparently (at the cost of
+copies on every call).
 
 Replay: the first call of each graph is traced as above, and the program its
 sync launched is recorded as a function of the graph's inputs (runtime
@@ -189,6 +190,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
                                                  if n.op == "call_function" and str(n.target) in fallback))
 
     mutated = _mutated_inputs(gm)
+    cpu_model = _cpu_model_on_device(gm, example_inputs)
     state: List = [None]  # (program, non-tensor inputs, non-tensor outputs, output type) once recorded
     # A custom op's Python body may read what the graph does not show (a
     # module-level tensor or number): its program would hold the first
@@ -255,12 +257,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         out = replayed(args)  # the common case first: pjrt inputs, as recorded
         if out is not None:
             return out
-        on_cpu = any(_is_cpu_tensor(a) and a.dim() > 0 for a in args) and not any(
-            isinstance(a, torch.Tensor) and a.device.type == "pjrt" for a in args)
+        on_cpu = cpu_model is not None and _is_cpu_model(args)
         # A replay returns program outputs and views of inputs or outputs
         # only; what the graph itself returned may hold views AOTAutograd
         # did not plan for.
-        return _unforeseen_views_made_plain(args, _on_cpu(args, run_on_device, mutated) if on_cpu else traced(args))
+        return _unforeseen_views_made_plain(args, _on_cpu(args, run_on_device, mutated, cpu_model) if on_cpu
+                                            else traced(args))
 
     scalars = _movable_scalars(gm, example_inputs)
     if scalars is not None:
@@ -483,14 +485,58 @@ def _mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:
     return sorted(_input_writes(gm))
 
 
-def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int]):
+def _is_cpu_model(inputs: Sequence) -> bool:
+    """Whether a graph's inputs are a CPU model's: CPU tensors with
+    dimensions and none on pjrt (Dynamo guards devices: every call is
+    such). Those graphs run on the device (_on_cpu)."""
+    tensors = [e for e in inputs if isinstance(e, torch.Tensor)]
+    return any(e.device.type == "cpu" and e.dim() > 0 for e in tensors) and not any(e.device.type == "pjrt" for e in tensors)
+
+
+class _CpuModel(NamedTuple):
+    """How a graph of a CPU model runs on the device (see _cpu_model_on_device)."""
+
+    device: torch.device
+    cpu_outputs: List[bool]  # per output: whether eager gives it on the CPU
+
+
+def _cpu_model_on_device(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional[_CpuModel]:
+    """For a graph of a CPU model (CPU inputs with dimensions, none on
+    pjrt: Dynamo guards the devices, so every call is such), the graph
+    rewritten to run on the current pjrt device: what it creates on the CPU
+    (``torch.arange(n)``, the ``arange`` of a decomposed ``c[1] = v``, a
+    ``torch.tensor([..])`` constant) is created there instead, as its inputs
+    will be. Outputs that eager PyTorch gives on the CPU come back to the
+    CPU; those it gives on pjrt (``x.to("pjrt")`` in the function) stay.
+    None for other graphs (nothing changed)."""
+    if not _is_cpu_model(example_inputs):
+        return None
+    dev = _device.device()
+    changed = False
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.kwargs.get("device"), torch.device) and n.kwargs["device"].type == "cpu":
+            n.kwargs = {**n.kwargs, "device": dev}
+            changed = True
+        elif n.op == "get_attr":
+            value = getattr(gm, n.target, None)
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() > 0:
+                with torch._subclasses.fake_tensor.unset_fake_temporarily():  # the compile runs under fake tensors
+                    setattr(gm, n.target, value.to(dev))
+    if changed:
+        gm.recompile()
+    outs = gm.graph.output_node().args[0]
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outs]
+    return _CpuModel(dev, [not (isinstance(v, torch.Tensor) and v.device.type == "pjrt") for v in vals])
+
+
+def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: _CpuModel):
     """A graph of a CPU model: its CPU inputs run on pjrt and its outputs come
-    back. What the graph wrote into an input (an in-place op, BatchNorm's
+    back (those eager gives on the CPU). What the graph wrote into an input (an in-place op, BatchNorm's
     running statistics, a compiled optimizer's parameters) is written back
     into the caller's tensor, and outputs that share memory on the device
     share it on the CPU (y and y.t() stay views of one tensor)."""
-    dev = _device.device()
-    moved = [a.to(dev) if _is_cpu_tensor(a) else a for a in args]
+    moved = [a.to(model.device) if _is_cpu_tensor(a) else a for a in args]
     outs = run_on_device(moved)
     with torch.no_grad():
         for i in mutated:
@@ -498,8 +544,8 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int]):
                 args[i].copy_(moved[i])
     bases: dict = {}  # device storage -> (its CPU copy, dtype)
 
-    def to_cpu(t: torch.Tensor) -> torch.Tensor:
-        if t.device.type != "pjrt":
+    def to_cpu(t):
+        if not isinstance(t, torch.Tensor) or t.device.type != "pjrt":
             return t
         key = t.untyped_storage().data_ptr()
         if key in bases and bases[key][1] == t.dtype:
@@ -511,15 +557,10 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int]):
         out = flat.as_strided(t.size(), t.stride(), t.storage_offset())
         return out.requires_grad_() if t.requires_grad and t.is_leaf else out
 
-    return _map_tensors(outs, to_cpu)
-
-
-def _map_tensors(x, fn):
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_map_tensors(v, fn) for v in x)
-    return x
+    if not isinstance(outs, (list, tuple)):
+        return to_cpu(outs) if model.cpu_outputs[0] else outs
+    back = [to_cpu(o) if i >= len(model.cpu_outputs) or model.cpu_outputs[i] else o for i, o in enumerate(outs)]
+    return type(outs)(back)
 
 
 # The torch.compile options already warned about (once each).
@@ -571,10 +612,21 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
     # keep_inference_input_mutations: in-place updates of inputs (BatchNorm's
     # running statistics, a compiled optimizer's parameters) stay in the
     # program, which donates the inputs' buffers to their new values.
-    return aot_autograd(fw_compiler=functools.partial(_compile_graph, mode=_JOIN),
-                        bw_compiler=_compile_graph, inference_compiler=_compile_graph,
-                        decompositions=_decompositions(),
-                        keep_inference_input_mutations=True)(gm, example_inputs)
+    compile = aot_autograd(fw_compiler=functools.partial(_compile_graph, mode=_JOIN),
+                           bw_compiler=_compile_graph, inference_compiler=_compile_graph,
+                           decompositions=_decompositions(),
+                           keep_inference_input_mutations=True)
+    if not _is_cpu_model(example_inputs):
+        return compile(gm, example_inputs)
+    # A CPU model's graph is traced on CPU (fake) tensors, on which
+    # scaled_dot_product_attention picks the CPU's flash kernel; that
+    # kernel's decomposition returns the attention weights where its
+    # backward reads the logsumexp (gradients off by up to 200 on a small
+    # attention). The math kernel is what pjrt runs anyway.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return compile(gm, example_inputs)
 
 
 def register() -> None:
