@@ -223,6 +223,14 @@ ir::Value Power(int d, ir::Value x, ir::Value e, at::ScalarType t) {
   // exponent it refuses): x ** e is x or not e; StableHLO's power takes numbers only
   if (t == at::kBool) return bb.Binary(Op::Or, BroadcastTo(d, x, dims), bb.Unary(Op::Not, e));
   ir::Value direct = bb.Binary(Op::Pow, BroadcastTo(d, x, dims), e);
+  if (at::isComplexType(t)) {
+    // XLA's complex power is exp(e log x): NaN at x = 0, where the CPU (and
+    // mathematics) give 0 for Re(e) > 0
+    const at::ScalarType rt = c10::toRealValueType(t);
+    ir::Value zero_base = bb.Compare(ir::CompareDir::EQ, BroadcastTo(d, x, dims), Fill(d, 0, t, dims));
+    ir::Value positive = bb.Compare(ir::CompareDir::GT, bb.Real(e), Fill(d, 0, rt, dims));
+    return bb.Select(bb.Binary(Op::And, zero_base, positive), Fill(d, 0, t, dims), direct);
+  }
   if (!at::isIntegralType(t, /*includeBool=*/false)) return direct;
   constexpr int64_t kBits = 6;
   const int64_t value_bits = 8 * static_cast<int64_t>(c10::elementSize(t)) - (at::isSignedType(t) ? 1 : 0);
@@ -477,7 +485,7 @@ at::Tensor neg(const at::Tensor& a) {
   return Wrap(B(d).Binary(Op::Sub, Fill(d, 0, a.scalar_type(), a.sizes().vec()), Val(a)), d);
 }
 
-at::Tensor sign(const at::Tensor& a) {
+at::Tensor sgn(const at::Tensor& a) {
   TraceScope s;
   const int d = DeviceIndex(a);
   if (a.scalar_type() == at::kBool) return Wrap(Val(a), d);
@@ -496,6 +504,10 @@ at::Tensor sign(const at::Tensor& a) {
   ir::Value zero = Fill(d, 0, a.scalar_type(), shape);
   ir::Value neg = b.Select(b.Compare(ir::CompareDir::LT, x, zero), Fill(d, -1, a.scalar_type(), shape), zero);
   return Wrap(b.Select(b.Compare(ir::CompareDir::GT, x, zero), Fill(d, 1, a.scalar_type(), shape), neg), d);
+}
+at::Tensor sign(const at::Tensor& a) {
+  TORCH_CHECK(!a.is_complex(), "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.");
+  return tpj::aten::sgn(a);
 }
 
 at::Tensor reciprocal(const at::Tensor& a) {
@@ -1263,7 +1275,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("trunc", trunc);
   K("abs", abs);
   K("sign", sign);
-  K("sgn", sign);
+  K("sgn", sgn);
   K("reciprocal", reciprocal);
   K("isnan", isnan);
   K("isinf", isinf);

@@ -313,8 +313,16 @@ at::Tensor linalg_vector_norm(const at::Tensor& a, const at::Scalar& ord, at::Op
   const at::ScalarType t = OpMath(out);       // half types in float, rounded once
   const auto dims = ReduceDims(dim, a.dim());
   const auto shape = a.sizes().vec();
-  ir::Value x = b.Convert(b.Unary(Op::Abs, ValAs(a, in)), ToIr(t));
   const double p = ord.toDouble();
+  if (a.numel() == 0 && (p < 0 || p == INFINITY)) {  // no identity: the CPU's errors
+    TORCH_CHECK(dim.has_value() && !dim->empty(), "linalg.vector_norm cannot compute the ", ord,
+                " norm on an empty tensor because the operation does not have an identity");
+    for (int64_t k : dims) {
+      TORCH_CHECK(shape[k] != 0, "linalg.vector_norm cannot compute the ", ord, " norm on the dimension ", k,
+                  "because this dimension is empty and the operation does not have an identity");
+    }
+  }
+  ir::Value x = b.Convert(b.Unary(Op::Abs, ValAs(a, in)), ToIr(t));
   auto result = [&](ir::Value v) { return Wrap(b.Convert(v, ToIr(out)), d); };
   if (std::isinf(p)) {
     return result(ReduceExtreme(d, x, shape, dims, p > 0 ? ReduceKind::Max : ReduceKind::Min, t, keepdim));
@@ -367,10 +375,17 @@ at::Tensor VarStd(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::o
   ir::Value sum = ReduceValue(d, x, shape, dims, ReduceKind::Sum, t, true);
   ir::Value mean = b.Binary(Op::Div, sum, Fill(d, n, t, b.shape(sum).dims));
   ir::Value diff = b.Binary(Op::Sub, x, BroadcastTo(d, mean, shape));
-  ir::Value ss = ReduceValue(d, b.Binary(Op::Mul, diff, diff), shape, dims, ReduceKind::Sum, t, keepdim);
+  // A complex variance is real: the mean of |x - mean|^2 (the CPU's).
+  const bool complex = at::isComplexType(t);
+  const at::ScalarType rt = complex ? c10::toRealValueType(t) : t;
+  ir::Value sq = complex ? b.Binary(Op::Add, b.Binary(Op::Mul, b.Real(diff), b.Real(diff)),
+                                    b.Binary(Op::Mul, b.Imag(diff), b.Imag(diff)))
+                         : b.Binary(Op::Mul, diff, diff);
+  ir::Value ss = ReduceValue(d, sq, shape, dims, ReduceKind::Sum, rt, keepdim);
   const double corr = correction ? correction->toDouble() : 1.0;
-  ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), t, b.shape(ss).dims));
-  return Wrap(b.Convert(take_sqrt ? b.Unary(Op::Sqrt, var) : var, ToIr(out)), d);
+  ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), rt, b.shape(ss).dims));
+  const at::ScalarType result = complex ? c10::toRealValueType(out) : out;
+  return Wrap(b.Convert(take_sqrt ? b.Unary(Op::Sqrt, var) : var, ToIr(result)), d);
 }
 at::Tensor var_correction(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& c, bool keepdim) {
   return VarStd(a, dim, c, keepdim, false);

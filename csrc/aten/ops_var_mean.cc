@@ -12,8 +12,8 @@ using ir::Op;
 std::tuple<at::Tensor, at::Tensor> VarMean(const char* op, const at::Tensor& a, at::OptionalIntArrayRef dim,
                                            const std::optional<at::Scalar>& correction, bool keepdim,
                                            bool take_sqrt) {
-  TORCH_CHECK(at::isFloatingType(a.scalar_type()), op, " on pjrt supports floating-point inputs, got ",
-              a.scalar_type(), at::isComplexType(a.scalar_type()) ? "; take it of x.real and x.imag separately" : "");
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()) || at::isComplexType(a.scalar_type()),
+              "std and var only support floating point and complex dtypes");
   const int64_t rank = a.dim();
   std::vector<int64_t> dims;
   if (!dim || dim->empty()) {
@@ -32,7 +32,12 @@ std::tuple<at::Tensor, at::Tensor> VarMean(const char* op, const at::Tensor& a, 
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
   const at::ScalarType t = a.scalar_type();
-  const at::ScalarType ct = t == at::kDouble ? at::kDouble : at::kFloat;
+  const bool complex = at::isComplexType(t);
+  const at::ScalarType ct = t == at::kDouble            ? at::kDouble
+                            : t == at::kComplexDouble   ? at::kComplexDouble
+                            : complex                   ? at::kComplexFloat
+                                                        : at::kFloat;
+  const at::ScalarType rt = c10::toRealValueType(ct);  // a complex variance is real: the mean of |x - mean|^2
   const auto shape = a.sizes().vec();
   double n = 1;
   for (int64_t k : dims) n *= static_cast<double>(shape[k]);
@@ -43,15 +48,18 @@ std::tuple<at::Tensor, at::Tensor> VarMean(const char* op, const at::Tensor& a, 
   ir::Value sum = b.Reshape(b.Reduce(x, zero, dims, ir::ReduceKind::Sum), kept);
   ir::Value mean = b.Binary(Op::Div, sum, Fill(d, n, ct, kept));
   ir::Value diff = b.Binary(Op::Sub, x, BroadcastTo(d, mean, shape));
-  ir::Value ss = b.Reduce(b.Binary(Op::Mul, diff, diff), zero, dims, ir::ReduceKind::Sum);
+  ir::Value sq = complex ? b.Binary(Op::Add, b.Binary(Op::Mul, b.Real(diff), b.Real(diff)),
+                                    b.Binary(Op::Mul, b.Imag(diff), b.Imag(diff)))
+                         : b.Binary(Op::Mul, diff, diff);
+  ir::Value ss = b.Reduce(sq, b.ScalarConstant(ToIr(rt), 0), dims, ir::ReduceKind::Sum);
   const double corr = correction ? correction->toDouble() : 1.0;
   // n - correction <= 0 divides by zero: inf or NaN, as on the CPU.
-  ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), ct, b.shape(ss).dims));
+  ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), rt, b.shape(ss).dims));
   if (take_sqrt) var = b.Unary(Op::Sqrt, var);
   const std::vector<int64_t> out_dims = b.shape(ss).dims;
   if (keepdim) var = b.Reshape(var, kept);
   ir::Value m = keepdim ? mean : b.Reshape(mean, out_dims);
-  return {Wrap(b.Convert(var, ToIr(t)), d), Wrap(b.Convert(m, ToIr(t)), d)};
+  return {Wrap(b.Convert(var, ToIr(c10::toRealValueType(t))), d), Wrap(b.Convert(m, ToIr(t)), d)};
 }
 
 std::tuple<at::Tensor, at::Tensor> var_mean(const at::Tensor& a, at::OptionalIntArrayRef dim,

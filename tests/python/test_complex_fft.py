@@ -36,6 +36,9 @@ CASES = {
     "sum_mean": (lambda a: torch.stack([a.sum(), a.mean(), a.sum(1).sum(), a.mean(0, keepdim=True).sum()]),
                  [c(4, 6)], [0]),
     "abs_angle_sgn": (lambda a: torch.stack([a.abs(), a.angle(), a.sgn().real, a.sgn().imag]), [c(3, 4)], [0]),
+    # a complex variance is real (the mean of |x - mean|^2); it was complex
+    "var_std": (lambda a: torch.cat([a.var(0), a.std(1), torch.var_mean(a, 1)[0], torch.std_mean(a)[0].reshape(1),
+                                     torch.var_mean(a, 0)[1].abs()]), [c(3, 4)], [0]),
     "real_imag": (lambda a: a.real * 2 + a.imag - a.real * a.imag, [c(3, 4)], [0]),
     "view_as_real_and_back": (lambda a, x: torch.view_as_complex(torch.view_as_real(a) * 2 + x), [c(3, 4), r(3, 4, 2)],
                               [0, 1]),
@@ -193,3 +196,22 @@ def test_inplace_abs_of_complex_raises_and_out_form_matches_the_cpu():
     out = torch.empty(4, dtype=torch.complex64, device=DEV)
     torch.abs(z.to(DEV), out=out)
     torch.testing.assert_close(out.cpu(), torch.abs(z, out=torch.empty(4, dtype=torch.complex64)))
+
+
+def test_sign_of_complex_raises_as_on_the_cpu():
+    z = c(3)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.sign(z)
+    with pytest.raises(RuntimeError, match="torch.sgn instead") as dev:
+        torch.sign(z.to(DEV))
+    assert str(dev.value) == str(cpu.value)
+    torch.testing.assert_close(torch.sgn(z.to(DEV)).cpu(), torch.sgn(z))
+
+
+def test_complex_power_of_zero_base_is_zero_as_on_the_cpu():
+    """XLA's complex power is exp(e log x): NaN at x = 0 where the CPU gives
+    0 for an exponent with a positive real part."""
+    base = torch.tensor([0j, 0j, 1 + 1j, -2 + 0j])
+    e = torch.tensor([1 + 2j, 0.5 + 0j, 2 + 0j, 0.5 + 0j])
+    torch.testing.assert_close((base.to(DEV) ** e.to(DEV)).cpu(), base ** e)
+    torch.testing.assert_close((base.real.to(DEV) ** (1 + 2j)).cpu(), base.real ** (1 + 2j))

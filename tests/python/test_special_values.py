@@ -326,6 +326,20 @@ def test_norms():
     check(lambda t: t.norm(dim=0), XC, rtol=R)
 
 
+def test_norms_without_identity_on_empty_input_raise_as_on_the_cpu():
+    """inf, -inf and negative norms over an empty dimension have no value:
+    the CPU raises (pjrt returned -inf or inf)."""
+    for p, shape, dim in ((inf, (0,), None), (-inf, (0,), None), (-1, (3, 0), None), (inf, (3, 0), 1),
+                          (-0.5, (3, 0), (0, 1))):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.linalg.vector_norm(torch.zeros(shape), p, dim=dim)
+        with pytest.raises(RuntimeError) as dev:
+            torch.linalg.vector_norm(torch.zeros(shape, device=DEV), p, dim=dim)
+        assert str(dev.value) == str(cpu.value)
+    for p, shape, dim in ((inf, (3, 0), 0), (-inf, (0, 3), 1), (0.5, (3, 0), None)):  # nothing reduced is empty
+        check(lambda t: torch.linalg.vector_norm(t, p, dim=dim), torch.zeros(shape))
+
+
 def test_logsumexp():
     t = torch.tensor([[-inf, -inf, -inf], [inf, 1.0, 2.0], [inf, inf, -inf], [nan, 1.0, inf], [1.0, 2.0, 3.0]])
     check(lambda t: t.logsumexp(1), t, native=False, rtol=R)
