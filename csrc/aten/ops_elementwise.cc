@@ -98,9 +98,19 @@ at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) {
   return ScalarInFloat(b, t) ? ByScalarInFloat(a, b, Op::Mul, t) : Simple(a, b, Op::Mul, t);
 }
 at::Tensor mul_scalar(const at::Tensor& a, const at::Scalar& b) { return mul_tensor(a, WrappedScalar(b)); }
-at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Max); }
-at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return MaxMin(a, b, Op::Min); }
-at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) { return Simple(a, b, Op::Atan2, FloatType(at::result_type(a, b))); }
+at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(!a.is_complex() && !b.is_complex(), "maximum not implemented for complex tensors.");
+  return MaxMin(a, b, Op::Max);
+}
+at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(!a.is_complex() && !b.is_complex(), "minimum not implemented for complex tensors.");
+  return MaxMin(a, b, Op::Min);
+}
+at::Tensor atan2(const at::Tensor& a, const at::Tensor& b) {
+  const at::ScalarType t = FloatType(at::result_type(a, b));
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(t), "\"atan2_cpu\" not implemented for '", t, "'");
+  return Simple(a, b, Op::Atan2, t);
+}
 
 // Integer division by zero raises on the CPU (RuntimeError: ZeroDivisionError);
 // here it is a check compiled into the program. The divisor becomes 1 where
@@ -184,7 +194,7 @@ at::Tensor floor_divide_scalar(const at::Tensor& a, const at::Scalar& b) {
 at::Tensor remainder_tensor(const at::Tensor& a, const at::Tensor& b) {
   TraceScope s;
   const at::ScalarType t = at::result_type(a, b);
-  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"remainder_cpu\" not implemented for 'Bool'");
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool && !at::isComplexType(t), "\"remainder_cpu\" not implemented for '", t, "'");
   Operands o = Prepare(a, b, t);
   ir::Builder& bb = B(o.device);
   CheckIntegerDivisor(o, t);
@@ -202,7 +212,7 @@ at::Tensor remainder_scalar_tensor(const at::Scalar& a, const at::Tensor& b) { r
 at::Tensor fmod_tensor(const at::Tensor& a, const at::Tensor& b) {
   TraceScope s;
   const at::ScalarType t = at::result_type(a, b);
-  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"fmod_cpu\" not implemented for 'Bool'");
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool && !at::isComplexType(t), "\"fmod_cpu\" not implemented for '", t, "'");
   Operands o = Prepare(a, b, t);
   CheckIntegerDivisor(o, t);
   return Wrap(B(o.device).Binary(Op::Rem, o.x, o.y), o.device);
@@ -560,8 +570,14 @@ at::Tensor IsSignedInf(const at::Tensor& a, double inf) {
   if (!at::isFloatingType(a.scalar_type())) return Wrap(Fill(d, 0, at::kBool, a.sizes().vec()), d);
   return Wrap(B(d).Compare(ir::CompareDir::EQ, Val(a), Fill(d, inf, a.scalar_type(), a.sizes().vec())), d);
 }
-at::Tensor isposinf(const at::Tensor& a) { return IsSignedInf(a, INFINITY); }
-at::Tensor isneginf(const at::Tensor& a) { return IsSignedInf(a, -INFINITY); }
+at::Tensor isposinf(const at::Tensor& a) {
+  TORCH_CHECK(!a.is_complex(), "isposinf does not support complex inputs.");
+  return IsSignedInf(a, INFINITY);
+}
+at::Tensor isneginf(const at::Tensor& a) {
+  TORCH_CHECK(!a.is_complex(), "isneginf does not support complex inputs.");
+  return IsSignedInf(a, -INFINITY);
+}
 
 // isin: each element compared with every test element (a [n, m] compare
 // reduced over m): exact, and fine for the small test sets models use.
@@ -854,6 +870,7 @@ at::Tensor softplus_backward(const at::Tensor& grad, const at::Tensor& self, con
 
 // mish(x) = x * tanh(softplus(x)), as the CPU: x * tanh(log1p(exp(x)))
 at::Tensor mish(const at::Tensor& a) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), "\"mish_cpu\" not implemented for '", a.scalar_type(), "'");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);

@@ -144,6 +144,7 @@ void CheckForm(Op op, const std::vector<Shape>& in) {
       if ((op == Op::Atan2) && !IsFloat(t) && !IsComplex(t)) {
         Fail(op, in, "needs floating-point operands");
       }
+      if (op == Op::Rem && IsComplex(t)) Fail(op, in, "has no complex form in XLA (its CPU compiler crashes on one)");
       break;
     case OpForm::kSpecial:
       break;

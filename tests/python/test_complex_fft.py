@@ -215,3 +215,19 @@ def test_complex_power_of_zero_base_is_zero_as_on_the_cpu():
     e = torch.tensor([1 + 2j, 0.5 + 0j, 2 + 0j, 0.5 + 0j])
     torch.testing.assert_close((base.to(DEV) ** e.to(DEV)).cpu(), base ** e)
     torch.testing.assert_close((base.real.to(DEV) ** (1 + 2j)).cpu(), base.real ** (1 + 2j))
+
+
+@pytest.mark.parametrize("name", ["fmod", "remainder", "maximum", "minimum", "atan2", "isposinf", "isneginf", "mish"])
+def test_complex_ops_the_cpu_refuses_raise_its_error(name):
+    """These computed on complex inputs (fmod killed the process: XLA's CPU
+    compiler crashes on a complex remainder); the CPU refuses them."""
+    fn = {"fmod": lambda z: torch.fmod(z, 2.0), "remainder": lambda z: torch.remainder(z, z),
+          "maximum": lambda z: torch.maximum(z, z), "minimum": lambda z: torch.minimum(z, z),
+          "atan2": lambda z: torch.atan2(z, z), "isposinf": torch.isposinf, "isneginf": torch.isneginf,
+          "mish": F.mish}[name]
+    z = c(3)
+    with pytest.raises((RuntimeError, NotImplementedError)) as cpu:
+        fn(z)
+    with pytest.raises(cpu.type) as dev:
+        fn(z.to(DEV)).cpu()
+    assert str(dev.value) == str(cpu.value)
