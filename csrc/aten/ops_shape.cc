@@ -197,6 +197,9 @@ void ScatterChecks(const char* what, const at::Tensor& self, int64_t dim, const 
 
 at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
   ScatterChecks("scatter_add", self, dim, index, src);
+  if (self.scalar_type() == at::kHalf || self.scalar_type() == at::kBFloat16) {  // the CPU sums those in float
+    return tpj::aten::scatter_add(self.to(at::kFloat), dim, index, src.to(at::kFloat)).to(self.scalar_type());
+  }
   TraceScope s;
   const int d = CommonDevice({&self, &index, &src});
   if (index.numel() == 0) return Wrap(Val(self), d);
@@ -242,6 +245,11 @@ at::Tensor ScatterReduce(const at::Tensor& self, int64_t dim, const at::Tensor& 
     TORCH_CHECK(size(index, i) <= size(src, i) && (i == wd || size(index, i) <= size(self, i)), "Expected index ",
                 index.sizes(), " to be no larger than self ", self.sizes(), " apart from dimension ", wd,
                 " and to be no larger size than src ", src.sizes());
+  }
+  if ((self.scalar_type() == at::kHalf || self.scalar_type() == at::kBFloat16) && (r == "sum" || r == "mean")) {
+    // the CPU sums those in float, rounded once
+    return ScatterReduce(self.to(at::kFloat), dim, index, src.to(at::kFloat), reduce, include_self, check)
+        .to(self.scalar_type());
   }
   if (self.dim() == 1 && index.dim() == 0) {
     return ScatterReduce(self, dim, index.reshape({1}), src.reshape({-1}), reduce, include_self, check);
@@ -1078,9 +1086,11 @@ std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, boo
   std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
   along[static_cast<size_t>(w)] = n;
   at::Tensor pos = at::arange(n, self.options().dtype(at::kLong)).view(along);
-  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)),
-                               v.narrow(w, 1, n - 1).ne(v.narrow(w, 0, n - 1))},
-                              w);
+  at::Tensor next = v.narrow(w, 1, n - 1), prev = v.narrow(w, 0, n - 1);
+  at::Tensor differs = next.ne(prev);
+  // NaNs (sorted last) are one value, as on the CPU: [nan, nan, 1] has mode nan
+  if (at::isFloatingType(self.scalar_type())) differs = differs.logical_and(next.isnan().logical_and(prev.isnan()).logical_not());
+  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)), differs}, w);
   at::Tensor run_start = std::get<0>(at::where(starts, pos, 0).cummax(w));
   at::Tensor best = (pos - run_start).argmax(w, true);
   at::Tensor vals = v.gather(w, best), idx = i.gather(w, best);
