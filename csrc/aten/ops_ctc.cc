@@ -160,6 +160,18 @@ ir::Value AtTime(const Problem& p, ir::Value x_tne, int64_t t) {
   return b.Reshape(b.Slice(x_tne, {t, 0, 0}, {t + 1, p.N, p.E}, {1, 1, 1}), {p.N, p.E});
 }
 
+// The element of `v` where `mask` (at most one along `dim`) holds, or -inf
+// where none does; a NaN stays NaN (XLA's max reduction on the CPU drops
+// it: a NaN log-probability gave an infinite loss where the CPU's is NaN).
+ir::Value PickOne(const Problem& p, ir::Value v, ir::Value mask, int64_t dim) {
+  ir::Builder& b = B(p.d);
+  const auto dims = b.shape(v).dims;
+  ir::Value sum = b.Reduce(b.Select(mask, v, Fill(p.d, 0, p.t, dims)), b.ScalarConstant(ToIr(p.t), 0), {dim},
+                           ir::ReduceKind::Sum);
+  ir::Value any = b.Reduce(mask, b.ScalarConstant(ir::DType::Bool, 0), {dim}, ir::ReduceKind::Or);
+  return b.Select(any, sum, BroadcastTo(p.d, ExtremeConst(p.d, p.t, true), b.shape(sum).dims));
+}
+
 // Broadcast of an [N] value to [N, E].
 ir::Value PerSample(const Problem& p, ir::Value v) { return B(p.d).BroadcastInDim(v, {p.N, p.E}, {0}); }
 
@@ -195,14 +207,10 @@ std::tuple<at::Tensor, at::Tensor> CtcForward(const at::Tensor& log_probs, const
   const std::vector<int64_t> nte{N, T, E};
   ir::Value at_last = b.Compare(CompareDir::EQ, b.Iota({ir::DType::I64, nte}, 1),
                                 b.BroadcastInDim(b.Binary(Op::Sub, p.lengths, I64(b, {N}, 1)), nte, {0}));
-  ir::Value final_alpha = b.Reduce(b.Select(at_last, log_alpha, BroadcastTo(p.d, ExtremeConst(p.d, p.t, true), nte)),
-                                   ExtremeConst(p.d, p.t, true), {1}, ir::ReduceKind::Max);
+  ir::Value final_alpha = PickOne(p, log_alpha, at_last, 1);
   // The likelihood: the last blank plus (for non-empty targets) the last label.
   ir::Value two_tl = b.Binary(Op::Mul, PerSample(p, p.tlengths), I64(b, ne, 2));
-  auto pick = [&](ir::Value state) {
-    ir::Value v = b.Select(b.Compare(CompareDir::EQ, s, state), final_alpha, neg_inf);
-    return b.Reduce(v, ExtremeConst(p.d, p.t, true), {1}, ir::ReduceKind::Max);
-  };
+  auto pick = [&](ir::Value state) { return PickOne(p, final_alpha, b.Compare(CompareDir::EQ, s, state), 1); };
   ir::Value l1 = pick(two_tl), l2 = pick(b.Binary(Op::Sub, two_tl, I64(b, ne, 1)));
   ir::Value ninf1 = BroadcastTo(p.d, ExtremeConst(p.d, p.t, true), {N});
   ir::Value ll = LogSumExp3(p, l1, l2, ninf1);

@@ -761,6 +761,13 @@ std::tuple<at::Tensor, at::Tensor> nll_loss_forward(const at::Tensor& self, cons
   TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
   TORCH_CHECK(self.dim() == 1 || self.size(0) == target.size(0), "Expected input batch_size (", self.size(0),
               ") to match target batch_size (", target.size(0), ").");
+  // the CPU's checks (a shorter weight broadcast or failed to broadcast)
+  TORCH_CHECK(target.scalar_type() == at::kLong || target.scalar_type() == at::kByte,
+              "expected target dtype to be Long or Byte, but got ", target.scalar_type());
+  const int64_t classes = self.size(-1);
+  TORCH_CHECK(!weight || !weight->defined() || (weight->dim() == 1 && weight->numel() == classes),
+              "weight tensor should be defined either for all ", classes, " classes or no classes but got weight tensor of shape: ",
+              weight && weight->defined() ? weight->sizes() : at::IntArrayRef{});
   return NllForward(self, target, weight, reduction, ignore_index);
 }
 
@@ -774,6 +781,11 @@ std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(const at::Tensor& self, co
                                                       const std::optional<at::Tensor>& weight, int64_t reduction,
                                                       int64_t ignore_index) {
   TORCH_CHECK(self.dim() == 4 && target.dim() == 3, "nll_loss2d: expected 4D input and 3D target");
+  TORCH_CHECK(target.scalar_type() == at::kLong || target.scalar_type() == at::kByte,
+              "expected target dtype to be Long or Byte, but got ", target.scalar_type());
+  TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ", target.scalar_type());
+  TORCH_CHECK(!weight || !weight->defined() || weight->numel() == self.size(1),
+              "weight tensor should be defined either for all or no classes");
   return NllForward(self, target, weight, reduction, ignore_index);
 }
 

@@ -261,6 +261,22 @@ def test_ctc_loss_unbatched_and_infinite():
     no_fallbacks()
 
 
+def test_ctc_loss_of_nan_log_probs_is_nan_as_on_the_cpu():
+    """XLA's max reduction on the CPU drops NaN: a NaN log-probability
+    gave an infinite loss (or a finite one, or 0 with zero_infinity) where
+    the CPU's is NaN."""
+    torch.manual_seed(0)
+    lp = torch.randn(4, 2, 3).log_softmax(-1)
+    targets, il, tl = torch.tensor([[1, 2], [2, 1]]), torch.tensor([4, 4]), torch.tensor([2, 2])
+    for pos in ((0, 0, 0), (1, 0, 2), (3, 0, 0), (0, 1, 2)):
+        x = lp.clone()
+        x[pos] = float("nan")
+        for zero_infinity in (False, True):
+            want = F.ctc_loss(x, targets, il, tl, reduction="none", zero_infinity=zero_infinity)
+            got = F.ctc_loss(x.to(DEV), targets.to(DEV), il, tl, reduction="none", zero_infinity=zero_infinity)
+            torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
 # ------------------------------------------------------ CTC speech head
 
 class SpeechHead(torch.nn.Module):
