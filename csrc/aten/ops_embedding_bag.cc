@@ -150,12 +150,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag(
   rows = b.Select(Rows(b, kept, dim), rows, zero_rows);
   ir::Value out, max_idx;
   if (mode != kMax) {
-    if (psw) rows = b.Binary(Op::Mul, rows, Rows(b, ValAs(*per_sample_weights, t), dim));
-    out = ScatterAddRows(b, Fill(d, 0, t, {bags, dim}), bag, rows);
+    const at::ScalarType acc = OpMath(t);  // the CPU sums float16/bfloat16 bags in float, rounded once
+    ir::Value r = b.Convert(rows, ToIr(acc));
+    if (psw) r = b.Binary(Op::Mul, r, Rows(b, ValAs(*per_sample_weights, acc), dim));
+    out = ScatterAddRows(b, Fill(d, 0, acc, {bags, dim}), bag, r);
     if (mode == kMean) {
-      ir::Value denom = b.Convert(b.Binary(Op::Max, sizes, I64(b, {bags}, 1)), ToIr(t));
+      ir::Value denom = b.Convert(b.Binary(Op::Max, sizes, I64(b, {bags}, 1)), ToIr(acc));
       out = b.Binary(Op::Div, out, Rows(b, denom, dim));
     }
+    out = b.Convert(out, ToIr(t));
   } else if (n == 0) {
     out = Fill(d, 0, t, {bags, dim});
     max_idx = b.Full(it, {bags, dim}, 0);

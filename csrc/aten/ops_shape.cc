@@ -534,6 +534,15 @@ at::Tensor IndexScatter(const at::Tensor& self, int64_t dim, const at::Tensor& i
 
 at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                      const at::Scalar& alpha) {
+  // The CPU's index_add of a tensor with dims hands dim 0 and the last dim
+  // (int64 index, alpha 1) to scatter_add, which sums float16/bfloat16 in
+  // float; its other cases add in the half type, as here.
+  const at::ScalarType t = self.scalar_type();
+  if ((t == at::kHalf || t == at::kBFloat16) && self.dim() > 1 && index.scalar_type() == at::kLong &&
+      alpha.equal(1) && (WrapDim(dim, self.dim()) == 0 || WrapDim(dim, self.dim()) == self.dim() - 1) &&
+      source.scalar_type() == t) {
+    return IndexScatter(self.to(at::kFloat), dim, index, source.to(at::kFloat), alpha, false, "index_add").to(t);
+  }
   return IndexScatter(self, dim, index, source, alpha, false, "index_add");
 }
 

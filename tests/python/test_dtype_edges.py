@@ -78,17 +78,31 @@ def test_half_reductions_accumulate_in_float(name, fn, x):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_scatter_sums_accumulate_in_float_as_on_the_cpu(dtype):
-    """The CPU's scatter_add and scatter_reduce sum half types in float
-    (3000 float16 ones sum to 3000; summed in float16 they stop at 2048);
-    its index_add_ does not, and neither does pjrt's."""
+    """The CPU's scatter_add, scatter_reduce, embedding_bag and (along the
+    first or last dim of a tensor with dims) index_add sum half types in
+    float (3000 float16 ones sum to 3000; summed in float16 they stop at
+    2048); its 1-d index_add and index_add along a middle dim do not, and
+    neither does pjrt's."""
     n = 3000
-    idx, src = torch.zeros(n, dtype=torch.long), torch.ones(n, dtype=dtype)
-    for fn in (lambda z, i, s: z.scatter_add(0, i, s), lambda z, i, s: z.scatter_reduce(0, i, s, "sum"),
-               lambda z, i, s: z.scatter_reduce(0, i, s, "mean", include_self=False),
-               lambda z, i, s: z.index_add(0, i, s)):
-        want = fn(torch.zeros(2, dtype=dtype), idx, src)
-        got = fn(torch.zeros(2, dtype=dtype, device=DEV), idx.to(DEV), src.to(DEV))
-        assert torch.equal(got.cpu(), want)
+    idx = torch.zeros(n, dtype=torch.long)
+    for shape, fn in (((2,), lambda z, i, s: z.scatter_add(0, i, s)),
+                      ((2,), lambda z, i, s: z.scatter_reduce(0, i, s, "sum")),
+                      ((2,), lambda z, i, s: z.scatter_reduce(0, i, s, "mean", include_self=False)),
+                      ((2,), lambda z, i, s: z.index_add(0, i, s)),
+                      ((2, 3), lambda z, i, s: z.index_add(0, i, s)),
+                      ((3, 2), lambda z, i, s: z.index_add(1, i, s)),
+                      ((2, 2, 2), lambda z, i, s: z.index_add(1, i, s)),
+                      ((2, 3), lambda z, i, s: F.embedding_bag(i, z + 1, torch.tensor([0], device=z.device))),
+                      ((2, 3), lambda z, i, s: F.embedding_bag(i, z + 1, torch.tensor([0], device=z.device), mode="sum")),
+                      # index_select's gradient is an index_add along dim 0
+                      ((2, 3), lambda z, i, s: torch.autograd.grad(z.requires_grad_().index_select(0, i).sum(), z)[0])):
+        dim = 1 if shape == (3, 2) or shape == (2, 2, 2) else 0
+        src_shape = list(shape)
+        src_shape[dim] = n
+        src = torch.ones(src_shape, dtype=dtype)
+        want = fn(torch.zeros(shape, dtype=dtype), idx, src)
+        got = fn(torch.zeros(shape, dtype=dtype, device=DEV), idx.to(DEV), src.to(DEV))
+        assert torch.equal(got.cpu(), want), (shape, got.cpu(), want)
 
 
 def test_mode_counts_nans_as_one_value_as_on_the_cpu():
