@@ -232,6 +232,16 @@ def _default_autocast_dtype() -> None:
         torch.set_autocast_dtype("pjrt", torch.bfloat16)
 
 
+def _constant_under_dynamo(fn):
+    """Marks `fn` as Dynamo's ``assume_constant_result`` does (without
+    importing Dynamo): a compiled function that calls it gets its value at
+    trace time, as Dynamo folds ``torch.cuda.current_device()``, instead of
+    a graph break (``fullgraph=True`` failed on ``torch_pjrt.device()``)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_constant_under_dynamo
 def device_count() -> int:
     """Number of pjrt devices this process can use (starts the runtime:
     loads the plugin and creates the client)."""
@@ -241,6 +251,7 @@ def device_count() -> int:
     return n
 
 
+@_constant_under_dynamo
 def device(index: Optional[int] = None) -> torch.device:
     """``torch.device("pjrt:<index>")``; the current device when index is None."""
     n = device_count()
@@ -409,6 +420,8 @@ def _make_device_module() -> types.ModuleType:
         not be loaded: torch then warns and runs without autocast."""
         return list(AMP_DTYPES) if _extension.is_loaded(_C) else []
 
+    for fn in (is_available, current_device):
+        _constant_under_dynamo(fn)
     m.is_available = is_available
     m.get_amp_supported_dtype = get_amp_supported_dtype
     m.device_count = device_count

@@ -563,6 +563,8 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: 
     return type(outs)(back)
 
 
+# torch.compile's modes (Inductor's names); the pjrt backend runs every one alike.
+_INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # The torch.compile options already warned about (once each).
 _ignored_options_warned: set = set()
 
@@ -597,6 +599,9 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
     ``mode`` and ``options`` (Inductor's settings) are accepted and ignored,
     with a warning: every graph is one XLA program, replayed after its first
     call, which is what ``mode="reduce-overhead"`` asks of Inductor."""
+    mode = options.get("mode")
+    if mode is not None and mode not in _INDUCTOR_MODES:  # Inductor's own error for a misspelt mode
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(_INDUCTOR_MODES)}")
     if options and options != {"mode": "default"}:
         import warnings
 

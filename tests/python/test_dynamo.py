@@ -409,3 +409,16 @@ def test_the_decomposition_table_traces_as_torchs_core_aten_table():
         (fw, bw), (grad,) = graphs(lambda w, i: torch.nn.functional.embedding(i, w).pow(2).sum(), (w, idx), table)
         assert ("embedding_backward" in bw) == (table is not public)
         torch.testing.assert_close(grad, wc.grad)
+
+
+def test_device_queries_fold_to_constants_in_a_compiled_function():
+    """torch_pjrt.device(), torch.pjrt.current_device()/is_available()/
+    device_count() inside a compiled function are folded at trace time, as
+    Dynamo folds torch.cuda's (they broke the graph; fullgraph=True failed)."""
+    def f(a):
+        n = torch.pjrt.device_count() if torch.pjrt.is_available() else 0
+        return a.sin() + torch.ones(5, device=torch_pjrt.device()) * (n > 0) + torch.pjrt.current_device()
+
+    x = torch.randn(4, 5)
+    got = torch.compile(f, backend="pjrt", fullgraph=True)(x.to(DEV))
+    torch.testing.assert_close(got.cpu(), x.sin() + 1 + torch.pjrt.current_device())

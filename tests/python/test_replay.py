@@ -539,6 +539,9 @@ def test_inductor_modes_are_accepted_with_a_warning():
         with pytest.warns(UserWarning, match=f"ignores mode='{mode}'"):
             out = torch.compile(lambda x: x * 2 + 1, backend="pjrt", mode=mode)(torch.ones(3, device=DEV))
         assert torch.equal(out.cpu(), torch.full((3,), 3.0))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="Unrecognized mode=max-autotuen"):  # a misspelt mode: Inductor's error
+        torch.compile(lambda x: x * 2, backend="pjrt", mode="max-autotuen")(torch.ones(3, device=DEV))
 
 
 def test_compiled_write_at_a_symbolic_position_keeps_one_program():
