@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import functools
 import os
+import re
 import signal
 import struct
 import sys
@@ -98,9 +99,38 @@ def _in_bad_fork() -> bool:
 
 
 def _location() -> str:
-    """file:line of the innermost caller outside torch and torch_pjrt."""
+    """file:line of the innermost caller outside torch and torch_pjrt; in a
+    graph torch.compile made (FX's generated code), the user's line that
+    the running node was traced from."""
     frame, _ = _user_frame(sys._getframe(1))
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+    if frame is None:
+        return ""
+    if frame.f_code.co_filename.startswith("<eval_with_key>"):
+        traced = _traced_from(frame)
+        if traced:
+            return traced
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+_STACK_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _traced_from(frame) -> str:
+    """file:line of the user code an FX graph's running node came from (its
+    ``stack_trace``), or "" where the graph does not say."""
+    gm = frame.f_locals.get("self")
+    lines = getattr(gm, "_lineno_map", None)
+    graph = getattr(gm, "graph", None)
+    if not lines or graph is None:
+        return ""
+    index = lines.get(frame.f_lineno - getattr(gm, "_prologue_start", 0))
+    if index is None:
+        return ""
+    for i, node in enumerate(graph.nodes):
+        if i == index:
+            found = _STACK_LINE.findall(node.meta.get("stack_trace") or "")
+            return f"{found[-1][0]}:{found[-1][1]}" if found else ""
+    return ""
 
 
 def register() -> None:

@@ -422,3 +422,17 @@ def test_device_queries_fold_to_constants_in_a_compiled_function():
     x = torch.randn(4, 5)
     got = torch.compile(f, backend="pjrt", fullgraph=True)(x.to(DEV))
     torch.testing.assert_close(got.cpu(), x.sin() + 1 + torch.pjrt.current_device())
+
+
+def test_a_check_in_a_compiled_graph_names_the_users_line():
+    """An out-of-range index found by a compiled graph's program named FX's
+    generated code ("<eval_with_key>.1 ... in wrapped:6"); it names the line
+    the node was traced from, as lazy mode does."""
+    import inspect
+
+    def f(a, i):
+        b = a * 3
+        return b[i] * 2  # the line the error names
+    line = inspect.getsourcelines(f)[1] + 2
+    with pytest.raises(IndexError, match=rf"traced at {__file__}:{line}\)"):
+        torch.compile(f, backend="pjrt")(torch.randn(5, device=DEV), torch.tensor([1, 9], device=DEV)).cpu()
