@@ -39,6 +39,7 @@ at::Tensor Upload(const std::vector<int64_t>& v, const at::Tensor& like) {
 Problem Prepare(const at::Tensor& log_probs, const at::Tensor& targets, at::IntArrayRef il, at::IntArrayRef tl,
                 int64_t blank) {
   TORCH_CHECK(log_probs.dim() == 3, "ctc_loss: expected log_probs of shape [T, N, C], got ", log_probs.sizes());
+  TORCH_CHECK(log_probs.numel() > 0, "log_probs tensor must not be empty");  // the CPU's check
   TORCH_CHECK(at::isFloatingType(log_probs.scalar_type()) && log_probs.scalar_type() != at::kHalf &&
                   log_probs.scalar_type() != at::kBFloat16,
               "ctc_loss on pjrt supports float32 and float64 log_probs, got ", log_probs.scalar_type());

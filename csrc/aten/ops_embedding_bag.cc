@@ -40,6 +40,9 @@ ir::Value PrefixSum(ir::Builder& b, ir::Value x) {
 ir::Value GatherRows(ir::Builder& b, ir::Value x, ir::Value idx) {
   const auto xd = b.shape(x).dims;
   const int64_t k = b.shape(idx).dims[0];
+  // no rows to take (a 0-row weight; any index is out of range, which the
+  // index check raises): zeros, as the CPU's empty bags
+  if (xd[0] == 0) return b.Full(b.shape(x).dtype, {k, xd[1]}, 0);
   ir::GatherDims g;
   g.offset_dims = {1};
   g.collapsed_slice_dims = {0};

@@ -277,6 +277,20 @@ def test_ctc_loss_of_nan_log_probs_is_nan_as_on_the_cpu():
             torch.testing.assert_close(got.cpu(), want, equal_nan=True)
 
 
+def test_empty_inputs_of_ctc_and_embedding_bag_behave_as_on_the_cpu():
+    """Both failed inside StableHLO (a gather slice larger than its operand)."""
+    L = torch.long
+    for lp, tgt, il, tl in ((torch.randn(5, 0, 4), torch.zeros(0, 2, dtype=L), torch.zeros(0, dtype=L), torch.zeros(0, dtype=L)),
+                            (torch.randn(0, 2, 4), torch.ones(2, 1, dtype=L), torch.zeros(2, dtype=L), torch.ones(2, dtype=L))):
+        with pytest.raises(RuntimeError, match="log_probs tensor must not be empty"):
+            F.ctc_loss(lp, tgt, il, tl)
+        with pytest.raises(RuntimeError, match="log_probs tensor must not be empty"):
+            F.ctc_loss(lp.to(DEV), tgt.to(DEV), il.to(DEV), tl.to(DEV))
+    args = (torch.zeros(0, dtype=L), torch.randn(0, 3), torch.tensor([0, 0]))
+    want = F.embedding_bag(*args)
+    assert torch.equal(F.embedding_bag(*(a.to(DEV) for a in args)).cpu(), want)
+
+
 # ------------------------------------------------------ CTC speech head
 
 class SpeechHead(torch.nn.Module):
