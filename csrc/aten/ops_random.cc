@@ -267,6 +267,30 @@ at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> 
   return RandomRange(self, static_cast<double>(from), hi);
 }
 
+// random_() without bounds, as the CPU: [0, 2^digits] for floating types
+// (every integer they hold exactly), [0, max] for integers, 0 or 1 for bool.
+at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
+  GeneratorScope scope(gen);
+  const at::ScalarType t = self.scalar_type();
+  if (at::isFloatingType(t)) {
+    const int digits = t == at::kDouble  ? std::numeric_limits<double>::digits
+                       : t == at::kFloat ? std::numeric_limits<float>::digits
+                       : t == at::kHalf  ? 11
+                                         : 8;  // bfloat16
+    return RandomRange(self, 0, std::ldexp(1.0, digits) + 1);
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(t, /*includeBool=*/true), "random_ on pjrt is not implemented for ", t);
+  TraceScope s;
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  const int64_t bits = t == at::kBool ? 1 : 8 * static_cast<int64_t>(c10::elementSize(t)) - (at::isSignedType(t) ? 1 : 0);
+  ir::Value r = b.Binary(Op::ShiftRightLogical, RandomBits(d, {ir::DType::U64, shape}),
+                         b.Full(ir::DType::U64, shape, static_cast<double>(64 - bits)));
+  Assign(self, b.Convert(r, ToIr(t)));
+  return self;
+}
+
 at::Tensor& random_to_(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
   GeneratorScope scope(gen);
   return RandomRange(self, 0, static_cast<double>(to));
@@ -359,6 +383,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("bernoulli_.float", bernoulli_float_);
   K("bernoulli_.Tensor", bernoulli_tensor_);
   K("bernoulli", bernoulli);
+  K("random_", random_);
   K("random_.from", random_from_);
   K("random_.to", random_to_);
   TPJ_LAID(m, "native_dropout", kOperands, native_dropout);

@@ -1155,6 +1155,22 @@ def test_multinomial_draws_by_probability_on_the_device():
         torch.multinomial(torch.zeros(2, 3, device=DEV), 1).cpu()
 
 
+@pytest.mark.parametrize("dtype,high", [(torch.float32, 2**24), (torch.bfloat16, 2**8), (torch.float16, 2**11),
+                                        (torch.float64, 2**53), (torch.int64, 2**63 - 1), (torch.int8, 127),
+                                        (torch.uint8, 255), (torch.bool, 1)])
+def test_unbounded_random_draws_the_cpus_range_on_the_device(dtype, high):
+    """random_() without bounds ran on the CPU (a fallback); its range is
+    [0, 2^digits] for floating types and [0, max] for integers, as the CPU's."""
+    torch_pjrt.manual_seed(0)
+    torch_pjrt.metrics.reset()
+    x = torch.empty(4096, dtype=dtype, device=DEV).random_().cpu()
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+    v = x.double() if dtype != torch.int64 else x
+    assert v.min() >= 0 and v.max() <= high
+    assert v.max() >= high * 0.9 and v.min() <= high * 0.1  # spread over the range
+    assert len(torch.unique(x)) >= min(high, 4096) * 0.5
+
+
 def test_randperm_and_normal_with_tensor_arguments_draw_on_the_device():
     torch_pjrt.manual_seed(0)
     torch_pjrt.metrics.reset()
