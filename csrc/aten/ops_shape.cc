@@ -267,18 +267,22 @@ at::Tensor ScatterReduce(const at::Tensor& self, int64_t dim, const at::Tensor& 
                               : r == "amax" ? ir::ReduceKind::Max
                               : r == "amin" ? ir::ReduceKind::Min
                                             : ir::ReduceKind::Sum;
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(t) || kind == ir::ReduceKind::Sum || kind == ir::ReduceKind::Prod,
+                              "\"scatter_gather_tensor_cpu_reduce_", r, "\" not implemented for '", t, "'");
   ir::Value upd = SrcRegion(d, src, index, t);
-  ir::Value count;  // values per position (self included), for mean and include_self=False
+  // values per position (self included), for mean and include_self=False; real for complex self
+  const at::ScalarType ct = at::isComplexType(t) ? c10::toRealValueType(t) : t;
+  ir::Value count;
   if (r == "mean" || !include_self) {
-    count = ScatterInto(d, Fill(d, include_self ? 1 : 0, t, shape), shape, dim, index, Fill(d, 1, t, index.sizes().vec()),
-                        false, ir::ReduceKind::Sum, check);
+    count = ScatterInto(d, Fill(d, include_self ? 1 : 0, ct, shape), shape, dim, index,
+                        Fill(d, 1, ct, index.sizes().vec()), false, ir::ReduceKind::Sum, check);
   }
   ir::Value base = Val(self);
   if (!include_self) {
     ir::Value identity = kind == ir::ReduceKind::Max   ? BroadcastTo(d, ExtremeConst(d, t, true), shape)
                          : kind == ir::ReduceKind::Min ? BroadcastTo(d, ExtremeConst(d, t, false), shape)
                                                        : Fill(d, kind == ir::ReduceKind::Prod ? 1 : 0, t, shape);
-    base = b.Select(b.Compare(ir::CompareDir::GT, count, Fill(d, 0, t, shape)), identity, base);
+    base = b.Select(b.Compare(ir::CompareDir::GT, count, Fill(d, 0, ct, shape)), identity, base);
   }
   ir::Value out = ScatterInto(d, base, shape, dim, index, upd, false, kind, check);
   if (at::isFloatingType(t) && (kind == ir::ReduceKind::Max || kind == ir::ReduceKind::Min)) {
@@ -287,10 +291,10 @@ at::Tensor ScatterReduce(const at::Tensor& self, int64_t dim, const at::Tensor& 
     out = b.Select(nan, Fill(d, NAN, t, shape), out);
   }
   if (r == "mean") {
-    ir::Value zero = b.Compare(ir::CompareDir::EQ, count, Fill(d, 0, t, shape));
-    ir::Value n = b.Select(zero, Fill(d, 1, t, shape), count);
+    ir::Value zero = b.Compare(ir::CompareDir::EQ, count, Fill(d, 0, ct, shape));
+    ir::Value n = b.Convert(b.Select(zero, Fill(d, 1, ct, shape), count), ToIr(t));
     ir::Value q = b.Binary(Op::Div, out, n);
-    if (!at::isFloatingType(t)) {
+    if (at::isIntegralType(t, /*includeBool=*/false)) {
       // floor division (n > 0): truncation moved an inexact negative quotient up
       ir::Value inexact = b.Compare(ir::CompareDir::NE, b.Binary(Op::Rem, out, n), Fill(d, 0, t, shape));
       ir::Value adjust = b.Binary(Op::And, inexact, b.Compare(ir::CompareDir::LT, out, Fill(d, 0, t, shape)));

@@ -231,3 +231,17 @@ def test_complex_ops_the_cpu_refuses_raise_its_error(name):
     with pytest.raises(cpu.type) as dev:
         fn(z.to(DEV)).cpu()
     assert str(dev.value) == str(cpu.value)
+
+
+def test_complex_scatter_reduce_matches_the_cpu():
+    """sum, mean and prod of complex updates compute (they failed on a
+    complex comparison inside StableHLO); amax and amin raise the CPU's error."""
+    z, i = c(6), torch.tensor([0, 0, 1, 2, 2, 2])
+    for reduce in ("sum", "mean", "prod"):
+        for include_self in (False, True):
+            want = torch.ones(4, dtype=torch.complex64).scatter_reduce(0, i, z, reduce, include_self=include_self)
+            got = torch.ones(4, dtype=torch.complex64, device=DEV).scatter_reduce(0, i.to(DEV), z.to(DEV), reduce,
+                                                                                  include_self=include_self)
+            torch.testing.assert_close(got.cpu(), want)
+    with pytest.raises(NotImplementedError, match="reduce_amax\" not implemented for 'ComplexFloat'"):
+        torch.ones(4, dtype=torch.complex64, device=DEV).scatter_reduce(0, i.to(DEV), z.to(DEV), "amax")
