@@ -53,6 +53,8 @@ at::Tensor searchsorted(const at::Tensor& seq, const at::Tensor& values, bool ou
   }
   at::Tensor sorted = seq;
   if (sorter && sorter->defined()) {
+    TORCH_CHECK(sorter->scalar_type() == at::kLong,
+                "torch.searchsorted(): sorter must be a tensor of long dtype but got dtype ", sorter->scalar_type());
     TORCH_CHECK(sorter->sizes() == seq.sizes(), "torch.searchsorted(): boundary and sorter must have the same size, but got "
                 "boundary tensor ", seq.sizes(), " and got sorter tensor ", sorter->sizes());
     sorted = seq.gather(-1, *sorter);

@@ -312,6 +312,8 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
      torch.randn(3, 4)),
     ("nll_loss2d, weight of 1", lambda t: F.nll_loss(t, torch.zeros(1, 3, 1, dtype=torch.long, device=t.device),
                                                      weight=torch.ones(1, device=t.device)), torch.randn(1, 4, 3, 1)),
+    ("searchsorted, int32 sorter", lambda t: torch.searchsorted(t, t[:1], sorter=torch.tensor(
+        [1, 2, 0], dtype=torch.int32, device=t.device)), torch.tensor([3.0, 1.0, 2.0])),
     ("cross_entropy, int32 targets", lambda t: F.cross_entropy(t, torch.tensor([0, 1, 1], dtype=torch.int32,
                                                                                device=t.device)), torch.randn(3, 4)),
     ("addcdiv of ints", lambda t: torch.addcdiv(t.float(), t, t), torch.tensor([1, 2])),
