@@ -263,18 +263,26 @@ at::Tensor CtcBackward(const at::Tensor& grad, const at::Tensor& log_probs, cons
   ir::Value betas = T == 1 ? rows[0] : b.Concatenate(rows, 0);  // [T, N, E]
   ir::Value alphas = b.Transpose(ValAs(log_alpha, p.t), {1, 0, 2});
   const std::vector<int64_t> tne{T, N, E};
-  ir::Value nll = b.BroadcastInDim(ValAs(neg_log_likelihood, p.t), tne, {1});
-  // Each state's share: exp(alpha + beta + nll - lp), summed per class.
-  ir::Value share = b.Unary(Op::Exp, b.Binary(Op::Sub, b.Binary(Op::Add, b.Binary(Op::Add, alphas, betas), nll),
-                                              p.lp_ext));
+  // The CPU's formula: exp(lp) - exp(lcab + nll - lp), lcab the log of the
+  // sum over the class's states of exp(alpha + beta) (-inf for a class with
+  // none), so that a -inf log-probability or an infinite loss gives NaN
+  // where the CPU's does. The sum is shifted by each frame's largest state.
+  ir::Value ab = b.Binary(Op::Add, alphas, betas);
+  ir::Value m = b.Reduce(ab, ExtremeConst(p.d, p.t, true), {2}, ir::ReduceKind::Max);  // [T, N]
+  m = b.Select(b.Compare(CompareDir::EQ, m, BroadcastTo(p.d, ExtremeConst(p.d, p.t, true), {T, N})),
+               Fill(p.d, 0, p.t, {T, N}), m);
+  ir::Value share = b.Unary(Op::Exp, b.Binary(Op::Sub, ab, b.BroadcastInDim(m, tne, {0, 1})));
   ir::ScatterDims sd;
   sd.inserted_window_dims = {0, 1, 2};
   sd.scatter_dims_to_operand_dims = {0, 1, 2};
   sd.index_vector_dim = 3;
   const std::vector<int64_t> tnc{T, N, C};
-  ir::Value collected = b.Scatter(Fill(p.d, 0, p.t, tnc), p.coords, share, sd, false);
+  ir::Value lcab = b.Binary(Op::Add, b.Unary(Op::Log, b.Scatter(Fill(p.d, 0, p.t, tnc), p.coords, share, sd, false)),
+                            b.BroadcastInDim(m, tnc, {0, 1}));
   ir::Value lp_all = ValAs(log_probs, p.t);
-  ir::Value g = b.Binary(Op::Sub, b.Unary(Op::Exp, lp_all), collected);
+  ir::Value nll = b.BroadcastInDim(ValAs(neg_log_likelihood, p.t), tnc, {1});
+  ir::Value g = b.Binary(Op::Sub, b.Unary(Op::Exp, lp_all),
+                         b.Unary(Op::Exp, b.Binary(Op::Sub, b.Binary(Op::Add, lcab, nll), lp_all)));
   g = b.Binary(Op::Mul, g, b.BroadcastInDim(ValAs(grad, p.t), tnc, {1}));
   // Frames past a sample's input length get no gradient; with zero_infinity,
   // neither does a sample whose loss is infinite.

@@ -277,6 +277,26 @@ def test_ctc_loss_of_nan_log_probs_is_nan_as_on_the_cpu():
             torch.testing.assert_close(got.cpu(), want, equal_nan=True)
 
 
+def test_ctc_gradient_is_nan_where_the_cpus_is():
+    """The CPU's gradient is exp(lp) - exp(lcab + nll - lp): NaN at a -inf
+    log-probability and for a sample that cannot be aligned (infinite
+    loss); pjrt gave 0 or finite values at some of those places."""
+    torch.manual_seed(0)
+    lp = torch.randn(6, 3, 4).log_softmax(-1)
+    lp[2, 0, 1] = -float("inf")
+    lp[0, 1, :] = torch.tensor([0.0, -float("inf"), -float("inf"), -float("inf")])
+    targets = torch.tensor([[1, 2, 1], [3, 3, 3], [1, 1, 1]])  # the last cannot fit in 2 frames
+    il, tl = torch.tensor([6, 6, 2]), torch.tensor([2, 2, 3])
+    for zero_infinity in (False, True):
+        grads = []
+        for d in ("cpu", DEV):
+            x = lp.clone().to(d).requires_grad_()
+            F.ctc_loss(x, targets.to(d), il.to(d), tl.to(d), reduction="sum", zero_infinity=zero_infinity).backward()
+            grads.append(x.grad.cpu())
+        assert grads[0].isnan().any()
+        torch.testing.assert_close(grads[1], grads[0], equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
 def test_empty_inputs_of_ctc_and_embedding_bag_behave_as_on_the_cpu():
     """Both failed inside StableHLO (a gather slice larger than its operand)."""
     L = torch.long
