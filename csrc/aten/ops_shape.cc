@@ -1099,11 +1099,12 @@ std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, boo
   std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
   along[static_cast<size_t>(w)] = n;
   at::Tensor pos = at::arange(n, self.options().dtype(at::kLong)).view(along);
-  at::Tensor next = v.narrow(w, 1, n - 1), prev = v.narrow(w, 0, n - 1);
-  at::Tensor differs = next.ne(prev);
-  // NaNs (sorted last) are one value, as on the CPU: [nan, nan, 1] has mode nan
-  if (at::isFloatingType(self.scalar_type())) differs = differs.logical_and(next.isnan().logical_and(prev.isnan()).logical_not());
-  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)), differs}, w);
+  // Runs of equal values; each NaN is a run of its own (NaN != NaN, as in
+  // the CPU's scan), sorted last (docs/semantics.md: where the CPU's
+  // std::sort leaves NaNs decides its answer there).
+  at::Tensor starts = at::cat({at::ones_like(v.narrow(w, 0, 1), self.options().dtype(at::kBool)),
+                               v.narrow(w, 1, n - 1).ne(v.narrow(w, 0, n - 1))},
+                              w);
   at::Tensor run_start = std::get<0>(at::where(starts, pos, 0).cummax(w));
   at::Tensor best = (pos - run_start).argmax(w, true);
   at::Tensor vals = v.gather(w, best), idx = i.gather(w, best);
