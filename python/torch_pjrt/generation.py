@@ -128,6 +128,13 @@ _MASK_CUT_BY_KEY_LENGTH = ("modeling_gpt_neo", "modeling_imagegpt", "modeling_ba
 def _check_supported(model, max_len: int) -> None:
     """Refuses models whose decoding this fixed-shape loop cannot repeat."""
     config = getattr(model, "config", None)
+    if "use_cache" not in inspect.signature(inspect.unwrap(type(model).forward)).parameters:
+        # OpenAI GPT, XLM: every step reads the whole sequence; the static
+        # cache would be ignored and the step's one token meet the full mask
+        raise NotImplementedError(
+            f"torch_pjrt.generation.generate does not support {type(model).__name__}: it keeps no key-value cache "
+            f"(its forward takes no use_cache), so each step would have to encode the whole sequence again. Use "
+            f"model.generate() for it.")
     if type(model).__module__.rsplit(".", 1)[-1] in _MASK_CUT_BY_KEY_LENGTH:
         raise NotImplementedError(
             f"torch_pjrt.generation.generate does not support {type(model).__name__}: its attention cuts the causal "

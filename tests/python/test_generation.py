@@ -223,6 +223,11 @@ def test_refuses_a_cpu_model_a_sliding_window_cache_and_an_encoder_decoder():
         vocab_size=VOCAB, d_model=16, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0)).to(torch_pjrt.device())
     with pytest.raises(NotImplementedError, match="encoder-decoder model.*model.generate"):
         generation.generate(t5, ids, max_new_tokens=2)
+    # no key-value cache: the static cache was ignored and the step failed in the model's own code
+    gpt = transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(
+        vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2, n_positions=32)).eval().to(torch_pjrt.device())
+    with pytest.raises(NotImplementedError, match="keeps no key-value cache.*model.generate"):
+        generation.generate(gpt, ids, max_new_tokens=2)
 
 
 def test_refuses_a_mask_cut_by_the_keys_length_and_long_rope_past_its_switch():
