@@ -266,19 +266,23 @@ at::Tensor CtcBackward(const at::Tensor& grad, const at::Tensor& log_probs, cons
   // The CPU's formula: exp(lp) - exp(lcab + nll - lp), lcab the log of the
   // sum over the class's states of exp(alpha + beta) (-inf for a class with
   // none), so that a -inf log-probability or an infinite loss gives NaN
-  // where the CPU's does. The sum is shifted by each frame's largest state.
+  // where the CPU's does. Each class's sum is shifted by its own largest
+  // state (a frame's largest would underflow a class far below it).
   ir::Value ab = b.Binary(Op::Add, alphas, betas);
-  ir::Value m = b.Reduce(ab, ExtremeConst(p.d, p.t, true), {2}, ir::ReduceKind::Max);  // [T, N]
-  m = b.Select(b.Compare(CompareDir::EQ, m, BroadcastTo(p.d, ExtremeConst(p.d, p.t, true), {T, N})),
-               Fill(p.d, 0, p.t, {T, N}), m);
-  ir::Value share = b.Unary(Op::Exp, b.Binary(Op::Sub, ab, b.BroadcastInDim(m, tne, {0, 1})));
   ir::ScatterDims sd;
   sd.inserted_window_dims = {0, 1, 2};
   sd.scatter_dims_to_operand_dims = {0, 1, 2};
   sd.index_vector_dim = 3;
   const std::vector<int64_t> tnc{T, N, C};
-  ir::Value lcab = b.Binary(Op::Add, b.Unary(Op::Log, b.Scatter(Fill(p.d, 0, p.t, tnc), p.coords, share, sd, false)),
-                            b.BroadcastInDim(m, tnc, {0, 1}));
+  ir::Value lowest = BroadcastTo(p.d, ExtremeConst(p.d, p.t, true), tnc);
+  ir::Value m = b.Scatter(lowest, p.coords, ab, sd, false, ir::ReduceKind::Max);  // [T, N, C]
+  m = b.Select(b.Compare(CompareDir::EQ, m, lowest), Fill(p.d, 0, p.t, tnc), m);
+  ir::GatherDims per_state;
+  per_state.collapsed_slice_dims = {0, 1, 2};
+  per_state.start_index_map = {0, 1, 2};
+  per_state.index_vector_dim = 3;
+  ir::Value share = b.Unary(Op::Exp, b.Binary(Op::Sub, ab, b.Gather(m, p.coords, per_state, {1, 1, 1})));
+  ir::Value lcab = b.Binary(Op::Add, b.Unary(Op::Log, b.Scatter(Fill(p.d, 0, p.t, tnc), p.coords, share, sd, false)), m);
   ir::Value lp_all = ValAs(log_probs, p.t);
   ir::Value nll = b.BroadcastInDim(ValAs(neg_log_likelihood, p.t), tnc, {1});
   ir::Value g = b.Binary(Op::Sub, b.Unary(Op::Exp, lp_all),

@@ -516,7 +516,8 @@ at::Tensor sgn(const at::Tensor& a) {
   return Wrap(b.Select(b.Compare(ir::CompareDir::GT, x, zero), Fill(d, 1, a.scalar_type(), shape), neg), d);
 }
 at::Tensor sign(const at::Tensor& a) {
-  TORCH_CHECK(!a.is_complex(), "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.");
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(),
+                              "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.");
   return tpj::aten::sgn(a);
 }
 

@@ -786,13 +786,17 @@ std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(const at::Tensor& self, co
   TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ", target.scalar_type());
   TORCH_CHECK(!weight || !weight->defined() || weight->numel() == self.size(1),
               "weight tensor should be defined either for all or no classes");
-  return NllForward(self, target, weight, reduction, ignore_index);
+  // the CPU reads a weight of any shape with one entry per class
+  return NllForward(self, target, weight && weight->defined() ? std::optional<at::Tensor>(weight->reshape({-1})) : weight,
+                    reduction, ignore_index);
 }
 
 at::Tensor nll_loss2d_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
                                const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index,
                                const at::Tensor& total_weight) {
-  return NllBackward(grad, self, target, weight, reduction, ignore_index, total_weight);
+  return NllBackward(grad, self, target,
+                     weight && weight->defined() ? std::optional<at::Tensor>(weight->reshape({-1})) : weight, reduction,
+                     ignore_index, total_weight);
 }
 
 at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {

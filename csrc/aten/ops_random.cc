@@ -272,18 +272,23 @@ at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> 
 at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
   GeneratorScope scope(gen);
   const at::ScalarType t = self.scalar_type();
-  if (at::isFloatingType(t)) {
-    const int digits = t == at::kDouble  ? std::numeric_limits<double>::digits
-                       : t == at::kFloat ? std::numeric_limits<float>::digits
-                       : t == at::kHalf  ? 11
-                                         : 8;  // bfloat16
+  if (at::isFloatingType(t) && t != at::kDouble) {
+    const int digits = t == at::kFloat ? std::numeric_limits<float>::digits : t == at::kHalf ? 11 : 8;  // bfloat16
     return RandomRange(self, 0, std::ldexp(1.0, digits) + 1);
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(t, /*includeBool=*/true), "random_ on pjrt is not implemented for ", t);
+  TORCH_CHECK_NOT_IMPLEMENTED(t == at::kDouble || at::isIntegralType(t, /*includeBool=*/true),
+                              "\"random_kernel_cpu\" not implemented for '", t, "'");
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
   const auto shape = self.sizes().vec();
+  if (t == at::kDouble) {
+    // 53 random bits (a double uniform has 52: every draw was even); the
+    // CPU's range also holds 2^53 itself, one chance in 2^53, never drawn here
+    ir::Value r = b.Binary(Op::ShiftRightLogical, RandomBits(d, {ir::DType::U64, shape}), b.Full(ir::DType::U64, shape, 11));
+    Assign(self, b.Convert(r, ir::DType::F64));
+    return self;
+  }
   const int64_t bits = t == at::kBool ? 1 : 8 * static_cast<int64_t>(c10::elementSize(t)) - (at::isSignedType(t) ? 1 : 0);
   ir::Value r = b.Binary(Op::ShiftRightLogical, RandomBits(d, {ir::DType::U64, shape}),
                          b.Full(ir::DType::U64, shape, static_cast<double>(64 - bits)));

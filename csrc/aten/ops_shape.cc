@@ -246,10 +246,17 @@ at::Tensor ScatterReduce(const at::Tensor& self, int64_t dim, const at::Tensor& 
                 index.sizes(), " to be no larger than self ", self.sizes(), " apart from dimension ", wd,
                 " and to be no larger size than src ", src.sizes());
   }
-  if ((self.scalar_type() == at::kHalf || self.scalar_type() == at::kBFloat16) && (r == "sum" || r == "mean")) {
-    // the CPU sums those in float, rounded once
-    return ScatterReduce(self.to(at::kFloat), dim, index, src.to(at::kFloat), reduce, include_self, check)
-        .to(self.scalar_type());
+  if (self.scalar_type() == at::kHalf || self.scalar_type() == at::kBFloat16) {
+    // the CPU sums those in float, rounded once; "mean" divides that
+    // rounded sum by the count, rounded again
+    const at::ScalarType t = self.scalar_type();
+    if (r == "sum") return ScatterReduce(self.to(at::kFloat), dim, index, src.to(at::kFloat), reduce, include_self, check).to(t);
+    if (r == "mean") {
+      at::Tensor sum = ScatterReduce(self.to(at::kFloat), dim, index, src.to(at::kFloat), "sum", include_self, check).to(t);
+      at::Tensor count = ScatterReduce(at::full_like(self, include_self ? 1 : 0, self.options().dtype(at::kFloat)), dim,
+                                       index, at::ones_like(src, src.options().dtype(at::kFloat)), "sum", true, check);
+      return at::where(count.gt(0), sum.to(at::kFloat).div(count.clamp_min(1)).to(t), self);
+    }
   }
   if (self.dim() == 1 && index.dim() == 0) {
     return ScatterReduce(self, dim, index.reshape({1}), src.reshape({-1}), reduce, include_self, check);

@@ -13,7 +13,7 @@ std::tuple<at::Tensor, at::Tensor> VarMean(const char* op, const at::Tensor& a, 
                                            const std::optional<at::Scalar>& correction, bool keepdim,
                                            bool take_sqrt) {
   TORCH_CHECK(at::isFloatingType(a.scalar_type()) || at::isComplexType(a.scalar_type()),
-              "std and var only support floating point and complex dtypes");
+              op, " only support floating point and complex dtypes");
   const int64_t rank = a.dim();
   std::vector<int64_t> dims;
   if (!dim || dim->empty()) {

@@ -265,8 +265,11 @@ def _default_autocast_dtype() -> None:
 def _constant_under_dynamo(fn):
     """Marks `fn` as Dynamo's ``assume_constant_result`` does (without
     importing Dynamo): a compiled function that calls it gets its value at
-    trace time, as Dynamo folds ``torch.cuda.current_device()``, instead of
-    a graph break (``fullgraph=True`` failed on ``torch_pjrt.device()``)."""
+    trace time instead of a graph break (``fullgraph=True`` failed). Only
+    for values fixed for the process (the device count, availability): the
+    mark installs no guard, so the current device (``torch_pjrt.device()``,
+    ``torch.pjrt.current_device()``), which ``set_device`` changes, is not
+    marked and stays a graph break inside a compiled function."""
     fn._dynamo_marked_constant = True
     return fn
 
@@ -281,7 +284,6 @@ def device_count() -> int:
     return n
 
 
-@_constant_under_dynamo
 def device(index: Optional[int] = None) -> torch.device:
     """``torch.device("pjrt:<index>")``; the current device when index is None."""
     n = device_count()
@@ -450,8 +452,7 @@ def _make_device_module() -> types.ModuleType:
         not be loaded: torch then warns and runs without autocast."""
         return list(AMP_DTYPES) if _extension.is_loaded(_C) else []
 
-    for fn in (is_available, current_device):
-        _constant_under_dynamo(fn)
+    _constant_under_dynamo(is_available)
     m.is_available = is_available
     m.get_amp_supported_dtype = get_amp_supported_dtype
     m.device_count = device_count

@@ -125,16 +125,26 @@ def _warn_unapplied(gen_config) -> None:
 _MASK_CUT_BY_KEY_LENGTH = ("modeling_gpt_neo", "modeling_imagegpt", "modeling_bark")
 
 
+# Models whose forward takes a cache of their own kind, not a transformers
+# Cache (XLM's dict of past states).
+_OWN_CACHE = ("modeling_xlm",)
+
+
+def _no_kv_cache(model) -> NotImplementedError:
+    """OpenAI GPT, XLNet, XLM: each step reads the whole sequence, so the
+    static cache would be ignored and a step's one token meet the full mask."""
+    return NotImplementedError(
+        f"torch_pjrt.generation.generate does not support {type(model).__name__}: it keeps no key-value cache that "
+        f"a static cache can stand for, so each step would have to encode the whole sequence again. Use "
+        f"model.generate() for it.")
+
+
 def _check_supported(model, max_len: int) -> None:
     """Refuses models whose decoding this fixed-shape loop cannot repeat."""
     config = getattr(model, "config", None)
-    if "use_cache" not in inspect.signature(inspect.unwrap(type(model).forward)).parameters:
-        # OpenAI GPT, XLM: every step reads the whole sequence; the static
-        # cache would be ignored and the step's one token meet the full mask
-        raise NotImplementedError(
-            f"torch_pjrt.generation.generate does not support {type(model).__name__}: it keeps no key-value cache "
-            f"(its forward takes no use_cache), so each step would have to encode the whole sequence again. Use "
-            f"model.generate() for it.")
+    params = set(inspect.signature(inspect.unwrap(type(model).forward)).parameters)
+    if type(model).__module__.rsplit(".", 1)[-1] in _OWN_CACHE or not {"cache", "past_key_values", "use_cache"} & params:
+        raise _no_kv_cache(model)
     if type(model).__module__.rsplit(".", 1)[-1] in _MASK_CUT_BY_KEY_LENGTH:
         raise NotImplementedError(
             f"torch_pjrt.generation.generate does not support {type(model).__name__}: its attention cuts the causal "
@@ -307,6 +317,8 @@ def generate(
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
                     **forward_kwargs)
+        if getattr(out, "cache", None) is None:  # it ignored the static cache
+            raise _no_kv_cache(model)
         next_ids = emit(choose(out.logits))
         del out
         _device.sync(devices=[device])

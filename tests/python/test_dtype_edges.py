@@ -103,6 +103,24 @@ def test_half_scatter_sums_accumulate_in_float_as_on_the_cpu(dtype):
         want = fn(torch.zeros(shape, dtype=dtype), idx, src)
         got = fn(torch.zeros(shape, dtype=dtype, device=DEV), idx.to(DEV), src.to(DEV))
         assert torch.equal(got.cpu(), want), (shape, got.cpu(), want)
+    # "mean": the CPU divides the sum rounded to the half type, and rounds again
+    g = torch.Generator().manual_seed(0)
+    values, idx = torch.rand(300, generator=g).to(dtype), torch.randint(0, 3, (300,), generator=g)
+    for include_self in (True, False):
+        base = torch.rand(3, generator=g).to(dtype)
+        want = base.scatter_reduce(0, idx, values, "mean", include_self=include_self)
+        got = base.to(DEV).scatter_reduce(0, idx.to(DEV), values.to(DEV), "mean", include_self=include_self)
+        assert torch.equal(got.cpu(), want), (got.cpu(), want)
+
+
+def test_nll_loss2d_takes_a_class_weight_of_any_shape_as_the_cpu():
+    """One entry per class, in any shape (a 2x2 weight for 4 classes): the
+    CPU reads it flat; pjrt failed inside StableHLO's broadcast."""
+    x = torch.randn(1, 4, 3, 1)
+    t = torch.tensor([0, 2, 3]).view(1, 3, 1)
+    w = torch.rand(2, 2)
+    got = F.nll_loss(x.to(DEV), t.to(DEV), weight=w.to(DEV))
+    torch.testing.assert_close(got.cpu(), F.nll_loss(x, t, weight=w))
 
 
 def test_long_float32_sums_are_as_close_as_the_cpus():

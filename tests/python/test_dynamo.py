@@ -411,17 +411,29 @@ def test_the_decomposition_table_traces_as_torchs_core_aten_table():
         torch.testing.assert_close(grad, wc.grad)
 
 
-def test_device_queries_fold_to_constants_in_a_compiled_function():
-    """torch_pjrt.device(), torch.pjrt.current_device()/is_available()/
-    device_count() inside a compiled function are folded at trace time, as
-    Dynamo folds torch.cuda's (they broke the graph; fullgraph=True failed)."""
+def test_device_count_and_availability_fold_to_constants_in_a_compiled_function():
+    """torch.pjrt.is_available()/device_count() inside a compiled function
+    are folded at trace time (they broke the graph; fullgraph=True failed).
+    The current device is not folded: set_device changes it, and a folded
+    value would have no guard."""
     def f(a):
         n = torch.pjrt.device_count() if torch.pjrt.is_available() else 0
-        return a.sin() + torch.ones(5, device=torch_pjrt.device()) * (n > 0) + torch.pjrt.current_device()
+        return a.sin() + (n > 0)
 
     x = torch.randn(4, 5)
     got = torch.compile(f, backend="pjrt", fullgraph=True)(x.to(DEV))
-    torch.testing.assert_close(got.cpu(), x.sin() + 1 + torch.pjrt.current_device())
+    torch.testing.assert_close(got.cpu(), x.sin() + 1)
+    if torch_pjrt.device_count() > 1:
+        g = torch.compile(lambda a: a.to(torch_pjrt.device()) + torch.pjrt.current_device(), backend="pjrt")
+        y = torch.zeros(2)
+        assert g(y).device == torch.device("pjrt", torch.pjrt.current_device())
+        previous = torch.pjrt.current_device()
+        torch.pjrt.set_device(1)
+        try:
+            out = g(y)
+            assert out.device == torch.device("pjrt", 1) and out.cpu().eq(1).all()
+        finally:
+            torch.pjrt.set_device(previous)
 
 
 def test_a_check_in_a_compiled_graph_names_the_users_line():

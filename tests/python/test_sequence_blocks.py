@@ -295,6 +295,16 @@ def test_ctc_gradient_is_nan_where_the_cpus_is():
             grads.append(x.grad.cpu())
         assert grads[0].isnan().any()
         torch.testing.assert_close(grads[1], grads[0], equal_nan=True, rtol=1e-5, atol=1e-6)
+    # a class whose states lie far below the frame's best still gets its share
+    # (shifting by the frame's largest state underflowed it to 0)
+    for dtype, gap in ((torch.float32, 120.0), (torch.float64, 800.0)):
+        lp = torch.tensor([[[0.0, -gap]], [[0.0, -gap]]], dtype=dtype)
+        grads = []
+        for d in ("cpu", DEV):
+            x = lp.clone().to(d).requires_grad_()
+            F.ctc_loss(x, torch.tensor([[1]], device=d), torch.tensor([2]), torch.tensor([1])).backward()
+            grads.append(x.grad.cpu())
+        torch.testing.assert_close(grads[1], grads[0])
 
 
 def test_empty_inputs_of_ctc_and_embedding_bag_behave_as_on_the_cpu():
