@@ -136,6 +136,7 @@ void BindTorch(py::module_& m) {
     }
     return out;
   });
+  m.def("_metrics_compile_sites", [] { return runtime::Metrics::Get().CompileSites(); });
   m.def("_metrics_reset", [] { runtime::Metrics::Get().Reset(); });
   m.def("_metrics_add", [](const std::string& name, int64_t n) { runtime::Metrics::Get().Add(name, n); });
   m.def("_set_location_provider", [](py::function f) {

@@ -37,6 +37,16 @@ void Metrics::Recompiled(RecompileReason r) {
   if (recompiles_.size() > 1000) recompiles_.erase(recompiles_.begin());  // bounded
 }
 
+void Metrics::CompiledAt(const std::string& where) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = compile_sites_.find(where);
+  if (it != compile_sites_.end()) {
+    it->second += 1;
+  } else if (compile_sites_.size() < kMaxCompileSites) {
+    compile_sites_.emplace(where, 1);
+  }
+}
+
 void Metrics::Max(const std::string& counter, int64_t value) {
   std::lock_guard<std::mutex> l(mu_);
   int64_t& v = counters_[counter];
@@ -72,12 +82,18 @@ std::vector<RecompileReason> Metrics::Recompiles() const {
   return recompiles_;
 }
 
+std::map<std::string, int64_t> Metrics::CompileSites() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return compile_sites_;
+}
+
 void Metrics::Reset() {
   std::lock_guard<std::mutex> l(mu_);
   counters_.clear();
   timers_.clear();
   fallbacks_.clear();
   fallback_sites_.clear();
+  compile_sites_.clear();
   recompiles_.clear();
   trace_ns = 0;
   traced_ops = 0;

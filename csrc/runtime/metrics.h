@@ -31,6 +31,10 @@ class Metrics {
   // when unknown). Up to kMaxSites locations are kept per op.
   void Fallback(const std::string& op, const std::string& where);
   void Recompiled(RecompileReason r);
+  // One program compiled (not served by a cache) for a sync at Python
+  // location `where` ("" when unknown): a new graph or a recompile. Up to
+  // kMaxCompileSites locations are kept.
+  void CompiledAt(const std::string& where);
 
   std::map<std::string, int64_t> Counters() const;   // includes "cpu_fallbacks" and "traced_ops"
   std::map<std::string, double> Timers() const;      // seconds
@@ -38,6 +42,8 @@ class Metrics {
   std::map<std::string, std::map<std::string, int64_t>> FallbackSites() const;  // op -> where -> count
   static constexpr size_t kMaxSites = 16;
   std::vector<RecompileReason> Recompiles() const;
+  std::map<std::string, int64_t> CompileSites() const;  // where -> programs compiled there
+  static constexpr size_t kMaxCompileSites = 64;
   void Reset();
 
   // Time spent tracing (inside op lowerings), accumulated cheaply.
@@ -51,6 +57,7 @@ class Metrics {
   std::map<std::string, int64_t> fallbacks_;
   std::map<std::string, std::map<std::string, int64_t>> fallback_sites_;
   std::vector<RecompileReason> recompiles_;
+  std::map<std::string, int64_t> compile_sites_;
 };
 
 }  // namespace tpj::runtime

@@ -69,9 +69,12 @@ void Runtime::ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g,
     }
     if (why.empty()) why = "same structure, different details";
     unreported_.push_back(RecompileReason{shape_blind_hash, why, ""});
-  } else if (options_.debug) {
-    debug_lines_.push_back("compiling a new graph (" + std::to_string(g.nodes.size()) + " nodes, " +
-                           std::to_string(g.params.size()) + " parameters)");
+  } else {
+    unreported_.push_back(RecompileReason{shape_blind_hash, "", ""});  // a new graph: counted where it compiled
+    if (options_.debug) {
+      debug_lines_.push_back("compiling a new graph (" + std::to_string(g.nodes.size()) + " nodes, " +
+                             std::to_string(g.params.size()) + " parameters)");
+    }
   }
   seen_structures_[shape_blind_hash] = std::move(sig);
 }
@@ -96,6 +99,8 @@ void Runtime::ReportDeferred() {
     }
   }
   for (auto& r : reasons) {
+    Metrics::Get().CompiledAt(where);
+    if (r.why.empty()) continue;  // a new graph, not a recompile
     r.where = where;
     if (options_.debug) {
       std::fprintf(stderr, "torch_pjrt: recompiling a known graph (%s)%s%s\n", r.why.c_str(),

@@ -7,7 +7,9 @@ Counters (``counters()``):
   found in the in-memory cache; ``disk_cache_hits`` / ``disk_cache_corrupt``:
   the on-disk cache; ``executions``: programs launched;
 - ``recompiles``: compiles of a graph whose structure was seen before with
-  other shapes, dtypes or constants (see ``recompiles()`` for why);
+  other shapes, dtypes or constants (see ``recompiles()`` for why; every
+  compile, a new structure included, is counted where its sync ran in
+  ``compile_sites()``);
 - ``cpu_fallbacks`` and ``aten::<op>``: ops that ran on the CPU (where
   each was called from: ``fallback_sites()``);
 - ``bytes_to_device`` / ``bytes_to_host``: transfers;
@@ -72,6 +74,17 @@ def fallback_sites() -> Dict[str, Dict[str, int]]:
     torch_pjrt (so a library model's own line, e.g. in transformers); up to
     16 locations are kept per op, "" when none was known."""
     return {op: dict(sites) for op, sites in _C._metrics_fallback_sites().items()}
+
+
+def compile_sites() -> Dict[str, int]:
+    """``{where: n}``: how many programs were compiled (not served by a
+    cache) for syncs at each Python location (file:line; "" when unknown).
+    A site that keeps compiling in a training loop names the line whose
+    graphs change from step to step: with other shapes or constants (then
+    ``recompiles()`` says what changed) or with other ops (a Python branch,
+    a loop over lengths read on the host, packed sequences' batch sizes),
+    which ``recompiles()`` does not list. Up to 64 sites are kept."""
+    return dict(_C._metrics_compile_sites())
 
 
 def recompiles() -> List[dict]:
@@ -140,6 +153,11 @@ def report() -> str:
             lines.append(f"    {op:<40} {n}")
             for where, k in sorted(sites.get(op, {}).items(), key=lambda kv: -kv[1])[:5]:
                 lines.append(f"      {k:>6}  {where or '(location unknown)'}")
+    sites = {w: n for w, n in compile_sites().items() if n > 1}
+    if sites:
+        lines.append("  programs compiled more than once at one location (count, where):")
+        for where, n in sorted(sites.items(), key=lambda kv: -kv[1])[:10]:
+            lines.append(f"    {n:>6}  {where or '(location unknown)'}")
     rc = recompiles()
     if rc:
         lines.append("  recompilations:")

@@ -1,6 +1,7 @@
 """CPU fallback for ops without a lowering, metrics, recompilation reasons."""
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -102,6 +103,25 @@ def test_program_memory_is_the_compilers_plan():
     (x[:2] + 1).cpu()
     assert torch_pjrt.metrics.counters()["program_peak_bytes"] == peak
     torch.testing.assert_close(y.cpu(), ((x.cpu() @ x.cpu()).relu() @ x.cpu()).tanh(), rtol=1e-4, atol=1e-4)
+
+
+def test_compiles_of_changing_graphs_are_counted_where_the_sync_ran():
+    """A graph whose ops change from step to step (a loop over a length
+    read on the host, as packed sequences' batch sizes) compiles anew each
+    time without being a recompile of a known structure; compile_sites()
+    counts it at the line whose sync compiled it, and report() shows it."""
+    torch_pjrt.metrics.reset()
+    x = torch.randn(8).to(DEV)
+    for n in (1, 2, 3, 2):
+        y = x
+        for _ in range(n):
+            y = y * 2 + 1
+        y.cpu()  # the sync
+    line = inspect.currentframe().f_lineno - 1
+    sites = torch_pjrt.metrics.compile_sites()
+    assert sites.get(f"{__file__}:{line}") == 3, sites  # n = 2 again is a cache hit
+    assert torch_pjrt.metrics.recompiles() == []
+    assert f"3  {__file__}:{line}" in torch_pjrt.metrics.report()
 
 
 def test_recompile_reason_names_the_changed_input():
