@@ -128,7 +128,6 @@ def test_cpu_model_state_written_by_the_graph_reaches_the_cpu_tensors():
         assert row.tolist() == [1.0, 3.0] and t[1, 0].item() == 3.0
 
 
-
 @pytest.mark.parametrize("name", ["select write", "column write", "constant", "arange", "to pjrt"])
 def test_cpu_model_graph_creating_tensors_runs_on_the_device(name):
     """What a CPU model's graph creates on the CPU (the arange of a
@@ -176,6 +175,7 @@ def test_cpu_model_attention_gradients_match_the_cpu():
     assert torch_pjrt.metrics.counters().get("cpu_fallbacks", 0) == before
     for x, y in zip(xs, ys):
         torch.testing.assert_close(y.grad, x.grad, rtol=1e-5, atol=1e-5)
+
 
 def test_unlowered_node_runs_on_cpu_inside_a_compiled_graph():
     def f(a):
