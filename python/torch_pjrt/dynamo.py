@@ -257,12 +257,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         out = replayed(args)  # the common case first: pjrt inputs, as recorded
         if out is not None:
             return out
-        on_cpu = cpu_model is not None and _is_cpu_model(args)
         # A replay returns program outputs and views of inputs or outputs
         # only; what the graph itself returned may hold views AOTAutograd
-        # did not plan for.
-        return _unforeseen_views_made_plain(args, _on_cpu(args, run_on_device, mutated, cpu_model) if on_cpu
-                                            else traced(args))
+        # did not plan for. (Dynamo guards devices: a CPU model's graph gets
+        # CPU inputs on every call.)
+        return _unforeseen_views_made_plain(args, _on_cpu(args, run_on_device, mutated, cpu_model)
+                                            if cpu_model is not None else traced(args))
 
     scalars = _movable_scalars(gm, example_inputs)
     if scalars is not None:
@@ -487,8 +487,7 @@ def _mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:
 
 def _is_cpu_model(inputs: Sequence) -> bool:
     """Whether a graph's inputs are a CPU model's: CPU tensors with
-    dimensions and none on pjrt (Dynamo guards devices: every call is
-    such). Those graphs run on the device (_on_cpu)."""
+    dimensions and none on pjrt. Those graphs run on the device (_on_cpu)."""
     tensors = [e for e in inputs if isinstance(e, torch.Tensor)]
     return any(e.device.type == "cpu" and e.dim() > 0 for e in tensors) and not any(e.device.type == "pjrt" for e in tensors)
 
