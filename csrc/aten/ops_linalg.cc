@@ -23,6 +23,7 @@ using ir::CompareDir;
 using ir::Op;
 using ir::Value;
 
+// Half types (complex inputs went to the CPU before: RealOrCpu below).
 void CheckRealFloat(const at::Tensor& a, const char* op) {
   TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble, op,
               ": the pjrt device computes linear algebra in float32 and float64, got ", a.scalar_type(),
@@ -827,10 +828,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> _linalg_svd(const at::Tensor& A, 
   return {Wrap(U, d), Wrap(S, d), Wrap(MT(b, V), d)};
 }
 
+// Complex inputs run on the CPU (counted fallbacks, as linalg.eig): the
+// lowerings above are real-valued, and PyTorch's own backward formulas reach
+// them with complex operands (linalg.eig's gradient solves a complex system).
+bool AnyComplex(const c10::OperatorHandle& op, const c10::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    if (stack[i].isTensor() && stack[i].toTensor().defined() && stack[i].toTensor().is_complex()) return true;
+  }
+  return false;
+}
+
+template <auto fn>
+void RealOrCpu(const c10::OperatorHandle& op, c10::DispatchKeySet ks, c10::Stack* stack) {
+  if (AnyComplex(op, *stack)) return CpuFallback(op, stack);
+  static const c10::KernelFunction kernel = c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(fn));
+  kernel.callBoxed(op, ks, stack);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
-#define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+#define K(name, fn) \
+  m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpj::aten::RealOrCpu<&tpj::aten::fn>>())
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("linalg_cholesky_ex", linalg_cholesky_ex);
