@@ -64,6 +64,34 @@ at::Tensor glu_backward(const at::Tensor& grad, const at::Tensor& self, int64_t 
   return WrapIn(b.Concatenate({ga, gb}, h.dim), self.scalar_type(), h.d);
 }
 
+// Forward-mode derivatives of glu and of its backward (jvp, jacfwd, hessian):
+// with s = sigmoid(b), glu = a s and gx = (ga, gb) = (g s, ga a (1 - s)),
+//   d glu = s da + glu (1 - s) db
+//   d ga  = s dg + ga (1 - s) db
+//   d gb  = d ga a (1 - s) + ga (1 - s) da - gb s db
+// composed of pjrt ops in the input's op-math type (half types in float).
+at::Tensor glu_jvp(const at::Tensor& glu, const at::Tensor& x, const at::Tensor& dx, int64_t dim) {
+  dim = at::maybe_wrap_dim(dim, x.dim());
+  const int64_t n = glu.size(dim);
+  const at::ScalarType t = OpMath(x.scalar_type());
+  const at::Tensor s = x.narrow(dim, n, n).to(t).sigmoid();
+  const at::Tensor da = dx.narrow(dim, 0, n).to(t), db = dx.narrow(dim, n, n).to(t);
+  return (s * da + glu.to(t) * (1 - s) * db).to(glu.scalar_type());
+}
+
+at::Tensor glu_backward_jvp(const at::Tensor& grad_x, const at::Tensor& grad_glu, const at::Tensor& x,
+                            const at::Tensor& dgrad_glu, const at::Tensor& dx, int64_t dim) {
+  dim = at::maybe_wrap_dim(dim, x.dim());
+  const int64_t n = grad_glu.size(dim);
+  const at::ScalarType t = OpMath(x.scalar_type());
+  const at::Tensor a = x.narrow(dim, 0, n).to(t), s = x.narrow(dim, n, n).to(t).sigmoid();
+  const at::Tensor da = dx.narrow(dim, 0, n).to(t), db = dx.narrow(dim, n, n).to(t);
+  const at::Tensor ga = grad_x.narrow(dim, 0, n).to(t), gb = grad_x.narrow(dim, n, n).to(t);
+  const at::Tensor dga = s * dgrad_glu.to(t) + ga * (1 - s) * db;
+  const at::Tensor dgb = dga * a * (1 - s) + ga * (1 - s) * da - gb * s * db;
+  return at::cat({dga, dgb}, dim).to(grad_x.scalar_type());
+}
+
 // -------------------------------------------------------------------- prelu
 
 // x > 0 ? x : w x, weight broadcast to x (PyTorch's prelu has shaped it).
@@ -160,6 +188,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("rrelu_with_noise", rrelu_with_noise);
   K("rrelu_with_noise_", rrelu_with_noise_);
   TPJ_LAID(m, "glu_backward", kInput, glu_backward);
+  K("glu_jvp", glu_jvp);
+  K("glu_backward_jvp", glu_backward_jvp);
   TPJ_LAID(m, "_prelu_kernel", kOperands, prelu_kernel);
   TPJ_LAID(m, "_prelu_kernel_backward", kOperands, prelu_kernel_backward);
   TPJ_LAID(m, "hardshrink", kOperands, hardshrink);

@@ -1208,6 +1208,11 @@ at::Tensor roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef 
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  // Also at the autograd key: a backend kernel alone would leave this
+  // CompositeImplicitAutograd op without autograd (double backward warned
+  // "an autograd kernel was not registered"); the dense backward it calls
+  // records its own.
+  K("embedding_backward", embedding_backward);
   K("index_put_", index_put_autograd);
   K("one_hot", one_hot_autograd);
 }

@@ -1411,6 +1411,41 @@ def test_mode_follows_the_cpu():
         torch.mode(torch.empty(2, 0, device=DEV), 1)
 
 
+def test_glu_forward_mode_ad_and_hessian_stay_on_the_device():
+    """torch.func.jvp and hessian through glu reach glu_jvp and
+    glu_backward_jvp (forward-over-reverse): lowered, not CPU fallbacks."""
+    import torch.nn.functional as F
+    torch_pjrt.metrics.reset()
+    x, t = torch.randn(4, 6, generator=torch.Generator().manual_seed(0)), torch.randn(4, 6)
+    want = torch.func.jvp(lambda z: F.glu(z, 1), (x,), (t,))
+    got = torch.func.jvp(lambda z: F.glu(z, 1), (x.to(DEV),), (t.to(DEV),))
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w)
+    def f(z):
+        return F.glu(z, 0).pow(3).sum()
+    torch.testing.assert_close(torch.func.hessian(f)(x.to(DEV)).cpu(), torch.func.hessian(f)(x))
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_embedding_double_backward_matches_the_cpu_without_a_warning():
+    """A gradient penalty through nn.Embedding (the weight's gradient
+    differentiated again): the CPU's values and no autograd warning."""
+    import warnings
+    import torch.nn.functional as F
+    idx = torch.tensor([0, 2, 2, 1])
+    w0, v0 = torch.randn(4, 3), torch.randn(4, 3)
+    out = []
+    for d in ("cpu", DEV):
+        w, v = w0.to(d).requires_grad_(), v0.to(d).requires_grad_()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gw, = torch.autograd.grad((F.embedding(idx.to(d), w, padding_idx=1) * v).sum(), w, create_graph=True)
+            gv, = torch.autograd.grad((gw ** 2).sum(), v)
+        assert not [c for c in caught if "autograd kernel" in str(c.message)], [str(c.message) for c in caught]
+        out.append(gv.cpu())
+    torch.testing.assert_close(out[1], out[0])
+
+
 def test_cpu_index_tensors_and_sparse_embedding_gradients():
     # CPU index tensors and masks index pjrt tensors, as they index CUDA ones
     x = torch.arange(20.0).reshape(4, 5)
