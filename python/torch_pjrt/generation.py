@@ -40,7 +40,10 @@ def process_logits(scores: torch.Tensor, temperature: float = 1.0, top_k: Option
     """Applies temperature, top-k and top-p to float ``[batch, vocab]`` scores
     as HF's ``TemperatureLogitsWarper``, ``TopKLogitsWarper`` and
     ``TopPLogitsWarper`` do, in that order (removed tokens get ``-inf``).
-    Shapes never depend on the values: every step is the same program."""
+    Shapes never depend on the values: every step is the same program.
+    Values HF's warpers refuse raise its ``ValueError`` (a temperature of 0
+    would divide the scores into inf and NaN)."""
+    _check_sampling(temperature, top_k, top_p)
     if temperature is not None and temperature != 1.0:
         scores = scores / temperature
     vocab = scores.shape[-1]
@@ -56,6 +59,20 @@ def process_logits(scores: torch.Tensor, temperature: float = 1.0, top_k: Option
         remove = sorted_remove.scatter(1, sorted_indices, sorted_remove)
         scores = scores.masked_fill(remove, -float("inf"))
     return scores
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_sampling(temperature, top_k, top_p) -> None:
+    if temperature is not None and not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"generate: temperature must be a strictly positive number, got {temperature!r} "
+                         f"(for greedy decoding, pass do_sample=False)")
+    if top_k is not None and not (_is_int(top_k) and top_k >= 0):
+        raise ValueError(f"generate: top_k must be a positive integer (0 or None: no top-k filter), got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 <= top_p <= 1):
+        raise ValueError(f"generate: top_p must be a number in [0, 1] (1 or None: no top-p filter), got {top_p!r}")
 
 
 def sample(scores: torch.Tensor) -> torch.Tensor:
@@ -217,10 +234,24 @@ def generate(
     a multiple of ``b`` tokens, so that prompts and ``max_new_tokens`` within
     the same buckets share their programs.
     """
+    if type(model).__name__ == "OptimizedModule" and isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+        # torch.compile(model): the loop's two programs are compiled once
+        # anyway; it calls the module itself.
+        model = model._orig_mod
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
-    if max_new_tokens < 1:
-        raise ValueError(f"generate: max_new_tokens must be at least 1, got {max_new_tokens}")
+    if input_ids.dtype not in (torch.long, torch.int):
+        raise TypeError(f"generate: input_ids must be token ids (int64 or int32), got {input_ids.dtype}")
+    if input_ids.shape[1] == 0:
+        raise ValueError("generate: the prompt is empty (input_ids of length 0); give at least one token, e.g. the "
+                         "model's bos_token_id")
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+        raise ValueError(f"generate: max_new_tokens must be an integer of at least 1, got {max_new_tokens!r}")
+    if not _is_int(stop_check_interval) or stop_check_interval < 0:
+        raise ValueError(f"generate: stop_check_interval must be an integer >= 0 (0: never stop early), got "
+                         f"{stop_check_interval!r}")
+    if do_sample:
+        _check_sampling(temperature, top_k, top_p)
     config = getattr(model, "config", None)
     if getattr(config, "is_encoder_decoder", False):
         raise NotImplementedError(
@@ -244,7 +275,7 @@ def generate(
     if seed is not None:
         _seed(device, seed)
 
-    if length_bucket is not None and length_bucket < 1:
+    if length_bucket is not None and (not _is_int(length_bucket) or length_bucket < 1):
         raise ValueError(f"generate: length_bucket must be a positive number of tokens, got {length_bucket}")
 
     batch, prompt_len = input_ids.shape

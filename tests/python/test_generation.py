@@ -239,6 +239,34 @@ def test_refuses_a_cpu_model_a_sliding_window_cache_and_an_encoder_decoder():
         generation.generate(gpt, ids, max_new_tokens=2)
 
 
+def test_bad_arguments_raise_as_hf_does_and_a_compiled_model_generates():
+    """Sampling settings HF's generate() refuses (temperature 0 divided the
+    scores into NaN; a negative top_k or top_p quietly became greedy) raise
+    ValueError; so do a float token count, a negative check interval, float
+    ids and an empty prompt. torch.compile(model) generates the tokens of
+    the module it wraps."""
+    cpu, dev = models("llama")
+    ids, mask = prompt(2, 5, left_pad=(0, 1), seed=4)
+    for kw, match in ((dict(temperature=0.0), "temperature"), (dict(temperature=-1.0), "temperature"),
+                      (dict(top_k=-3), "top_k"), (dict(top_k=2.5), "top_k"), (dict(top_p=-0.5), "top_p"),
+                      (dict(top_p=1.5), "top_p")):
+        with pytest.raises(ValueError, match=match):
+            generation.generate(dev, ids, max_new_tokens=2, do_sample=True, **kw)
+        with pytest.raises(ValueError, match=match):
+            generation.process_logits(torch.zeros(1, VOCAB), **{"temperature": 1.0, **kw})
+    for kw, match in ((dict(max_new_tokens=3.5), "max_new_tokens"), (dict(stop_check_interval=-1), "stop_check"),
+                      (dict(length_bucket=0), "length_bucket")):
+        with pytest.raises(ValueError, match=match):
+            generation.generate(dev, ids, **{"max_new_tokens": 2, **kw})
+    with pytest.raises(TypeError, match="token ids"):
+        generation.generate(dev, ids.float(), max_new_tokens=2)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        generation.generate(dev, ids[:, :0], max_new_tokens=2)
+    compiled = torch.compile(dev, backend="pjrt")
+    got = generation.generate(compiled, ids, attention_mask=mask, max_new_tokens=4, pad_token_id=0)
+    assert torch.equal(got, hf_generate(cpu, ids, mask, max_new_tokens=4))
+
+
 def test_refuses_a_mask_cut_by_the_keys_length_and_long_rope_past_its_switch():
     # both would give other tokens than model.generate() (found against it:
     # GPT-Neo's local attention cuts its mask by the cache's length; Phi-3
