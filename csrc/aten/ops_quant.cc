@@ -181,6 +181,87 @@ std::tuple<at::Tensor, at::Tensor> fused_moving_avg_obs_fq(
   return {at::where(on, out, self), at::where(on, mask, at::ones_like(mask))};
 }
 
+// Learnable fake quantization (LSQ: torch.ao's _LearnableFakeQuantize). The
+// forward is the fake quantization above with the float zero point rounded
+// (half to even) and clamped into [qmin, qmax], as the CPU reads it. The
+// backward is the CPU kernel's, elementwise in float32 with q = zero_point +
+// round(x / scale): the gradient passes where q is in range; the scale's
+// gradient is dy (out - x) / scale there and dy (qmin or qmax - zero_point)
+// outside, the zero point's 0 there and -dy scale outside, both times
+// grad_factor and summed (per channel: over every dimension but the axis).
+at::Tensor RoundedZeroPoint(const at::Tensor& zero_point, int64_t quant_min, int64_t quant_max) {
+  return zero_point.to(at::kFloat).round().clamp(static_cast<double>(quant_min), static_cast<double>(quant_max));
+}
+
+at::Tensor learnable_per_tensor(const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point,
+                                int64_t quant_min, int64_t quant_max, double) {
+  CheckRange(quant_min, quant_max);
+  const at::Tensor zp = RoundedZeroPoint(zero_point.reshape({-1}).select(0, 0), quant_min, quant_max);
+  return std::get<0>(FakeQuant(self, scale.reshape({-1}).select(0, 0), zp.to(at::kLong), quant_min, quant_max,
+                               at::kFloat));
+}
+
+at::Tensor learnable_per_channel(const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point,
+                                 int64_t axis, int64_t quant_min, int64_t quant_max, double) {
+  CheckRange(quant_min, quant_max);
+  return std::get<0>(
+      per_channel(self, scale, RoundedZeroPoint(zero_point, quant_min, quant_max).to(at::kInt), axis, quant_min,
+                  quant_max));
+}
+
+// (dx, dscale, dzero_point) with scale and zero_point shaped to broadcast
+// over x; `keep`: the dimension the parameter gradients keep (-1: none).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> LearnableGrads(const at::Tensor& grad, const at::Tensor& self,
+                                                              const at::Tensor& scale, const at::Tensor& zp,
+                                                              int64_t quant_min, int64_t quant_max, double grad_factor,
+                                                              int64_t keep) {
+  TORCH_CHECK(grad.scalar_type() == at::kFloat && self.scalar_type() == at::kFloat,
+              "the backward of learnable fake quantization takes float32 gradients and inputs (as on the CPU), got ",
+              grad.scalar_type(), " and ", self.scalar_type());
+  const double qmin = static_cast<double>(quant_min), qmax = static_cast<double>(quant_max);
+  const at::Tensor inv = scale.reciprocal();
+  const at::Tensor q = (self * inv).round() + zp;
+  const at::Tensor in = q.ge(qmin).logical_and(q.le(qmax));
+  const at::Tensor dx = grad * in.to(at::kFloat);
+  const at::Tensor fq = (q.clamp(qmin, qmax) - zp) * scale;
+  const at::Tensor edge = at::where(q.lt(qmin), qmin - zp, qmax - zp);
+  const at::Tensor dscale = at::where(in, grad * (fq - self) * inv, grad * edge) * grad_factor;
+  const at::Tensor dzp = at::where(in, at::zeros_like(grad), grad * -1 * scale) * grad_factor;
+  std::vector<int64_t> dims;
+  for (int64_t k = 0; k < self.dim(); ++k) {
+    if (k != keep) dims.push_back(k);
+  }
+  if (keep < 0) return {dx, dscale.sum().unsqueeze(0), dzp.sum().unsqueeze(0)};
+  return {dx, dscale.sum(dims), dzp.sum(dims)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> learnable_per_tensor_backward(
+    const at::Tensor& grad, const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point,
+    int64_t quant_min, int64_t quant_max, double grad_factor) {
+  CheckRange(quant_min, quant_max);
+  if (self.numel() == 0) return {self.clone(), scale.clone(), zero_point.clone()};  // the CPU's
+  // The CPU reads this zero point as trunc(clamp(z + 0.5)), not as its forward's round.
+  const at::Tensor zp = (zero_point.reshape({-1}).select(0, 0).to(at::kFloat) + 0.5)
+                            .clamp(static_cast<double>(quant_min), static_cast<double>(quant_max))
+                            .trunc();
+  return LearnableGrads(grad, self, scale.reshape({-1}).select(0, 0).to(at::kFloat), zp, quant_min, quant_max,
+                        grad_factor, -1);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> learnable_per_channel_backward(
+    const at::Tensor& grad, const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point, int64_t axis,
+    int64_t quant_min, int64_t quant_max, double grad_factor) {
+  CheckRange(quant_min, quant_max);
+  TORCH_CHECK(axis >= 0 && axis < self.dim(), "`axis` must be between 0 and number of dimensions of input");
+  TORCH_CHECK(scale.numel() == self.size(axis) && zero_point.numel() == self.size(axis),
+              "dimensions of scale and zero-point are not consistent with input tensor");
+  std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
+  along[static_cast<size_t>(axis)] = self.size(axis);
+  return LearnableGrads(grad, self, scale.to(at::kFloat).reshape(along),
+                        RoundedZeroPoint(zero_point, quant_min, quant_max).reshape(along), quant_min, quant_max,
+                        grad_factor, axis);
+}
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -191,4 +272,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("_fake_quantize_per_tensor_affine_cachemask_tensor_qparams", per_tensor_tensor_qparams);
   K("fake_quantize_per_channel_affine_cachemask", per_channel);
   K("_fused_moving_avg_obs_fq_helper", fused_moving_avg_obs_fq);
+  K("_fake_quantize_learnable_per_tensor_affine", learnable_per_tensor);
+  K("_fake_quantize_learnable_per_tensor_affine_backward", learnable_per_tensor_backward);
+  K("_fake_quantize_learnable_per_channel_affine", learnable_per_channel);
+  K("_fake_quantize_learnable_per_channel_affine_backward", learnable_per_channel_backward);
 }

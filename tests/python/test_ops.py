@@ -638,6 +638,43 @@ def test_fake_quantize_as_on_the_cpu_and_qat_trains():
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
 
 
+def test_learnable_fake_quantize_matches_the_cpu_and_lsq_trains():
+    """LSQ's learnable fake quantization per tensor and per channel: values
+    and the gradients of input, scale and zero point as on the CPU (zero
+    points at .5 pin the two readings of the float zero point: the forward
+    rounds half to even, the per-tensor backward truncates z + 0.5), then
+    torch.ao's _LearnableFakeQuantize in a QAT model trains as on the CPU."""
+    import torch.ao.quantization as Q
+    from torch.ao.quantization._learnable_fake_quantize import _LearnableFakeQuantize
+    torch_pjrt.metrics.reset()
+    g = torch.Generator().manual_seed(0)
+    x, dy = torch.randn(4, 3, 5, generator=g) * 3, torch.randn(4, 3, 5, generator=g)
+    cases = [
+        (lambda t, s, z: torch._fake_quantize_learnable_per_tensor_affine(t, s, z, 0, 15, 0.5),
+         torch.tensor([0.3]), torch.tensor([2.5])),
+        (lambda t, s, z: torch._fake_quantize_learnable_per_tensor_affine(t, s, z, -128, 127, 1.0),
+         torch.tensor([0.02]), torch.tensor([-3.3])),
+        (lambda t, s, z: torch._fake_quantize_learnable_per_channel_affine(t, s, z, 1, -8, 7, 0.25),
+         torch.tensor([0.2, 0.5, 0.35]), torch.tensor([0.5, -1.5, 9.0])),
+    ]
+    for fn, scale, zero in cases:
+        out = []
+        for d in ("cpu", DEV):
+            t, s, z = (v.clone().to(d).requires_grad_() for v in (x, scale, zero))
+            y = fn(t, s, z)
+            y.backward(dy.to(d))
+            out.append([v.detach().cpu() for v in (y, t.grad, s.grad, z.grad)])
+        for got, want in zip(out[1], out[0]):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    qconfig = Q.QConfig(activation=_LearnableFakeQuantize.with_args(
+                            observer=Q.MovingAverageMinMaxObserver, quant_min=0, quant_max=255, use_grad_scaling=True),
+                        weight=_LearnableFakeQuantize.with_args(
+                            observer=Q.MovingAverageMinMaxObserver, quant_min=-128, quant_max=127, dtype=torch.qint8,
+                            qscheme=torch.per_tensor_symmetric))
+    _qat_trains_as_on_the_cpu(Q, qconfig)
+    assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
 def _qat_trains_as_on_the_cpu(Q, qconfig):
     losses = []
     for device in ("cpu", DEV):
