@@ -232,6 +232,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LearnableGrads(const at::Tensor& 
     if (k != keep) dims.push_back(k);
   }
   if (keep < 0) return {dx, dscale.sum().unsqueeze(0), dzp.sum().unsqueeze(0)};
+  if (dims.empty()) return {dx, dscale, dzp};  // a 1-d input: sum over no dimension (sum({}) would take all)
   return {dx, dscale.sum(dims), dzp.sum(dims)};
 }
 
