@@ -205,6 +205,12 @@ void linalg_check_errors(const at::Tensor& info, c10::string_view api_name, bool
   } else {
     what = api + ": The solver failed because the input matrix is singular.";
   }
+  if (!IsPending(info) && HasBuffer(info)) {
+    // info computed already (a complex input's kernel ran on the CPU): read
+    // now, as the CPU does; a deferred check would wait for an unrelated program.
+    TORCH_CHECK_LINALG(info.cpu().eq(0).all().item<bool>(), what);
+    return;
+  }
   CheckNone(d, b.Compare(CompareDir::NE, v, b.Full(b.shape(v).dtype, b.shape(v).dims, 0)), runtime::ErrorKind::kLinAlg,
             what);
 }

@@ -253,6 +253,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> learnable_per_channel_backward(
     const at::Tensor& grad, const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point, int64_t axis,
     int64_t quant_min, int64_t quant_max, double grad_factor) {
   CheckRange(quant_min, quant_max);
+  if (self.numel() == 0) return {self.clone(), scale.clone(), zero_point.clone()};  // the CPU's
   TORCH_CHECK(axis >= 0 && axis < self.dim(), "`axis` must be between 0 and number of dimensions of input");
   TORCH_CHECK(scale.numel() == self.size(axis) && zero_point.numel() == self.size(axis),
               "dimensions of scale and zero-point are not consistent with input tensor");

@@ -26,6 +26,7 @@ See docs/generation.md.
 from __future__ import annotations
 
 import inspect
+import numbers
 from typing import Optional, Sequence, Union
 
 import torch
@@ -62,7 +63,7 @@ def process_logits(scores: torch.Tensor, temperature: float = 1.0, top_k: Option
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)  # numpy's integers too
 
 
 def _check_sampling(temperature, top_k, top_p) -> None:
@@ -252,6 +253,7 @@ def generate(
                          f"{stop_check_interval!r}")
     if do_sample:
         _check_sampling(temperature, top_k, top_p)
+    max_new_tokens, stop_check_interval = int(max_new_tokens), int(stop_check_interval)
     config = getattr(model, "config", None)
     if getattr(config, "is_encoder_decoder", False):
         raise NotImplementedError(
@@ -276,7 +278,8 @@ def generate(
         _seed(device, seed)
 
     if length_bucket is not None and (not _is_int(length_bucket) or length_bucket < 1):
-        raise ValueError(f"generate: length_bucket must be a positive number of tokens, got {length_bucket}")
+        raise ValueError(f"generate: length_bucket must be a positive number of tokens, got {length_bucket!r}")
+    length_bucket = int(length_bucket) if length_bucket is not None else None
 
     batch, prompt_len = input_ids.shape
     out_device = input_ids.device

@@ -262,6 +262,10 @@ def test_bad_arguments_raise_as_hf_does_and_a_compiled_model_generates():
         generation.generate(dev, ids.float(), max_new_tokens=2)
     with pytest.raises(ValueError, match="prompt is empty"):
         generation.generate(dev, ids[:, :0], max_new_tokens=2)
+    import numpy as np
+    got = generation.generate(dev, ids, attention_mask=mask, max_new_tokens=np.int64(4), pad_token_id=0,
+                              stop_check_interval=np.int32(2))
+    assert torch.equal(got, hf_generate(cpu, ids, mask, max_new_tokens=4))
     compiled = torch.compile(dev, backend="pjrt")
     got = generation.generate(compiled, ids, attention_mask=mask, max_new_tokens=4, pad_token_id=0)
     assert torch.equal(got, hf_generate(cpu, ids, mask, max_new_tokens=4))

@@ -348,6 +348,11 @@ def test_complex_inputs_run_on_the_cpu_and_eig_gradients_train():
     for op in (lambda m: torch.linalg.solve(m, rhs.to(m.device)), torch.linalg.inv, torch.linalg.det,
                lambda m: torch.linalg.slogdet(m)[1], lambda m: torch.linalg.qr(m)[1]):
         torch.testing.assert_close(op(z.to(DEV)).cpu(), op(z))
+    singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=torch.complex64)
+    for op in (torch.linalg.inv, lambda m: torch.linalg.solve(m, torch.ones(2, 1, dtype=m.dtype, device=m.device))):
+        with pytest.raises(torch.linalg.LinAlgError):  # at once, as on the CPU: not at a later, unrelated read
+            op(singular.to(DEV))
+    assert (torch.ones(3, device=DEV) * 2).sum().item() == 6.0
     fell = torch_pjrt.metrics.fallbacks()
     assert {"aten::linalg_eig", "aten::_linalg_solve_ex", "aten::linalg_inv_ex"} <= set(fell), fell
     torch_pjrt.metrics.reset()  # counted, as documented: not what the fixture looks for
