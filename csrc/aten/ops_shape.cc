@@ -945,6 +945,22 @@ at::Tensor embedding_backward(const at::Tensor& grad, const at::Tensor& indices,
                                              scale_grad_by_freq);
 }
 
+// At the autograd key: a backend kernel alone leaves this
+// CompositeImplicitAutograd op to autograd's not-implemented fallback, which
+// warned "an autograd kernel was not registered" in a double backward. A
+// gradient that requires grad (create_graph) takes the dense backward, which
+// records its own; otherwise the op goes on whole below autograd (lazy mode,
+// and AOTAutograd's graphs keep the backend's one-scatter kernel).
+at::Tensor embedding_backward_autograd(const at::Tensor& grad, const at::Tensor& indices, c10::SymInt num_weights,
+                                       c10::SymInt padding_idx, bool scale_grad_by_freq, bool sparse) {
+  if (grad.requires_grad()) {
+    return embedding_backward(grad, indices, std::move(num_weights), std::move(padding_idx), scale_grad_by_freq, sparse);
+  }
+  at::AutoDispatchBelowADInplaceOrView below;
+  return at::embedding_backward_symint(grad, indices, std::move(num_weights), std::move(padding_idx),
+                                       scale_grad_by_freq, sparse);
+}
+
 at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights,
                                     int64_t padding_idx, bool scale_grad_by_freq) {
   TraceScope s;
@@ -1208,11 +1224,7 @@ at::Tensor roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef 
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  // Also at the autograd key: a backend kernel alone would leave this
-  // CompositeImplicitAutograd op without autograd (double backward warned
-  // "an autograd kernel was not registered"); the dense backward it calls
-  // records its own.
-  K("embedding_backward", embedding_backward);
+  K("embedding_backward", embedding_backward_autograd);
   K("index_put_", index_put_autograd);
   K("one_hot", one_hot_autograd);
 }
