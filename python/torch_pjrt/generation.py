@@ -42,8 +42,8 @@ def process_logits(scores: torch.Tensor, temperature: float = 1.0, top_k: Option
     as HF's ``TemperatureLogitsWarper``, ``TopKLogitsWarper`` and
     ``TopPLogitsWarper`` do, in that order (removed tokens get ``-inf``).
     Shapes never depend on the values: every step is the same program.
-    Values HF's warpers refuse raise its ``ValueError`` (a temperature of 0
-    would divide the scores into inf and NaN)."""
+    Values HF's warpers refuse, and a ``top_p`` above 1, raise ``ValueError``
+    (a temperature of 0 would divide the scores into inf and NaN)."""
     _check_sampling(temperature, top_k, top_p)
     if temperature is not None and temperature != 1.0:
         scores = scores / temperature
@@ -67,12 +67,12 @@ def _is_int(v) -> bool:
 
 
 def _check_sampling(temperature, top_k, top_p) -> None:
-    if temperature is not None and not (isinstance(temperature, (int, float)) and temperature > 0):
+    if temperature is not None and not (isinstance(temperature, numbers.Real) and temperature > 0):
         raise ValueError(f"generate: temperature must be a strictly positive number, got {temperature!r} "
                          f"(for greedy decoding, pass do_sample=False)")
     if top_k is not None and not (_is_int(top_k) and top_k >= 0):
         raise ValueError(f"generate: top_k must be a positive integer (0 or None: no top-k filter), got {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 <= top_p <= 1):
+    if top_p is not None and not (isinstance(top_p, numbers.Real) and 0 <= top_p <= 1):
         raise ValueError(f"generate: top_p must be a number in [0, 1] (1 or None: no top-p filter), got {top_p!r}")
 
 
