@@ -23,7 +23,7 @@ using ir::CompareDir;
 using ir::Op;
 using ir::Value;
 
-// Half types (complex inputs went to the CPU before: RealOrCpu below).
+// Refuses half types (complex inputs never get here: RealOrCpu, below, sends them to the CPU).
 void CheckRealFloat(const at::Tensor& a, const char* op) {
   TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble, op,
               ": the pjrt device computes linear algebra in float32 and float64, got ", a.scalar_type(),
@@ -190,10 +190,6 @@ at::Tensor cholesky_inverse(const at::Tensor& A, bool upper) {
 // program (raised when a result is read) instead of reading info on the host,
 // which would run the program at once, every call.
 void linalg_check_errors(const at::Tensor& info, c10::string_view api_name, bool is_matrix) {
-  TraceScope s;
-  const int d = DeviceIndex(info);
-  ir::Builder& b = B(d);
-  Value v = Val(info);
   const std::string api(api_name);
   std::string what;
   if (api.find("cholesky") != std::string::npos) {
@@ -211,6 +207,10 @@ void linalg_check_errors(const at::Tensor& info, c10::string_view api_name, bool
     TORCH_CHECK_LINALG(info.cpu().eq(0).all().item<bool>(), what);
     return;
   }
+  TraceScope s;
+  const int d = DeviceIndex(info);
+  ir::Builder& b = B(d);
+  Value v = Val(info);
   CheckNone(d, b.Compare(CompareDir::NE, v, b.Full(b.shape(v).dtype, b.shape(v).dims, 0)), runtime::ErrorKind::kLinAlg,
             what);
 }

@@ -227,12 +227,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LearnableGrads(const at::Tensor& 
   const at::Tensor edge = at::where(q.lt(qmin), qmin - zp, qmax - zp);
   const at::Tensor dscale = at::where(in, grad * (fq - self) * inv, grad * edge) * grad_factor;
   const at::Tensor dzp = at::where(in, at::zeros_like(grad), grad * -1 * scale) * grad_factor;
+  if (keep < 0) return {dx, dscale.sum().unsqueeze(0), dzp.sum().unsqueeze(0)};
+  if (self.dim() == 1) return {dx, dscale, dzp};  // nothing to sum over (sum({}) would take every dimension)
   std::vector<int64_t> dims;
   for (int64_t k = 0; k < self.dim(); ++k) {
     if (k != keep) dims.push_back(k);
   }
-  if (keep < 0) return {dx, dscale.sum().unsqueeze(0), dzp.sum().unsqueeze(0)};
-  if (dims.empty()) return {dx, dscale, dzp};  // a 1-d input: sum over no dimension (sum({}) would take all)
   return {dx, dscale.sum(dims), dzp.sum(dims)};
 }
 
