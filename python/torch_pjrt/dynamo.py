@@ -533,28 +533,59 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: 
     """A graph of a CPU model: its CPU inputs run on pjrt and its outputs come
     back (those eager gives on the CPU). What the graph wrote into an input (an in-place op, BatchNorm's
     running statistics, a compiled optimizer's parameters) is written back
-    into the caller's tensor, and outputs that share memory on the device
-    share it on the CPU (y and y.t() stay views of one tensor)."""
+    into the caller's tensor. Outputs keep eager's aliasing, which autograd's
+    version counters rely on (a tensor saved for the backward and modified in
+    place before it raises "modified by an inplace operation", as in eager):
+    an output that is an input, or a view of one (a saved ``x``, a weight's
+    ``t()``), is the caller's tensor or a view of it, not a copy; an output
+    returned twice (the result and its saved copy) is one CPU tensor; and
+    outputs that share memory on the device share it on the CPU (y, y.t()
+    and y.view(torch.int32) stay views of one tensor)."""
     moved = [a.to(model.device) if _is_cpu_tensor(a) else a for a in args]
     outs = run_on_device(moved)
     with torch.no_grad():
         for i in mutated:
             if moved[i] is not args[i]:
                 args[i].copy_(moved[i])
-    bases: dict = {}  # device storage -> (its CPU copy, dtype)
+    # Device storages of moved inputs -> the caller's tensor, where a device
+    # offset k is the caller's offset + k (same strides, device offset 0).
+    callers = {m.untyped_storage().data_ptr(): (m, a) for m, a in zip(moved, args)
+               if m is not a and m.stride() == a.stride() and m.storage_offset() == 0}
+    flat = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs]) if isinstance(o, torch.Tensor)]
+    # Device storage -> its CPU copy: an output that covers it whole, where one does.
+    bases: dict = {}
+    for t in flat:
+        key = t.untyped_storage().data_ptr() if t.device.type == "pjrt" else None
+        if key is not None and key not in callers and key not in bases and t.is_contiguous() and \
+                t.storage_offset() == 0 and t.numel() * t.element_size() == t.untyped_storage().nbytes():
+            bases[key] = (t, t.detach().cpu())
+    done: dict = {}  # id of a device output -> its CPU tensor
+
+    def on_base(base: torch.Tensor, t: torch.Tensor, offset: int) -> torch.Tensor:
+        if base.dtype != t.dtype:  # y.view(torch.int32): the same bytes, read as another dtype
+            base = base.view(-1).view(t.dtype)
+        return base.as_strided(t.size(), t.stride(), offset)
 
     def to_cpu(t):
         if not isinstance(t, torch.Tensor) or t.device.type != "pjrt":
             return t
+        if id(t) in done:
+            return done[id(t)]
         key = t.untyped_storage().data_ptr()
-        if key in bases and bases[key][1] == t.dtype:
-            flat = bases[key][0]
+        m, caller = callers.get(key, (None, None))
+        if caller is not None and caller.dtype == t.dtype:
+            out = caller if t is m else on_base(caller, t, caller.storage_offset() + t.storage_offset())
+        elif key in bases and bases[key][0] is t:
+            out = bases[key][1]
         else:
-            n = t.untyped_storage().nbytes() // t.element_size()
-            flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,)).cpu()
-            bases.setdefault(key, (flat, t.dtype))
-        out = flat.as_strided(t.size(), t.stride(), t.storage_offset())
-        return out.requires_grad_() if t.requires_grad and t.is_leaf else out
+            if key not in bases:  # no output covers the storage: a hidden copy of it all
+                n = t.untyped_storage().nbytes() // t.element_size()
+                whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
+                bases[key] = (whole, whole.cpu())
+            out = on_base(bases[key][1], t, t.storage_offset())
+        out = out.requires_grad_() if t.requires_grad and t.is_leaf and not out.requires_grad else out
+        done[id(t)] = out
+        return out
 
     if not isinstance(outs, (list, tuple)):
         return to_cpu(outs) if model.cpu_outputs[0] else outs

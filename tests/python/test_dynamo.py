@@ -2,6 +2,7 @@
 around unlowered ops, and our cache under Dynamo's recompiles."""
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -126,6 +127,48 @@ def test_cpu_model_state_written_by_the_graph_reaches_the_cpu_tensors():
         y, row, t = g(torch.arange(4.0).reshape(2, 2))
         y.add_(1)
         assert row.tolist() == [1.0, 3.0] and t[1, 0].item() == 3.0
+
+
+def test_cpu_model_outputs_keep_eagers_aliasing_and_inplace_checks():
+    """A CPU model's outputs came back as separate copies: a tensor saved for
+    the backward (exp's result, an input, a weight's t()) no longer shared
+    the version counter of the caller's tensor, so modifying it in place
+    before the backward gave a silently wrong gradient where eager raises;
+    and y.view(torch.int32) stopped aliasing y."""
+    def saved_output(cf):
+        a = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
+        o = cf(lambda x: x.exp())(a)
+        o.mul_(2)
+        o.sum().backward()
+
+    def saved_input(cf):
+        x, w = torch.ones(3), torch.ones(3, requires_grad=True)
+        loss = cf(lambda x, w: (x * w).sum())(x, w)
+        x.add_(1)
+        loss.backward()
+
+    def stepped_weight(cf):
+        m = torch.nn.Linear(3, 1, bias=False)
+        cm, opt = cf(m), torch.optim.SGD(m.parameters(), lr=0.5)
+        x = torch.ones(2, 3, requires_grad=True)
+        l1, l2 = cm(x).square().sum(), cm(x * 2).square().sum()
+        l1.backward()
+        opt.step()
+        l2.backward()
+
+    compiled = functools.partial(torch.compile, backend="pjrt")
+    for case in (saved_output, saved_input, stepped_weight):
+        for cf in ((lambda f: f), compiled):
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                case(cf)
+    for _ in range(2):  # traced, then replayed: the same aliasing
+        a = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
+        o = compiled(lambda x: x.exp())(a)
+        o.sum().backward()
+        torch.testing.assert_close(a.grad, a.detach().exp())
+        y2, view = compiled(lambda x: (lambda y: (y, y.view(torch.int32)))(x * 2))(torch.ones(3))
+        y2.add_(1)
+        assert torch.equal(view, torch.full((3,), 3.0).view(torch.int32))
 
 
 @pytest.mark.parametrize("name", ["select write", "column write", "constant", "arange", "to pjrt"])
