@@ -205,6 +205,13 @@ void AssertNotResizedOverInput(const at::Tensor& out, at::IntArrayRef sizes, con
 // element once per window, in order; a program computes each once).
 void AssertNoInternalOverlap(const at::Tensor& written);
 
+// The dtypes of a normalization's parameters (weight, bias, running
+// statistics), by the CPU's rule: each defined one has the input's dtype, or
+// the input is bfloat16/float16 and they are all float32 (mixed precision,
+// decided by the first defined one). A float64 running_var under a float32
+// input would otherwise be computed quietly where the CPU and CUDA refuse.
+void CheckNormParams(const at::Tensor& input, std::initializer_list<const std::optional<at::Tensor>*> params);
+
 // Result dtype of an in-place op must be castable to self's dtype.
 inline void CheckInplace(const at::Tensor& self, at::ScalarType result) {
   TORCH_CHECK(at::canCast(result, self.scalar_type()), "result type ", result,

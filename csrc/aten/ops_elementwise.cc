@@ -1007,6 +1007,14 @@ at::Tensor clamp_min(const at::Tensor& a, const at::Scalar& lo) { return tpj::at
 at::Tensor clamp_max(const at::Tensor& a, const at::Scalar& hi) { return tpj::aten::clamp(a, std::nullopt, hi); }
 
 at::Tensor where_self(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& other) {
+  // The CPU's check: a bool condition (uint8 still taken, with its warning).
+  if (cond.scalar_type() == at::kByte) {
+    TORCH_WARN_ONCE("where received a uint8 condition tensor. This behavior is deprecated and will be removed in a "
+                    "future version of PyTorch. Use a boolean condition instead.");
+  } else {
+    TORCH_CHECK(cond.scalar_type() == at::kBool, "where expected condition to be a boolean tensor, but got a tensor "
+                "with dtype ", cond.scalar_type());
+  }
   TraceScope s;
   const at::ScalarType t = at::result_type(a, other);
   const int d = CommonDevice({&cond, &a, &other});

@@ -134,6 +134,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag(
               "request on GitHub.");
   TORCH_CHECK(!psw || per_sample_weights->sizes() == indices.sizes(), "embedding_bag: expected per_sample_weights to "
               "be 1D with the same number of elements as input, got ", per_sample_weights->sizes());
+  TORCH_CHECK(!psw || per_sample_weights->scalar_type() == weight.scalar_type(), "embedding_bag: expected "
+              "per_sample_weights to have the weight's dtype ", weight.scalar_type(), ", got ",
+              per_sample_weights->scalar_type());
   const int64_t bags = offsets.size(0) - (include_last_offset ? 1 : 0);
   TORCH_CHECK(bags >= 0, "include_last_offset: number of offsets should be at least 1");
   (void)sparse;

@@ -58,6 +58,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(const at::Tenso
                                                                  const std::optional<at::Tensor>& weight,
                                                                  const std::optional<at::Tensor>& bias, int64_t n,
                                                                  int64_t c, int64_t hxw, int64_t group, double eps) {
+  CheckNormParams(input, {&weight, &bias});
   Groups g = MakeGroups(input, n, c, hxw, group);
   TraceScope s;
   ir::Builder& b = B(g.d);

@@ -41,6 +41,36 @@ std::vector<int64_t> Range(int64_t from, int64_t to) {
 
 at::Tensor EmptyOut(int d, at::ScalarType t) { return Wrap(Fill(d, 0, t, {0}), d); }
 
+}  // namespace
+
+void CheckNormParams(const at::Tensor& input, std::initializer_list<const std::optional<at::Tensor>*> params) {
+  std::optional<at::ScalarType> first;
+  for (const auto* p : params) {
+    if (*p && (*p)->defined()) {
+      first = (*p)->scalar_type();
+      break;
+    }
+  }
+  if (!first || *first == input.scalar_type()) {
+    for (const auto* p : params) {
+      if (*p && (*p)->defined()) {
+        TORCH_CHECK((*p)->scalar_type() == input.scalar_type(), "expected scalar type ", input.scalar_type(),
+                    " but found ", (*p)->scalar_type());
+      }
+    }
+    return;
+  }
+  // The CPU's messages, which name it: the rule is the CPU's.
+  for (const auto* p : params) {
+    if (*p && (*p)->defined()) {
+      TORCH_CHECK((*p)->scalar_type() == at::kFloat, "mixed dtype (CPU): expect parameter to have scalar type of Float");
+    }
+  }
+  TORCH_CHECK(at::isReducedFloatingType(input.scalar_type()), "mixed dtype (CPU): all inputs must share same datatype.");
+}
+
+namespace {
+
 // -------------------------------------------------------------- layer norm
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
@@ -53,6 +83,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
     TORCH_CHECK(false, "Given normalized_shape=", normalized_shape, ", expected input with shape [*", dims.str(),
                 "], but got input of size", input.sizes());
   }
+  CheckNormParams(input, {&weight, &bias});
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
@@ -164,6 +195,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
                                                          const std::optional<at::Tensor>& running_var, bool training,
                                                          double momentum, double eps) {
   TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2D input, got ", input.dim(), "D");
+  CheckNormParams(input, {&weight, &bias, &running_mean, &running_var});
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
@@ -528,6 +560,11 @@ ir::Value Conv(int d, ir::Value x, ir::Value k, const std::vector<int64_t>& stri
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                     at::IntArrayRef stride_, at::IntArrayRef padding_, at::IntArrayRef dilation_,
                                     bool transposed, at::IntArrayRef output_padding_, int64_t groups) {
+  // The CPU's checks (a transposed convolution's bias is cast to the input's dtype there).
+  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "expected scalar type ", input.scalar_type(), " but found ",
+              weight.scalar_type());
+  TORCH_CHECK(transposed || !bias || !bias->defined() || bias->scalar_type() == input.scalar_type(), "Input type (",
+              input.dtype(), ") and bias type (", bias ? bias->dtype() : input.dtype(), ") should be the same");
   TraceScope s;
   const int d = CommonDevice({&input, &weight});
   const int64_t ns = input.dim() - 2;
@@ -716,6 +753,13 @@ std::tuple<at::Tensor, at::Tensor> NllForward(const at::Tensor& self, const at::
   return {Wrap(b.Binary(Op::Div, sum, total), d), Wrap(total, d)};
 }
 
+// nll_loss's class weights have the input's dtype (the CPU's check; no
+// mixed precision there).
+void CheckWeightDtype(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  TORCH_CHECK(!weight || !weight->defined() || weight->scalar_type() == self.scalar_type(), "expected scalar type ",
+              self.scalar_type(), " but found ", weight->scalar_type());
+}
+
 at::Tensor NllBackward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
                        const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index,
                        const at::Tensor& total_weight) {
@@ -759,6 +803,7 @@ std::tuple<at::Tensor, at::Tensor> nll_loss_forward(const at::Tensor& self, cons
                                                     int64_t ignore_index) {
   TORCH_CHECK(self.dim() >= 1 && self.dim() <= 2, "input tensor should be 1D or 2D");
   TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
+  CheckWeightDtype(self, weight);
   TORCH_CHECK(self.dim() == 1 || self.size(0) == target.size(0), "Expected input batch_size (", self.size(0),
               ") to match target batch_size (", target.size(0), ").");
   // the CPU's checks (a shorter weight broadcast or failed to broadcast)
@@ -784,6 +829,7 @@ std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(const at::Tensor& self, co
   TORCH_CHECK(target.scalar_type() == at::kLong || target.scalar_type() == at::kByte,
               "expected target dtype to be Long or Byte, but got ", target.scalar_type());
   TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ", target.scalar_type());
+  CheckWeightDtype(self, weight);
   TORCH_CHECK(!weight || !weight->defined() || weight->numel() == self.size(1),
               "weight tensor should be defined either for all or no classes");
   // the CPU reads a weight of any shape with one entry per class

@@ -621,9 +621,15 @@ ir::Value Dot(int d, ir::Value x, ir::Value y, std::vector<int64_t> lb, std::vec
 void CheckMatmul(const at::Tensor& a, const at::Tensor& b, int64_t ra, int64_t rb, const char* name) {
   TORCH_CHECK(a.dim() == ra, name, ": self must be a ", ra, "D tensor");
   TORCH_CHECK(b.dim() == rb, name, ": mat2 must be a ", rb, "D tensor");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(),
-              " != ", b.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.dtype(),
+              " != ", b.dtype());
   CheckNotBool(a.scalar_type(), ra == 2 ? "addmm_impl_cpu_" : name);  // (mm and addmm are one CPU kernel)
+}
+
+// addmm's and addbmm's self: the operands' dtype (the CPU's check and message).
+void CheckSelfDtype(const at::Tensor& self, const at::Tensor& mat2) {
+  TORCH_CHECK(self.scalar_type() == mat2.scalar_type(), "self and mat2 must have the same dtype, but got ",
+              self.scalar_type(), " and ", mat2.scalar_type());
 }
 
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
@@ -658,6 +664,7 @@ at::Tensor Scaled(int d, ir::Value prod, const at::Tensor& self, const at::Scala
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                  const at::Scalar& alpha) {
   CheckMatmul(m1, m2, 2, 2, "addmm");
+  CheckSelfDtype(self, m2);
   TORCH_CHECK(m1.size(1) == m2.size(0), "mat1 and mat2 shapes cannot be multiplied (", m1.size(0), "x", m1.size(1),
               " and ", m2.size(0), "x", m2.size(1), ")");
   TraceScope s;
@@ -668,6 +675,8 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor&
 at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                    const at::Scalar& alpha) {
   CheckMatmul(b1, b2, 3, 3, "baddbmm");
+  TORCH_CHECK(self.scalar_type() == b1.scalar_type(), "Input dtypes must be the same, got: input ", self.dtype(),
+              ", batch1: ", b1.dtype(), ", batch2: ", b2.dtype());
   TraceScope s;
   const int d = CommonDevice({&self, &b1, &b2});
   return Scaled(d, Dot(d, Val(b1), Val(b2), {0}, {0}, 2, 1), self, beta, alpha, b1.scalar_type());
@@ -735,6 +744,8 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const std::optio
 }
 
 at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
+              a.scalar_type(), " and ", b.scalar_type());
   CheckNotBool(a.scalar_type(), "dot");
   TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   TORCH_CHECK(a.size(0) == b.size(0), "inconsistent tensor size, expected tensor [", a.size(0),
@@ -780,8 +791,9 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
   TORCH_CHECK(mat.size(1) == vec.size(0) && (self.dim() == 0 || self.size(0) == 1 || self.size(0) == mat.size(0)),
               "size mismatch, got input (", self.dim() ? self.size(0) : 1, "), mat (", mat.size(0), "x", mat.size(1),
               "), vec (", vec.size(0), ")");
-  TORCH_CHECK(mat.scalar_type() == vec.scalar_type(), "expected mat and vec to have the same dtype, but got: ",
-              mat.scalar_type(), " != ", vec.scalar_type());
+  TORCH_CHECK(self.scalar_type() == mat.scalar_type() && mat.scalar_type() == vec.scalar_type(),
+              "addmv input tensors must have the same dtype, but got ", self.scalar_type(), ", ", mat.scalar_type(),
+              ", and ", vec.scalar_type());
   TraceScope s;
   const int d = CommonDevice({&self, &mat, &vec});
   return Scaled(d, Dot(d, Val(mat), Val(vec), {}, {}, 1, 0), self, beta, alpha, mat.scalar_type());
@@ -791,6 +803,7 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
 at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                   const at::Scalar& alpha) {
   CheckMatmul(b1, b2, 3, 3, "addbmm");
+  CheckSelfDtype(self, b2);
   TORCH_CHECK(b1.size(0) == b2.size(0) && b1.size(2) == b2.size(1), "addbmm: incompatible batch1 ", b1.sizes(),
               " and batch2 ", b2.sizes());
   TraceScope s;
@@ -804,6 +817,10 @@ at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor
 at::Tensor mv(const at::Tensor& a, const at::Tensor& v) {
   CheckNotBool(a.scalar_type(), "addmv_impl_cpu");
   TORCH_CHECK(a.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", a.dim(), ", ", v.dim());
+  TORCH_CHECK(a.size(1) == v.size(0), "size mismatch, got input (", a.size(0), "), mat (", a.size(0), "x", a.size(1),
+              "), vec (", v.size(0), ")");
+  TORCH_CHECK(a.scalar_type() == v.scalar_type(), "mv: expected mat and vec to have the same dtype, but got ",
+              a.scalar_type(), " and ", v.scalar_type());
   TraceScope s;
   const int d = CommonDevice({&a, &v});
   return Wrap(Dot(d, Val(a), Val(v), {}, {}, 1, 0), d);

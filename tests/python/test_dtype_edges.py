@@ -364,6 +364,35 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
     # an out= form's own dtype rule (its Meta kernel's), beyond "the result castable to the output"
     ("topk into int32 indices", lambda t: torch.topk(t, 2, out=(t.new_zeros(2), t.new_zeros(2, dtype=torch.int32))),
      torch.arange(6.0)),
+    # operands of another dtype where the CPU refuses to promote (a stray float64 or float16 parameter)
+    *[(name, fn, torch.ones(2, 4, 3)) for name, fn in [
+        ("where, float condition", lambda t: torch.where(t, t, t)),
+        ("where, int condition", lambda t: t.where(t.long(), 0.0)),
+        ("layer_norm, float64 weight", lambda t: F.layer_norm(t, (3,), t[0, 0].double())),
+        ("layer_norm, float32 weight and float64 bias", lambda t: F.layer_norm(t, (3,), t[0, 0], t[0, 0].double())),
+        ("layer_norm, float64 input, float32 weight", lambda t: F.layer_norm(t.double(), (3,), t[0, 0])),
+        ("layer_norm, bfloat16 input, float16 weight", lambda t: F.layer_norm(t.bfloat16(), (3,), t[0, 0].half())),
+        ("group_norm, float64 weight", lambda t: F.group_norm(t, 2, t[0, :, 0].double())),
+        ("batch_norm, float64 running stats", lambda t: F.batch_norm(t, t[0, :, 0].double(), t[0, :, 0].double())),
+        ("batch_norm, float64 running stats, training",
+         lambda t: F.batch_norm(t, t[0, :, 0].double(), t[0, :, 0].double(), training=True)),
+        ("instance_norm, float64 weight", lambda t: F.instance_norm(t, weight=t[0, :, 0].double())),
+        ("conv2d, float64 weight", lambda t: F.conv2d(t[None], t[None, :1, :, :2].double())),
+        ("conv2d, bfloat16 weight", lambda t: F.conv2d(t[None], t[None, :1, :, :2].bfloat16())),
+        ("conv1d, float64 bias", lambda t: F.conv1d(t, t[:1, :, :2], t[0, 0, :1].double())),
+        ("conv_transpose1d, float64 weight", lambda t: F.conv_transpose1d(t, t[:, :1, :2].double())),
+        ("linear, float64 bias", lambda t: F.linear(t, t[0, :3], t[0, 0].double())),
+        ("linear, float64 weight", lambda t: F.linear(t, t[0, :3].double())),
+        ("addmm, float16 self", lambda t: torch.addmm(t[0, 0].half(), t[0], t[0].t())),
+        ("baddbmm, float64 self", lambda t: torch.baddbmm(t.double(), t, t[:, :3])),
+        ("addbmm, float64 self", lambda t: torch.addbmm(t[0, :, :1].expand(4, 4).double(), t, t.transpose(1, 2))),
+        ("addmv, float64 self", lambda t: torch.addmv(t[0, :, 0].double(), t[0], t[0, 0])),
+        ("dot, long and float", lambda t: torch.dot(t[0, 0].long(), t[0, 0])),
+        ("cross_entropy, float64 weight", lambda t: F.cross_entropy(t[0], torch.tensor([0, 1, 2, 0], device=t.device),
+                                                                     weight=t[0, 0].double())),
+        ("nll_loss2d, float64 weight", lambda t: F.nll_loss(t[None], torch.zeros(1, 4, 3, dtype=torch.long, device=t.device),
+                                                             weight=t[:, 0, 0].double())),
+    ]],
     # kernels the CPU does not build for bool
     *[(f"{name} of bool", fn, torch.tensor([[True, False], [True, True]])) for name, fn in [
         ("cumsum to bool", lambda t: torch.cumsum(t, 0, dtype=torch.bool)),
@@ -390,6 +419,22 @@ def test_refused_as_on_the_cpu(name, fn, x):
     with pytest.raises(type(cpu.value)) as dev:
         fn(x.to(DEV)).cpu()
     assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_mixed_dtype_operands_refused_with_a_message_of_ours():
+    """Where the CPU's message names its own internals (mv through addmv,
+    conv1d through oneDNN) or its argument checker, pjrt's names the
+    operands; both refuse."""
+    x = torch.ones(3, 3)
+    for fn in (lambda t: torch.mv(t, t[0].double()),
+               lambda t: F.conv1d(t[None], t[None, :, :2].double()),
+               lambda t: F.embedding_bag(torch.tensor([0, 1], device=t.device), t, torch.tensor([0], device=t.device),
+                                         per_sample_weights=t[0, :2].double(), mode="sum")):
+        with pytest.raises(RuntimeError):
+            fn(x)
+        with pytest.raises(RuntimeError, match="dtype|scalar type"):
+            fn(x.to(DEV)).cpu()
+    assert torch.where(torch.tensor([0, 1], dtype=torch.uint8, device=DEV), 1.0, 2.0).cpu().tolist() == [2.0, 1.0]
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8, torch.bool, torch.float32])
