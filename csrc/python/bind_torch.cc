@@ -56,11 +56,16 @@ void BindTorch(py::module_& m) {
   // Waits on the device (sync(wait=True), .cpu(), .item(), printing) check
   // for Ctrl-C about every 50 ms: the runtime calls this outside its lock,
   // with the GIL released (torch releases it around kernels, our bindings
-  // around every call that can wait).
+  // around every call that can wait, and the wait scope below where a
+  // caller kept it: PyTorch's storage copy, which torch.save and pickle use).
   runtime::Runtime::SetWaitCheck([] {
     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  });
+  runtime::Runtime::SetWaitScope([]() -> std::shared_ptr<void> {
+    if (!Py_IsInitialized() || _Py_IsFinalizing() || PyGILState_Check() == 0) return nullptr;
+    return std::make_shared<py::gil_scoped_release>();
   });
   m.def("_set_checks", [](bool on) { runtime::Runtime::Get().SetChecks(on); }, py::call_guard<py::gil_scoped_release>(),
         "Turns the checks compiled into programs on or off for ops traced from now on (TORCH_PJRT_CHECKS).");

@@ -55,6 +55,11 @@ pjrt::WaitCheck& WaitCheckSlot() {
   return f;
 }
 
+std::function<std::shared_ptr<void>()>& WaitScopeSlot() {
+  static std::function<std::shared_ptr<void>()> f;
+  return f;
+}
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -250,6 +255,20 @@ void Runtime::SetWaitCheck(pjrt::WaitCheck check) {
 pjrt::WaitCheck Runtime::WaitCheckFn() {
   std::lock_guard<std::mutex> l(LocationMutex());
   return WaitCheckSlot();
+}
+
+void Runtime::SetWaitScope(std::function<std::shared_ptr<void>()> enter) {
+  std::lock_guard<std::mutex> l(LocationMutex());
+  WaitScopeSlot() = std::move(enter);
+}
+
+std::shared_ptr<void> Runtime::EnterWait() {
+  std::function<std::shared_ptr<void>()> enter;
+  {
+    std::lock_guard<std::mutex> l(LocationMutex());
+    enter = WaitScopeSlot();
+  }
+  return enter ? enter() : nullptr;
 }
 
 void Runtime::SetLocationProvider(std::function<std::string()> f) {

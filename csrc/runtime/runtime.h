@@ -220,6 +220,12 @@ class Runtime {
   // throws to abandon the wait (the bindings raise KeyboardInterrupt).
   static void SetWaitCheck(pjrt::WaitCheck check);
   static pjrt::WaitCheck WaitCheckFn();
+  // Held around each such wait, outside the runtime lock: the bindings
+  // release the GIL there when the waiting thread holds it (a storage copy
+  // that PyTorch calls with the GIL held: torch.save or pickle of a pending
+  // tensor), so that other Python threads run during the program.
+  static void SetWaitScope(std::function<std::shared_ptr<void>()> enter);
+  static std::shared_ptr<void> EnterWait();
 
   // Where a sync was requested from (Python file:line), for recompile logs.
   // Static: may be set before the runtime starts.

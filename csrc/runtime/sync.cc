@@ -90,6 +90,7 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
   // Outside the lock: the wait check may take the GIL.
   auto t0 = std::chrono::steady_clock::now();
   const pjrt::WaitCheck check = WaitCheckFn();
+  const std::shared_ptr<void> waiting = events.empty() ? nullptr : EnterWait();
   for (size_t i = 0; i < events.size(); ++i) {
     try {
       pjrt::Event::AwaitInterruptible(std::move(events[i]), check);

@@ -32,6 +32,7 @@ DeviceBuffer Runtime::Upload(const void* data, ir::DType dtype, const std::vecto
 }
 
 void Runtime::CopyToHost(const DeviceBuffer& buffer, void* dst, size_t nbytes, bool reported) {
+  const std::shared_ptr<void> waiting = EnterWait();
   try {
     buffer->AwaitReady(WaitCheckFn());  // interruptible; throws the producer's error
   } catch (const pjrt::Error& e) {

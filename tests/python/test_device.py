@@ -481,6 +481,47 @@ def test_in_place_ops_from_threads_on_one_tensor_lose_no_update():
     assert torch.equal(x.cpu(), torch.full((1000,), 480.0))
 
 
+def test_torch_save_of_a_pending_tensor_lets_other_threads_run():
+    # torch.save and pickle read a tensor through PyTorch's storage copy,
+    # which keeps the GIL: the wait for the tensor's program froze every
+    # other Python thread (a 10 ms ticker stalled 1.7 s). The wait releases it.
+    import io
+    import threading
+    import time
+
+    a = torch.randn(1500, 1500, device=DEV) / 40
+
+    def work(x):
+        for _ in range(24):
+            x = torch.tanh(x @ a)
+        return x
+
+    work(a).sum().item()  # compiled once
+    ticks, stop = [], threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.005)
+
+    result = work(a)
+    torch_pjrt.sync()  # running now
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    while not ticks:
+        time.sleep(0.001)
+    start, before = time.perf_counter(), len(ticks)
+    saved = io.BytesIO()
+    torch.save(result, saved)
+    waited, ticked = time.perf_counter() - start, len(ticks) - before
+    stop.set()
+    thread.join()
+    if waited > 0.1:  # the program was still running
+        assert ticked >= 5, (waited, ticked)
+    saved.seek(0)
+    assert torch.equal(torch.load(saved).cpu(), result.cpu())
+
+
 def test_a_trace_grown_far_past_a_step_warns_once_before_any_compile():
     # A loop that never syncs: the warning comes while it runs (the compile
     # of such a trace would take minutes and gigabytes), once per process.

@@ -14,14 +14,19 @@ import time
 
 from conftest import run_python
 
-# About 8 s of CPU on 2 cores: the program must outlive the interpreter's
-# teardown (without the exit handler this crashed 2 runs of 3 on 2 cores).
+# A program of about 3 s, whatever the machine's speed (8 products took 8 s
+# on one 2-core machine and 0.9 s on another, too short for the wait's
+# message after 1 s): it must outlive the interpreter's teardown (without
+# the exit handler this crashed 2 runs of 3 on 2 cores).
 EXIT_WHILE_RUNNING = """
-import torch, torch_pjrt
+import time, torch, torch_pjrt
 d = torch_pjrt.device()
 x = torch.randn(2500, 2500).to(d)
-torch_pjrt.sync(wait=True)
-for _ in range(8):
+for _ in range(2):  # the second one timed, its program cached
+    start = time.perf_counter()
+    torch.tanh(x @ x).sum().item()
+one = time.perf_counter() - start
+for _ in range(max(8, int(3.0 / one))):
     x = torch.tanh(x @ x)
 torch_pjrt.sync()  # launched, not awaited
 print("exiting", flush=True)
