@@ -255,7 +255,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   for (size_t i = 0; i < inputs.size(); ++i) {
     Storage* s = inputs[i];
     if (!s) continue;
-    RaiseIfLost(*s);
+    RaiseIfLost(*s, /*by_op=*/true);
     if (!s->dtype_) s->dtype_ = p.inputs[i].dtype;
     if (*s->dtype_ != p.inputs[i].dtype) return false;
     if (!s->buffer_ && !joins) Materialize(*s);

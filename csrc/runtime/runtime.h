@@ -354,7 +354,9 @@ class Runtime {
   // read the outcomes `inputs`; null when there is nothing to check.
   std::shared_ptr<Outcome> NewOutcome(Trace& t, DeviceBuffer flag, std::vector<std::shared_ptr<Outcome>> inputs);
   // Throws TensorError when a read of `s` must fail. Caller holds mu().
-  void RaiseIfLost(const Storage& s) const;
+  // `by_op`: the read is an op's (or a program's) input, not a host read,
+  // which the message says (it is raised where that op was traced).
+  void RaiseIfLost(const Storage& s, bool by_op = false) const;
   int32_t CheckId(ErrorKind kind, const std::string& what);
   // `args`: the argument buffers' types and dims (SPMD: the pieces'); empty: the graph's parameters.
   std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,

@@ -91,16 +91,17 @@ void Runtime::DescribeRead(Storage& s, ir::Value flat, const std::function<std::
   if (d.empty()) d = description();
 }
 
-void Runtime::RaiseIfLost(const Storage& s) const {
+void Runtime::RaiseIfLost(const Storage& s, bool by_op) const {
   if (s.outcome_ && !s.outcome_->error.empty()) {
     s.outcome_->reported = true;
-    throw TensorError(s.outcome_->kind, s.outcome_->error);
+    throw TensorError(s.outcome_->kind, by_op ? s.outcome_->error + "; raised here by an op that reads one of those tensors"
+                                              : s.outcome_->error);
   }
 }
 
 ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
   Trace& t = traces_[s.device_];
-  RaiseIfLost(s);
+  RaiseIfLost(s, /*by_op=*/true);
   // Checks of the program that wrote s: this program's results are as
   // invalid as s if they failed.
   if (!s.pending_) AddInput(t.read, s.outcome_);

@@ -147,6 +147,17 @@ size_t Runtime::ReplicaCount(Storage& s) {
   return s.replicas_.empty() ? 1 : s.replicas_.size();
 }
 
+namespace {
+
+// The error of a value a later program computed from a failed program's
+// results: the failure, and that this value only inherits it.
+std::string Inherited(const std::string& error) {
+  static const std::string kClause = "; this value comes from a later program that read one of those tensors";
+  return error.find(kClause) != std::string::npos ? error : error + kClause;
+}
+
+}  // namespace
+
 void Runtime::FailCheck(Outcome& o, int32_t code) {
   const auto& [kind, what] = checks_.at(static_cast<size_t>(code) - 1);
   // Where this program traced the check that failed (one message may come
@@ -157,7 +168,11 @@ void Runtime::FailCheck(Outcome& o, int32_t code) {
   }
   if (!at.empty()) at += ")";
   o.kind = kind;
-  o.error = what + at + "; every tensor computed by that program, or from its results, raises this error";
+  // After a bad batch, the next (good) batch raised the bad one's IndexError
+  // from the parameters the failing step's optimizer had updated: say so.
+  o.error = what + at + "; every tensor computed by that program, or from its results, raises this error until " +
+            "overwritten as a whole (parameters an optimizer step in that program updated too: reload them, e.g. " +
+            "from a checkpoint)";
 }
 
 void Runtime::MarkVerified(Outcome& o) {
@@ -218,7 +233,7 @@ void Runtime::Verify(const std::shared_ptr<Outcome>& outcome, bool again) {
   failed->reported = true;
   if (failed != outcome) {
     outcome->kind = failed->kind;
-    outcome->error = failed->error;
+    outcome->error = Inherited(failed->error);
   }
   outcome->reported = true;
   // sync(wait=True) raises a failure once: not again for a program that
@@ -242,7 +257,7 @@ void Runtime::SettleFinished(Trace& t) {
       inputs_verified = false;
       if (!in->error.empty()) {
         o.kind = in->kind;
-        o.error = in->error;
+        o.error = Inherited(in->error);
         o.inputs.clear();
         return false;
       }

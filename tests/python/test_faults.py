@@ -137,8 +137,16 @@ def test_a_value_computed_from_an_invalid_one_raises_through_programs_without_ch
     torch_pjrt.sync()  # a program with no check of its own
     e = d * 2
     torch_pjrt.sync()
-    with pytest.raises(IndexError, match="out of"):
+    with pytest.raises(IndexError, match="out of") as later:
         e.cpu()
+    # says it only inherits the failure (after a bad batch, the next good
+    # batch raised the bad one's message word for word)
+    assert "this value comes from a later program" in str(later.value)
+    with pytest.raises(IndexError, match="out of") as failed:
+        c.cpu()
+    assert "later program" not in str(failed.value) and "reload them" in str(failed.value)
+    with pytest.raises(IndexError, match="raised here by an op that reads one of those tensors"):
+        c + 1  # traced: c itself was written by the failed program
     assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]  # only read by the failed program
 
 
