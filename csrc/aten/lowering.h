@@ -210,7 +210,9 @@ void AssertNoInternalOverlap(const at::Tensor& written);
 // the input is bfloat16/float16 and they are all float32 (mixed precision,
 // decided by the first defined one). A float64 running_var under a float32
 // input would otherwise be computed quietly where the CPU and CUDA refuse.
-void CheckNormParams(const at::Tensor& input, std::initializer_list<const std::optional<at::Tensor>*> params);
+// Returns the dtype of the saved statistics (mean, rstd): float32 when
+// mixed, as on the CPU (the backward reads them), else the input's.
+at::ScalarType CheckNormParams(const at::Tensor& input, std::initializer_list<const std::optional<at::Tensor>*> params);
 
 // Result dtype of an in-place op must be castable to self's dtype.
 inline void CheckInplace(const at::Tensor& self, at::ScalarType result) {

@@ -58,7 +58,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(const at::Tenso
                                                                  const std::optional<at::Tensor>& weight,
                                                                  const std::optional<at::Tensor>& bias, int64_t n,
                                                                  int64_t c, int64_t hxw, int64_t group, double eps) {
-  CheckNormParams(input, {&weight, &bias});
+  const ir::DType stats = ToIr(CheckNormParams(input, {&weight, &bias}));
   Groups g = MakeGroups(input, n, c, hxw, group);
   TraceScope s;
   ir::Builder& b = B(g.d);
@@ -73,7 +73,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(const at::Tenso
   if (Has(weight)) y = b.Binary(Op::Mul, y, PerChannel(g, *weight));
   if (Has(bias)) y = b.Binary(Op::Add, y, PerChannel(g, *bias));
   y = b.Convert(b.Reshape(y, g.shape), ToIr(g.t));
-  return {Wrap(y, d), Wrap(b.Convert(mean, ToIr(g.t)), d), Wrap(b.Convert(rstd, ToIr(g.t)), d)};
+  return {Wrap(y, d), Wrap(b.Convert(mean, stats), d), Wrap(b.Convert(rstd, stats), d)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm_backward(

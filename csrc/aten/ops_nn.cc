@@ -43,7 +43,7 @@ at::Tensor EmptyOut(int d, at::ScalarType t) { return Wrap(Fill(d, 0, t, {0}), d
 
 }  // namespace
 
-void CheckNormParams(const at::Tensor& input, std::initializer_list<const std::optional<at::Tensor>*> params) {
+at::ScalarType CheckNormParams(const at::Tensor& input, std::initializer_list<const std::optional<at::Tensor>*> params) {
   std::optional<at::ScalarType> first;
   for (const auto* p : params) {
     if (*p && (*p)->defined()) {
@@ -58,7 +58,7 @@ void CheckNormParams(const at::Tensor& input, std::initializer_list<const std::o
                     " but found ", (*p)->scalar_type());
       }
     }
-    return;
+    return input.scalar_type();
   }
   // The CPU's messages, which name it: the rule is the CPU's.
   for (const auto* p : params) {
@@ -67,6 +67,7 @@ void CheckNormParams(const at::Tensor& input, std::initializer_list<const std::o
     }
   }
   TORCH_CHECK(at::isReducedFloatingType(input.scalar_type()), "mixed dtype (CPU): all inputs must share same datatype.");
+  return at::kFloat;
 }
 
 namespace {
@@ -83,7 +84,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
     TORCH_CHECK(false, "Given normalized_shape=", normalized_shape, ", expected input with shape [*", dims.str(),
                 "], but got input of size", input.sizes());
   }
-  CheckNormParams(input, {&weight, &bias});
+  const ir::DType stats = ToIr(CheckNormParams(input, {&weight, &bias}));
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
@@ -105,8 +106,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
   ir::Value y = Mul(d, xc, BroadcastTo(d, rstd, shape));
   if (weight && weight->defined()) y = Mul(d, y, BroadcastTo(d, Operand(*weight, d, t), shape));
   if (bias && bias->defined()) y = Add(d, y, BroadcastTo(d, Operand(*bias, d, t), shape));
-  const ir::DType o = ToIr(out);
-  return {Wrap(b.Convert(y, o), d), Wrap(b.Convert(mean, o), d), Wrap(b.Convert(rstd, o), d)};
+  return {Wrap(b.Convert(y, ToIr(out)), d), Wrap(b.Convert(mean, stats), d), Wrap(b.Convert(rstd, stats), d)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
@@ -195,7 +195,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
                                                          const std::optional<at::Tensor>& running_var, bool training,
                                                          double momentum, double eps) {
   TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2D input, got ", input.dim(), "D");
-  CheckNormParams(input, {&weight, &bias, &running_mean, &running_var});
+  const at::ScalarType stats = CheckNormParams(input, {&weight, &bias, &running_mean, &running_var});
   TraceScope s;
   const int d = DeviceIndex(input);
   ir::Builder& b = B(d);
@@ -204,7 +204,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   const int64_t c = shape[1];
   // Nothing to normalize: the CPU returns empty results before it looks at
   // the other arguments.
-  if (!training && input.numel() == 0) return {Wrap(Fill(d, 0, out, shape), d), EmptyOut(d, out), EmptyOut(d, out)};
+  if (!training && input.numel() == 0) return {Wrap(Fill(d, 0, out, shape), d), EmptyOut(d, stats), EmptyOut(d, stats)};
   double n = 1;
   const std::vector<int64_t> red = ChannelReduction(shape, &n);
   ir::Value x = ValAs(input, t);
@@ -232,9 +232,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
   ir::Value beta = b.Unary(Op::Neg, Mul(d, mean, alpha));
   if (bias && bias->defined()) beta = Sub(d, ValAs(*bias, t), Mul(d, mean, alpha));
   ir::Value y = Add(d, Mul(d, x, PerChannel(d, alpha, shape)), PerChannel(d, beta, shape));
-  const ir::DType o = ToIr(out);
-  if (!training) return {Wrap(b.Convert(y, o), d), EmptyOut(d, out), EmptyOut(d, out)};
-  return {Wrap(b.Convert(y, o), d), Wrap(b.Convert(mean, o), d), Wrap(b.Convert(invstd, o), d)};
+  const ir::DType o = ToIr(out), so = ToIr(stats);
+  if (!training) return {Wrap(b.Convert(y, o), d), EmptyOut(d, stats), EmptyOut(d, stats)};
+  return {Wrap(b.Convert(y, o), d), Wrap(b.Convert(mean, so), d), Wrap(b.Convert(invstd, so), d)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& w,

@@ -3,6 +3,8 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <chrono>
+#include <thread>
 #include <ATen/ATen.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -52,6 +54,26 @@ py::dict OptionsDict(const runtime::Options& o) {
 
 }  // namespace
 
+// The GIL released for a wait. A daemon thread whose wait ends while the
+// interpreter finalizes is not given it back: Python would end the thread
+// inside PyEval_RestoreThread (pthread_exit unwinding through this
+// destructor: "terminate called without an active exception", SIGABRT at
+// exit); it waits for the process to end instead, as Python's own daemon
+// threads do. (A finalizing main thread never gets here: waits it starts
+// then keep the GIL.)
+namespace {
+struct ReleasedGil {
+  PyThreadState* state = PyEval_SaveThread();
+  ReleasedGil() = default;
+  ReleasedGil(const ReleasedGil&) = delete;
+  ReleasedGil& operator=(const ReleasedGil&) = delete;
+  ~ReleasedGil() {
+    while (_Py_IsFinalizing()) std::this_thread::sleep_for(std::chrono::seconds(1));
+    PyEval_RestoreThread(state);
+  }
+};
+}  // namespace
+
 void BindTorch(py::module_& m) {
   // Waits on the device (sync(wait=True), .cpu(), .item(), printing) check
   // for Ctrl-C about every 50 ms: the runtime calls this outside its lock,
@@ -65,7 +87,7 @@ void BindTorch(py::module_& m) {
   });
   runtime::Runtime::SetWaitScope([]() -> std::shared_ptr<void> {
     if (!Py_IsInitialized() || _Py_IsFinalizing() || PyGILState_Check() == 0) return nullptr;
-    return std::make_shared<py::gil_scoped_release>();
+    return std::make_shared<ReleasedGil>();
   });
   m.def("_set_checks", [](bool on) { runtime::Runtime::Get().SetChecks(on); }, py::call_guard<py::gil_scoped_release>(),
         "Turns the checks compiled into programs on or off for ops traced from now on (TORCH_PJRT_CHECKS).");

@@ -158,6 +158,34 @@ def test_half_norm_backward(kind):
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("kind", ["layer_norm", "batch_norm", "group_norm"])
+def test_bfloat16_input_with_float32_norm_parameters_saves_float32_statistics(kind):
+    # Norms kept in float32 under bfloat16 activations (a mixed-precision
+    # recipe): the CPU saves mean and rstd in float32 and its backward reads
+    # them; pjrt saved them in bfloat16 (input gradients 36 times further
+    # from the float32 answer than the CPU's).
+    g = torch.Generator().manual_seed(1)
+    x0, w0 = torch.rand(3, 4, 5, generator=g).add(0.5), torch.rand(4, generator=g).add(0.5)
+    op = {"layer_norm": lambda x, w: torch.native_layer_norm(x, (5,), w.expand(5, 4)[:, 0].contiguous(), None, 1e-5),
+          "batch_norm": lambda x, w: torch.native_batch_norm(x, w, None, None, None, True, 0.1, 1e-5),
+          "group_norm": lambda x, w: torch.native_group_norm(x, w, None, 3, 4, 5, 2, 1e-5)}[kind]
+    for device in ("cpu", DEV):
+        _, mean, rstd = op(x0.bfloat16().to(device), w0.to(device))
+        assert (mean.dtype, rstd.dtype) == (torch.float32, torch.float32)
+    fn = {"layer_norm": lambda x, w: F.layer_norm(x, (5,), w.expand(5, 4)[:, 0]),
+          "batch_norm": lambda x, w: F.batch_norm(x, None, None, w, training=True),
+          "group_norm": lambda x, w: F.group_norm(x, 2, w)}[kind]
+
+    def grad(device, dtype):
+        x = x0.detach().to(dtype).to(device).requires_grad_()
+        (fn(x, w0.to(device)).float() * torch.arange(5.0, device=device)).sum().backward()
+        return x.grad.float().cpu()
+
+    exact = grad("cpu", torch.float32)
+    cpu_error = (grad("cpu", torch.bfloat16) - exact).abs().max()
+    assert (grad(DEV, torch.bfloat16) - exact).abs().max() <= 2 * cpu_error + 1e-2
+
+
 # ---------------------------------------------------------------- casts
 
 
