@@ -195,6 +195,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
                                                          const std::optional<at::Tensor>& running_var, bool training,
                                                          double momentum, double eps) {
   TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2D input, got ", input.dim(), "D");
+  TORCH_CHECK_VALUE((running_mean && running_mean->defined()) == (running_var && running_var->defined()),
+                    "running_mean and running_var must either both be None or neither be None");
   const at::ScalarType stats = CheckNormParams(input, {&weight, &bias, &running_mean, &running_var});
   TraceScope s;
   const int d = DeviceIndex(input);

@@ -405,6 +405,7 @@ def test_loss_of_all_ignored_targets_has_zero_gradient(kind):
         ("batch_norm, float64 running stats, training",
          lambda t: F.batch_norm(t, t[0, :, 0].double(), t[0, :, 0].double(), training=True)),
         ("instance_norm, float64 weight", lambda t: F.instance_norm(t, weight=t[0, :, 0].double())),
+        ("batch_norm, running_var without running_mean", lambda t: F.batch_norm(t, None, t[0, :, 0], training=True)),
         ("conv2d, float64 weight", lambda t: F.conv2d(t[None], t[None, :1, :, :2].double())),
         ("conv2d, bfloat16 weight", lambda t: F.conv2d(t[None], t[None, :1, :, :2].bfloat16())),
         ("conv1d, float64 bias", lambda t: F.conv1d(t, t[:1, :, :2], t[0, 0, :1].double())),
