@@ -529,6 +529,23 @@ def _cpu_model_on_device(gm: torch.fx.GraphModule, example_inputs: Sequence) -> 
     return _CpuModel(dev, [not (isinstance(v, torch.Tensor) and v.device.type == "pjrt") for v in vals])
 
 
+def _moved_as_laid_out(a: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU input on the device with the CPU tensor's strides, its storage
+    offset 0 on the device matching the CPU's offset: ``.to()`` keeps a dense
+    layout, and a tensor that is not dense in its storage (a column slice
+    ``ids[:, 1:]``, an expanded row) is moved as the span of storage it
+    covers, where that span is at most twice its elements. So every device
+    offset maps back to the caller's memory (``_on_cpu``)."""
+    moved = a.to(device)
+    if moved.stride() == a.stride() or a.numel() == 0 or any(s < 0 for s in a.stride()):
+        return moved
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride()))
+    if span > 2 * a.numel() + 64:
+        return moved
+    flat = a.as_strided((span,), (1,), a.storage_offset()).to(device)
+    return flat.as_strided(a.shape, a.stride(), 0)
+
+
 def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: _CpuModel):
     """A graph of a CPU model: its CPU inputs run on pjrt and its outputs come
     back (those eager gives on the CPU). What the graph wrote into an input (an in-place op, BatchNorm's
@@ -541,7 +558,7 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: 
     returned twice (the result and its saved copy) is one CPU tensor; and
     outputs that share memory on the device share it on the CPU (y, y.t()
     and y.view(torch.int32) stay views of one tensor)."""
-    moved = [a.to(model.device) if _is_cpu_tensor(a) else a for a in args]
+    moved = [_moved_as_laid_out(a, model.device) if _is_cpu_tensor(a) else a for a in args]
     outs = run_on_device(moved)
     with torch.no_grad():
         for i in mutated:

@@ -147,6 +147,12 @@ def test_cpu_model_outputs_keep_eagers_aliasing_and_inplace_checks():
         x.add_(1)
         loss.backward()
 
+    def saved_column_slice(cf):  # not dense in its storage: moved as the span it covers
+        x, w = torch.ones(3, 4)[:, 1:], torch.ones(3, requires_grad=True)
+        loss = cf(lambda x, w: (x * w).sum())(x, w)
+        x.add_(1)
+        loss.backward()
+
     def stepped_weight(cf):
         m = torch.nn.Linear(3, 1, bias=False)
         cm, opt = cf(m), torch.optim.SGD(m.parameters(), lr=0.5)
@@ -157,7 +163,7 @@ def test_cpu_model_outputs_keep_eagers_aliasing_and_inplace_checks():
         l2.backward()
 
     compiled = functools.partial(torch.compile, backend="pjrt")
-    for case in (saved_output, saved_input, stepped_weight):
+    for case in (saved_output, saved_input, saved_column_slice, stepped_weight):
         for cf in ((lambda f: f), compiled):
             with pytest.raises(RuntimeError, match="modified by an inplace operation"):
                 case(cf)
