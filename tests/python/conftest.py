@@ -1,10 +1,19 @@
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# `make test` started in the background by a non-interactive shell (`make
+# test &`, nohup) inherits SIGINT ignored, and so would every process the
+# Ctrl-C tests start (Python keeps an inherited SIG_IGN: no
+# KeyboardInterrupt): those tests failed as if Ctrl-C did nothing. A Python
+# handler here gives the children SIGINT's default, as an interactive run has.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
