@@ -536,12 +536,11 @@ def _moved_as_laid_out(a: torch.Tensor, device: torch.device) -> torch.Tensor:
     ``ids[:, 1:]``, an expanded row) is moved as the span of storage it
     covers, where that span is at most twice its elements. So every device
     offset maps back to the caller's memory (``_on_cpu``)."""
-    moved = a.to(device)
-    if moved.stride() == a.stride() or a.numel() == 0 or any(s < 0 for s in a.stride()):
-        return moved
+    if a.numel() == 0 or any(s < 0 for s in a.stride()):
+        return a.to(device)
     span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride()))
-    if span > 2 * a.numel() + 64:
-        return moved
+    if span == a.numel() or span > 2 * a.numel() + 64:  # dense (.to() keeps its strides), or too sparse
+        return a.to(device)
     flat = a.as_strided((span,), (1,), a.storage_offset()).to(device)
     return flat.as_strided(a.shape, a.stride(), 0)
 
