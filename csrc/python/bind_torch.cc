@@ -60,7 +60,8 @@ py::dict OptionsDict(const runtime::Options& o) {
 // destructor: "terminate called without an active exception", SIGABRT at
 // exit); it waits for the process to end instead, as Python's own daemon
 // threads do. (A finalizing main thread never gets here: waits it starts
-// then keep the GIL.)
+// then keep the GIL.) One whose wait ends just before finalization, blocked
+// on the GIL when it begins, can still be ended there: docs/device.md.
 namespace {
 struct ReleasedGil {
   PyThreadState* state = PyEval_SaveThread();
