@@ -567,12 +567,16 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: 
     # offset k is the caller's offset + k (same strides, device offset 0).
     callers = {m.untyped_storage().data_ptr(): (m, a) for m, a in zip(moved, args)
                if m is not a and m.stride() == a.stride() and m.storage_offset() == 0}
-    flat = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs]) if isinstance(o, torch.Tensor)]
+    seq = isinstance(outs, (list, tuple))
+    flat = list(outs) if seq else [outs]
+    # The outputs that come back (eager gives them on the CPU); the others stay.
+    back = [i for i, o in enumerate(flat) if (i >= len(model.cpu_outputs) or model.cpu_outputs[i])
+            and isinstance(o, torch.Tensor) and o.device.type == "pjrt"]
     # Device storage -> its CPU copy: an output that covers it whole, where one does.
     bases: dict = {}
-    for t in flat:
-        key = t.untyped_storage().data_ptr() if t.device.type == "pjrt" else None
-        if key is not None and key not in callers and key not in bases and t.is_contiguous() and \
+    for t in (flat[i] for i in back):
+        key = t.untyped_storage().data_ptr()
+        if key not in callers and key not in bases and t.is_contiguous() and \
                 t.storage_offset() == 0 and t.numel() * t.element_size() == t.untyped_storage().nbytes():
             bases[key] = (t, t.detach().cpu())
     done: dict = {}  # id of a device output -> its CPU tensor
@@ -583,8 +587,6 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: 
         return base.as_strided(t.size(), t.stride(), offset)
 
     def to_cpu(t):
-        if not isinstance(t, torch.Tensor) or t.device.type != "pjrt":
-            return t
         if id(t) in done:
             return done[id(t)]
         key = t.untyped_storage().data_ptr()
@@ -603,10 +605,9 @@ def _on_cpu(args: list, run_on_device: Callable, mutated: Sequence[int], model: 
         done[id(t)] = out
         return out
 
-    if not isinstance(outs, (list, tuple)):
-        return to_cpu(outs) if model.cpu_outputs[0] else outs
-    back = [to_cpu(o) if i >= len(model.cpu_outputs) or model.cpu_outputs[i] else o for i, o in enumerate(outs)]
-    return type(outs)(back)
+    for i in back:
+        flat[i] = to_cpu(flat[i])
+    return type(outs)(flat) if seq else flat[0]
 
 
 # torch.compile's modes (Inductor's names); the pjrt backend runs every one alike.
