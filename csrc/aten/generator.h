@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 
@@ -20,10 +21,14 @@ at::Generator NewGenerator(int device);
 
 // For the lifetime of one random op: its generator argument, if any, serves
 // every draw the op makes (including draws of ops it calls without one). A
-// generator of another device type is refused as on CUDA.
+// generator of another device type is refused as on CUDA, and so is a pjrt
+// generator given to an op on another device (`op_tensor`, the tensor the
+// op writes or reads; PyTorch dispatches on the generator's device too, so
+// `torch.randn(3, generator=pjrt_generator)` reaches the pjrt kernel with a
+// CPU tensor). `op_tensor` may be undefined (a factory op).
 class GeneratorScope {
  public:
-  explicit GeneratorScope(const std::optional<at::Generator>& g);
+  GeneratorScope(const std::optional<at::Generator>& g, const at::Tensor& op_tensor);
   ~GeneratorScope();
   GeneratorScope(const GeneratorScope&) = delete;
   GeneratorScope& operator=(const GeneratorScope&) = delete;

@@ -39,7 +39,7 @@ at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at:
     uniform_(parts, from, to, std::move(gen));
     return self;
   }
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   // The CPU's checks of the bounds (check_uniform_bounds), with its messages
   const at::ScalarType t = self.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), "\"check_uniform_bounds\" not implemented for '", t, "'");
@@ -77,7 +77,7 @@ at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at:
     normal_(parts, mean, std / std::sqrt(2.0), std::move(gen));
     return self;
   }
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "normal_ expects a floating point tensor");
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -107,27 +107,27 @@ at::Tensor OpenUniform(const at::Tensor& self) {
 
 // exponential_: -log(1 - u) / lambda, never 0 (F.gumbel_softmax takes its log)
 at::Tensor& exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "exponential_ expects a floating point tensor, got ", self.scalar_type());
   return self.copy_(OpenUniform(self).neg().log1p().neg().div(lambd));
 }
 // cauchy_: median + sigma * tan(pi (u - 1/2))
 at::Tensor& cauchy_(at::Tensor& self, double median, double sigma, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "cauchy_ expects a floating point tensor, got ", self.scalar_type());
   return self.copy_((OpenUniform(self).sub(0.5).mul(M_PI)).tan().mul(sigma).add(median));
 }
 // geometric_: the number of trials to the first success, ceil(log(u) / log(1 - p))
 at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
   return self.copy_(OpenUniform(self).log().div(std::log1p(-p)).ceil());
 }
 // log_normal_: exp of a normal draw
 at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "log_normal_ expects a floating point tensor, got ", self.scalar_type());
   const at::ScalarType ct = self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -146,19 +146,19 @@ void CheckStd(const at::Tensor& std) {
 }
 
 at::Tensor normal_tensor_float(const at::Tensor& mean, double std, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, mean);
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
   return at::empty(mean.sizes(), mean.options()).normal_(0, std).add_(mean);
 }
 
 at::Tensor normal_float_tensor(double mean, const at::Tensor& std, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, std);
   CheckStd(std);
   return at::empty(std.sizes(), std.options()).normal_().mul_(std).add_(mean);
 }
 
 at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, mean);
   CheckStd(std);
   return at::empty(at::infer_size(mean.sizes(), std.sizes()), mean.options()).normal_().mul_(std).add_(mean);
 }
@@ -197,12 +197,12 @@ at::Tensor randperm(c10::SymInt sym_n, std::optional<at::ScalarType> dtype, std:
 at::Tensor randperm_generator(c10::SymInt n, std::optional<at::Generator> gen, std::optional<at::ScalarType> dtype,
                               std::optional<at::Layout> layout, std::optional<at::Device> device,
                               std::optional<bool> pin_memory) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, at::Tensor());
   return randperm(std::move(n), dtype, layout, device, pin_memory);
 }
 
 at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -226,7 +226,7 @@ ir::Value Probabilities(int d, const at::Tensor& p) {
 }
 
 at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TraceScope s;
   const int d = CommonDevice({&self, &p});
   ir::Builder& b = B(d);
@@ -237,7 +237,7 @@ at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::option
 }
 
 at::Tensor bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
@@ -260,7 +260,7 @@ at::Tensor& RandomRange(at::Tensor& self, double from, double to) {
 }
 
 at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   const double hi = to ? static_cast<double>(*to)
                        : (at::isFloatingType(self.scalar_type()) ? std::ldexp(1.0, std::numeric_limits<float>::digits)
                                                                   : 9.2e18);
@@ -270,7 +270,7 @@ at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> 
 // random_() without bounds, as the CPU: [0, 2^digits] for floating types
 // (every integer they hold exactly), [0, max] for integers, 0 or 1 for bool.
 at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   const at::ScalarType t = self.scalar_type();
   if (at::isFloatingType(t) && t != at::kDouble) {
     const int digits = t == at::kFloat ? std::numeric_limits<float>::digits : t == at::kHalf ? 11 : 8;  // bfloat16
@@ -297,7 +297,7 @@ at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
 }
 
 at::Tensor& random_to_(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   return RandomRange(self, 0, static_cast<double>(to));
 }
 
@@ -336,7 +336,7 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
 // The CPU's checks (finite, non-negative, positive sum) are compiled into
 // the program.
 at::Tensor multinomial(const at::Tensor& self, int64_t num_samples, bool replacement, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "prob_dist must be 1 or 2 dim");
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
               self.scalar_type());

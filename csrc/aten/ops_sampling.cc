@@ -100,7 +100,7 @@ double SmallestNormal(at::ScalarType t) {
 }
 
 at::Tensor standard_gamma(const at::Tensor& self, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"gamma_cpu\" not implemented for '",
               c10::toString(self.scalar_type()), "'");
   at::Tensor g = at::exp(LogGamma(self.to(MathType(self)))).to(self.scalar_type());
@@ -158,7 +158,7 @@ at::Tensor standard_gamma_grad(const at::Tensor& self, const at::Tensor& output)
 }
 
 at::Tensor sample_dirichlet(const at::Tensor& alpha, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, alpha);
   TORCH_CHECK(at::isFloatingType(alpha.scalar_type()), "\"dirichlet\" not implemented for '",
               c10::toString(alpha.scalar_type()), "'");
   TORCH_CHECK(alpha.dim() >= 1, "_sample_dirichlet expects a tensor of at least one dimension");
@@ -286,7 +286,7 @@ at::Tensor dirichlet_grad(const at::Tensor& x_in, const at::Tensor& alpha_in, co
 // transformed rejection (PTRS), smaller ones by counting the factors of a
 // product of uniform numbers that stay above exp(-rate).
 at::Tensor poisson(const at::Tensor& self, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, self);
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"poisson_cpu\" not implemented for '",
               c10::toString(self.scalar_type()), "'");
   at::Tensor lam = self.to(MathType(self));
@@ -355,7 +355,7 @@ at::Tensor StirlingTail(const at::Tensor& k) {
 }
 
 at::Tensor binomial(const at::Tensor& count, const at::Tensor& prob, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen);
+  GeneratorScope scope(gen, count);
   TORCH_CHECK(at::isFloatingType(count.scalar_type()), "\"binomial_cpu\" not implemented for '",
               c10::toString(count.scalar_type()), "'");
   const at::ScalarType mt = MathType(count);

@@ -450,6 +450,14 @@ def test_a_pjrt_generator_is_its_own_stream():
     # a generator of another device is refused, as CUDA refuses it
     with pytest.raises(RuntimeError, match="Expected a 'pjrt' device type for generator but found 'cpu'"):
         torch.rand(3, device=DEV, generator=torch.Generator())
+    # and a pjrt generator given to a CPU op (PyTorch dispatches on the
+    # generator's device too, so the pjrt kernel sees the CPU tensor)
+    for draw in (lambda: torch.randn(3, generator=g), lambda: torch.empty(3).uniform_(generator=g),
+                 lambda: torch.bernoulli(torch.full((3,), 0.5), generator=g),
+                 lambda: torch.multinomial(torch.ones(4), 2, generator=g),
+                 lambda: torch.poisson(torch.ones(3), generator=g)):
+        with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'pjrt'"):
+            draw()
     if torch_pjrt.device_count() > 1:
         with pytest.raises(RuntimeError, match="generator of pjrt:1 was given to an op on pjrt:0"):
             torch.rand(3, device="pjrt:0", generator=torch.Generator(device="pjrt:1"))
