@@ -609,13 +609,15 @@ at::Tensor log_softmax_backward(const at::Tensor& grad, const at::Tensor& out, i
 
 // ---------------------------------------------------------- matrix products
 
-ir::Value Dot(int d, ir::Value x, ir::Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, int64_t lc, int64_t rc) {
+// f32_result: float16/bfloat16 operands' product left in float32 (Scaled).
+ir::Value Dot(int d, ir::Value x, ir::Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, int64_t lc, int64_t rc,
+              bool f32_result = false) {
   ir::DotDims dd;
   dd.lhs_batch = std::move(lb);
   dd.rhs_batch = std::move(rb);
   dd.lhs_contract = {lc};
   dd.rhs_contract = {rc};
-  return B(d).DotGeneral(x, y, dd, ProductPrecision(B(d).shape(x).dtype));
+  return B(d).DotGeneral(x, y, dd, ProductPrecision(B(d).shape(x).dtype), f32_result);
 }
 
 void CheckMatmul(const at::Tensor& a, const at::Tensor& b, int64_t ra, int64_t rb, const char* name) {
@@ -650,15 +652,31 @@ at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
   return Wrap(Dot(d, Val(a), Val(b), {0}, {0}, 2, 1), d);
 }
 
+bool IsZero(const at::Scalar& s) { return !s.isComplex() && s.toDouble() == 0; }
+
+// Whether Scaled takes a float32 product: float16/bfloat16 operands whose
+// product a beta or an alpha changes. The CPU's gemm rounds
+// beta * self + alpha * sum once, from float; a product rounded first
+// (and each step after it) doubled the error (bfloat16 Linear layers with a
+// bias, addmm's beta and alpha in Muon's Newton-Schulz iteration).
+bool WideProduct(at::ScalarType t, const at::Scalar& beta, const at::Scalar& alpha) {
+  return at::isReducedFloatingType(t) && !(IsZero(beta) && IsOne(alpha));
+}
+
+// beta * self + alpha * prod in dtype t; a float32 `prod` (WideProduct) is
+// scaled and summed in float32 and rounded to t once.
 at::Tensor Scaled(int d, ir::Value prod, const at::Tensor& self, const at::Scalar& beta, const at::Scalar& alpha,
                   at::ScalarType t) {
   ir::Builder& b = B(d);
   const auto shape = b.shape(prod).dims;
-  if (!IsOne(alpha)) prod = b.Binary(Op::Mul, prod, Number(d, alpha, t, shape));
-  if (!beta.isComplex() && beta.toDouble() == 0) return Wrap(prod, d);
-  ir::Value c = BroadcastTo(d, Operand(self, d, t), shape);
-  if (!IsOne(beta)) c = b.Binary(Op::Mul, c, Number(d, beta, t, shape));
-  return Wrap(b.Binary(Op::Add, c, prod), d);
+  const at::ScalarType ct = b.shape(prod).dtype == ToIr(t) ? t : at::kFloat;
+  if (!IsOne(alpha)) prod = b.Binary(Op::Mul, prod, Number(d, alpha, ct, shape));
+  if (!IsZero(beta)) {
+    ir::Value c = BroadcastTo(d, Operand(self, d, ct), shape);
+    if (!IsOne(beta)) c = b.Binary(Op::Mul, c, Number(d, beta, ct, shape));
+    prod = b.Binary(Op::Add, c, prod);
+  }
+  return WrapIn(prod, t, d);
 }
 
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
@@ -669,7 +687,8 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor&
               " and ", m2.size(0), "x", m2.size(1), ")");
   TraceScope s;
   const int d = CommonDevice({&self, &m1, &m2});
-  return Scaled(d, Dot(d, Val(m1), Val(m2), {}, {}, 1, 0), self, beta, alpha, m1.scalar_type());
+  const at::ScalarType t = m1.scalar_type();
+  return Scaled(d, Dot(d, Val(m1), Val(m2), {}, {}, 1, 0, WideProduct(t, beta, alpha)), self, beta, alpha, t);
 }
 
 at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
@@ -679,7 +698,8 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
               ", batch1: ", b1.dtype(), ", batch2: ", b2.dtype());
   TraceScope s;
   const int d = CommonDevice({&self, &b1, &b2});
-  return Scaled(d, Dot(d, Val(b1), Val(b2), {0}, {0}, 2, 1), self, beta, alpha, b1.scalar_type());
+  const at::ScalarType t = b1.scalar_type();
+  return Scaled(d, Dot(d, Val(b1), Val(b2), {0}, {0}, 2, 1, WideProduct(t, beta, alpha)), self, beta, alpha, t);
 }
 
 // _grouped_mm: the per-expert products of a mixture-of-experts layer. A 2-d
@@ -796,7 +816,8 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
               ", and ", vec.scalar_type());
   TraceScope s;
   const int d = CommonDevice({&self, &mat, &vec});
-  return Scaled(d, Dot(d, Val(mat), Val(vec), {}, {}, 1, 0), self, beta, alpha, mat.scalar_type());
+  const at::ScalarType t = mat.scalar_type();
+  return Scaled(d, Dot(d, Val(mat), Val(vec), {}, {}, 1, 0, WideProduct(t, beta, alpha)), self, beta, alpha, t);
 }
 
 // addbmm: beta * self + alpha * sum_i batch1[i] @ batch2[i].
@@ -806,12 +827,19 @@ at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor
   CheckSelfDtype(self, b2);
   TORCH_CHECK(b1.size(0) == b2.size(0) && b1.size(2) == b2.size(1), "addbmm: incompatible batch1 ", b1.sizes(),
               " and batch2 ", b2.sizes());
+  const at::ScalarType t = b1.scalar_type();
+  if (at::isReducedFloatingType(t) && b1.size(0) > 0) {
+    // the CPU's loop for float16/bfloat16: an addmm per batch, each rounded
+    at::Tensor r = self;
+    for (int64_t i = 0; i < b1.size(0); ++i) r = at::addmm(r, b1[i], b2[i], i == 0 ? beta : at::Scalar(1), alpha);
+    return r;
+  }
   TraceScope s;
   const int d = CommonDevice({&self, &b1, &b2});
   ir::DotDims dd;
   dd.lhs_contract = {0, 2};
   dd.rhs_contract = {0, 1};
-  return Scaled(d, B(d).DotGeneral(Val(b1), Val(b2), dd, ProductPrecision(ToIr(b1.scalar_type()))), self, beta, alpha, b1.scalar_type());
+  return Scaled(d, B(d).DotGeneral(Val(b1), Val(b2), dd, ProductPrecision(ToIr(t))), self, beta, alpha, t);
 }
 
 at::Tensor mv(const at::Tensor& a, const at::Tensor& v) {

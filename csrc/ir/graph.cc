@@ -514,8 +514,8 @@ Value Builder::Iota(const Shape& shape, int64_t dim) {
   return Value{Emit(Op::Iota, {}, IotaAttrs{dim}, &shape, 1, false), 0};
 }
 
-Value Builder::DotGeneral(Value lhs, Value rhs, const DotDims& dims, Precision precision) {
-  return Add({lhs, rhs}, DotGeneralAttrs{dims, precision});
+Value Builder::DotGeneral(Value lhs, Value rhs, const DotDims& dims, Precision precision, bool f32_result) {
+  return Add({lhs, rhs}, DotGeneralAttrs{dims, precision, f32_result});
 }
 
 namespace {

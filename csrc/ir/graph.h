@@ -219,10 +219,14 @@ struct DotGeneralAttrs {
   static constexpr Op kOp = Op::DotGeneral;
   DotDims dims;
   Precision precision = Precision::Default;
+  // A float32 result of float16/bfloat16 operands: the sum as accumulated,
+  // not yet rounded to the operands' type.
+  bool f32_result = false;
   template <class S, class F>
   static void Fields(S& s, F&& f) {
     f("dims", s.dims);
     f("precision", s.precision);
+    f("f32_result", s.f32_result);
   }
 };
 
@@ -594,7 +598,8 @@ class Builder {
             const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
   Value Iota(const Shape& shape, int64_t dim);
 
-  Value DotGeneral(Value lhs, Value rhs, const DotDims& dims, Precision precision = Precision::Default);
+  Value DotGeneral(Value lhs, Value rhs, const DotDims& dims, Precision precision = Precision::Default,
+                   bool f32_result = false);
   // Sum and Prod of float16/bfloat16 accumulate in float32 (converts around
   // the reduction) and return the operand's type, as PyTorch computes them.
   Value Reduce(Value x, Value init, const std::vector<int64_t>& dims, ReduceKind kind);

@@ -498,7 +498,11 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       SameType(op, in, 0, 1);
       const Shape& l = in[0];
       const Shape& r = in[1];
-      const DotDims& d = Get<DotGeneralAttrs>(op, in, attrs).dims;
+      const DotGeneralAttrs& a = Get<DotGeneralAttrs>(op, in, attrs);
+      const DotDims& d = a.dims;
+      if (a.f32_result && l.dtype != DType::F16 && l.dtype != DType::BF16) {
+        Fail(op, in, "a float32 result is for float16 or bfloat16 operands");
+      }
       if (d.lhs_batch.size() != d.rhs_batch.size() || d.lhs_contract.size() != d.rhs_contract.size()) {
         Fail(op, in, "batch and contracting dimension lists must pair up");
       }
@@ -525,7 +529,7 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       for (int64_t i = 0; i < r.rank(); ++i) {
         if (std::find(rused.begin(), rused.end(), i) == rused.end()) out.push_back(r.dims[i]);
       }
-      return {Shape{l.dtype, out}};
+      return {Shape{a.f32_result ? DType::F32 : l.dtype, out}};
     }
     case Op::Reduce: {
       const std::vector<int64_t>& dims = Get<ReduceAttrs>(op, in, attrs).dimensions;

@@ -96,6 +96,14 @@ TEST(Infer, DotGeneralAndConvolution) {
   d.rhs_contract = {2};
   EXPECT_NE(ErrorOf([&] { b.DotGeneral(l, r, d); }).find("contracting dimensions differ in size (3 vs 5)"),
             std::string::npos);
+  // a float32 result, for float16/bfloat16 operands only
+  d.rhs_contract = {1};
+  auto lh = b.Parameter({DType::BF16, {8, 2, 3}});
+  auto rh = b.Parameter({DType::BF16, {8, 3, 5}});
+  EXPECT_EQ(b.shape(b.DotGeneral(lh, rh, d)).dtype, DType::BF16);
+  EXPECT_EQ(b.shape(b.DotGeneral(lh, rh, d, Precision::Default, true)).dtype, DType::F32);
+  EXPECT_NE(ErrorOf([&] { b.DotGeneral(l, r, d, Precision::Default, true); }).find("float16 or bfloat16 operands"),
+            std::string::npos);
 
   auto x = b.Parameter({DType::F32, {2, 6, 9, 9}});
   auto k = b.Parameter({DType::F32, {4, 3, 3, 3}});

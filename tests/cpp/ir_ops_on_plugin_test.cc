@@ -325,6 +325,20 @@ TEST(OpsOnPlugin, DotGeneralBatched) {
   ExpectFloats(RunGraph(g, {F32({2, 2, 3}, xv), F32({2, 3, 2}, yv)})[0].As<float>(), want);
 }
 
+// bfloat16 operands with a float32 result: the sum unrounded. 1 + 2^-9 * 3
+// needs 10 significant bits; in bfloat16 (8) it would round to 1.
+TEST(OpsOnPlugin, DotGeneralBfloat16WithFloat32Result) {
+  ir::Builder b;
+  auto x = b.Convert(b.Parameter({DType::F32, {1, 4}}), DType::BF16);
+  auto y = b.Convert(b.Parameter({DType::F32, {4, 1}}), DType::BF16);
+  ir::DotDims d;
+  d.lhs_contract = {1};
+  d.rhs_contract = {0};
+  auto g = b.Build({b.DotGeneral(x, y, d, ir::Precision::Default, true)});
+  const float e = 1.0f / 512;
+  ExpectFloats(RunGraph(g, {F32({1, 4}, {1, e, e, e}), F32({4, 1}, {1, 1, 1, 1})})[0].As<float>(), {1 + 3 * e}, 0);
+}
+
 TEST(OpsOnPlugin, ReduceEveryKind) {
   ir::Builder b;
   auto x = b.Parameter({DType::F32, {2, 3}});

@@ -623,6 +623,30 @@ def test_half_pointwise_ops_compute_in_float_and_round_once(dtype):
         assert n <= want.numel() // 50 and not far, (name, n, far)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_products_with_beta_or_alpha_round_once_as_the_cpus_gemm(dtype):
+    # beta * self + alpha * (a @ b) from the float32 sum, rounded once, as the
+    # CPU's gemm: with the product rounded first, a third to a half of a
+    # bfloat16 Linear layer's outputs (with its bias) were a rounding off.
+    # addbmm rounds after each batch, as the CPU's loop of addmm.
+    def r(*shape, seed):
+        return torch.randn(*shape, generator=g(seed)).to(dtype)
+    x, w, bias = r(16, 64, seed=1), r(32, 64, seed=2), r(32, seed=3)
+    cases = {
+        "linear": (F.linear, (x, w, bias)),
+        "linear 3-d": (F.linear, (r(2, 5, 64, seed=4), w, bias)),
+        "addmm": (lambda s, a, b: torch.addmm(s, a, b, beta=-4.775, alpha=2.0315), (r(16, 32, seed=5), x, w.T)),
+        "addmm alpha": (lambda s, a, b: torch.addmm(s, a, b, beta=0, alpha=0.3), (r(16, 32, seed=5), x, w.T)),
+        "baddbmm": (lambda s, a, b: torch.baddbmm(s, a, b, beta=0.5, alpha=0.125), (r(4, 8, 8, seed=6), r(4, 8, 64, seed=7), r(4, 64, 8, seed=8))),
+        "addmv": (lambda s, a, b: torch.addmv(s, a, b, beta=0.5, alpha=2), (r(16, seed=9), x, r(64, seed=10))),
+        "addbmm": (lambda s, a, b: torch.addbmm(s, a, b, beta=0.5, alpha=2), (r(8, 8, seed=11), r(4, 8, 64, seed=12), r(4, 64, 8, seed=13))),
+    }
+    for name, (fn, args) in cases.items():
+        want, got = on_both(fn, *args)
+        n, far = _ulps_off(want, got)
+        assert n <= want.numel() // 100 and not far, (name, n, far)
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
 def test_integer_pow_reads_the_whole_exponent(dtype):
     # XLA's integer power is right below 64 only: 3 ** 64 was wrong, 2 ** 300 was 2 ** 44
