@@ -27,6 +27,14 @@ at::Tensor conj_physical(const at::Tensor& a) {
   return Wrap(Conjugate(B(d), Val(a)), d);
 }
 
+// (its default kernel writes through conj_physical.out, a CPU/CUDA kernel)
+at::Tensor& conj_physical_(at::Tensor& self) {
+  if (!self.is_complex()) return self;
+  TraceScope s;
+  Assign(self, Conjugate(B(DeviceIndex(self)), Val(self)));
+  return self;
+}
+
 at::Tensor complex(const at::Tensor& re, const at::Tensor& im) {
   TORCH_CHECK(re.scalar_type() == im.scalar_type(), "Expected object of scalar type ", re.scalar_type(),
               " but got scalar type ", im.scalar_type(), " for second argument");
@@ -76,6 +84,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));  // generic over strides and storages
   m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   K("_conj_physical", conj_physical);  // conj_physical is a composite over it (autograd included)
+  K("conj_physical_", conj_physical_);
   K("complex", complex);
   K("polar", polar);
   K("angle", angle);

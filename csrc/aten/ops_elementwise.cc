@@ -728,7 +728,9 @@ at::Tensor sigmoid_backward(const at::Tensor& grad, const at::Tensor& out) {
   ir::Builder& b = B(o.device);
   ir::Value y = o.y;
   ir::Value one = Fill(o.device, 1, t, o.shape);
-  return WrapIn(b.Binary(Op::Mul, o.x, b.Binary(Op::Mul, y, b.Binary(Op::Sub, one, y))), out.scalar_type(), o.device);
+  // grad * conj(y (1 - y)): complex gradients take the conjugate, as PyTorch's
+  return WrapIn(b.Binary(Op::Mul, o.x, Conjugate(b, b.Binary(Op::Mul, y, b.Binary(Op::Sub, one, y)))), out.scalar_type(),
+                o.device);
 }
 
 at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& out) {
@@ -738,7 +740,9 @@ at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& out) {
   ir::Builder& b = B(o.device);
   ir::Value y = o.y;
   ir::Value one = Fill(o.device, 1, t, o.shape);
-  return WrapIn(b.Binary(Op::Mul, o.x, b.Binary(Op::Sub, one, b.Binary(Op::Mul, y, y))), out.scalar_type(), o.device);
+  // grad * conj(1 - y^2) (see sigmoid_backward)
+  return WrapIn(b.Binary(Op::Mul, o.x, Conjugate(b, b.Binary(Op::Sub, one, b.Binary(Op::Mul, y, y)))), out.scalar_type(),
+                o.device);
 }
 
 at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {

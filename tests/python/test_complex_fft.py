@@ -36,6 +36,9 @@ CASES = {
     "sum_mean": (lambda a: torch.stack([a.sum(), a.mean(), a.sum(1).sum(), a.mean(0, keepdim=True).sum()]),
                  [c(4, 6)], [0]),
     "abs_angle_sgn": (lambda a: torch.stack([a.abs(), a.angle(), a.sgn().real, a.sgn().imag]), [c(3, 4)], [0]),
+    # complex gradients take the conjugate of the derivative (they did not)
+    "tanh_sigmoid": (lambda a: a.tanh() * 2 + torch.sigmoid(a) + F.tanhshrink(a), [c(3, 4)], [0]),
+    "conj_physical_in_place": (lambda a: (a * 1).conj_physical_() + (a * 2)[:, 1:].conj_physical_().sum(), [c(3, 4)], [0]),
     # a complex variance is real (the mean of |x - mean|^2); it was complex
     "var_std": (lambda a: torch.cat([a.var(0), a.std(1), torch.var_mean(a, 1)[0], torch.std_mean(a)[0].reshape(1),
                                      torch.var_mean(a, 0)[1].abs()]), [c(3, 4)], [0]),
