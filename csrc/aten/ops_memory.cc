@@ -256,15 +256,25 @@ at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarTyp
   return FilledIfDeterministic(t);
 }
 
-// Forward-mode AD and some backward formulas (sgn's) ask for a zero tensor
-// that ops may skip; on pjrt it is a plain tensor of zeros (a broadcast
-// constant in the trace), which every op handles.
+// Forward-mode AD (the tangent of every input without one) and some
+// backward formulas (sgn's) ask for a zero tensor that ops may skip. As on
+// the CPU, it carries the ZeroTensor dispatch key: PyTorch's kernels for that
+// key let it absorb what it meets (0 * inf, 0 / 0 and 0 * NaN are 0, a
+// product with it is another), and its fallback hands other ops plain
+// zeros. Its storage here is a real one (a broadcast constant in the trace),
+// so the view ops that pass it through to pjrt's kernels work as on any
+// tensor; in-place ops on it are refused by PyTorch, as on the CPU.
 at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                                std::optional<at::Device> device, std::optional<bool> pin_memory) {
   TORCH_CHECK(!layout || *layout == at::kStrided, "pjrt tensors are strided; layout ", *layout, " is not supported");
   const int d = TargetDevice(device);
   TraceScope scope;
-  return Wrap(B(d).Full(ToIr(dtype.value_or(at::get_default_dtype_as_scalartype())), size.vec(), 0), d);
+  at::Tensor zeros = Wrap(B(d).Full(ToIr(dtype.value_or(at::get_default_dtype_as_scalartype())), size.vec(), 0), d);
+  const c10::DispatchKeySet keys =
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(zeros.storage()), keys, zeros.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  return t;
 }
 
 // A number made a 0-d tensor (torch.scalar_tensor, and what `x[i] = v`

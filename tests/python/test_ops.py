@@ -1089,6 +1089,35 @@ def test_forward_mode_batches_through_a_mask_row_assignment():
     torch.testing.assert_close(got.cpu(), want)
 
 
+def test_zero_tangents_absorb_inf_and_nan_as_the_cpus_zero_tensors():
+    # Forward mode gives every input without a tangent a ZeroTensor, whose
+    # products are zero whatever they meet: x ** p at a negative x has a
+    # NaN log(x) times p's zero tangent, x / c at c = 0 an inf times c's.
+    # As plain zeros they gave NaN.
+    p = torch.arange(4.0)
+    x = torch.tensor([-1.5, 0.5])
+
+    def vandermonde(v, q):
+        return (v[:, None] ** q).sum()
+
+    for fn, args in ((torch.func.jacfwd(vandermonde), (x, p)), (torch.func.hessian(vandermonde), (x, p)),
+                     (lambda v, c: torch.func.jvp(lambda a: a / c, (v,), (torch.ones(3),))[1],
+                      (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.0, 2.0, 6.0])))):
+        want = fn(*args)
+        got = fn(*(a.to(DEV) for a in args))
+        assert not want.isnan().any()
+        torch.testing.assert_close(got.cpu(), want)
+    # sgn's gradient is a zero tensor: 0 / (2 sqrt(0)) stays 0
+    a = torch.tensor([0.0, 4.0], device=DEV, requires_grad=True)
+    (torch.sgn(a.sqrt()) + a).sum().backward()
+    assert a.grad.cpu().tolist() == [1.0, 1.0]
+    z = torch._efficientzerotensor(2, 3, device=DEV)
+    assert z._is_zerotensor() and torch.equal(z.cpu(), torch.zeros(2, 3))
+    assert z.t().shape == (3, 2) and torch.equal((z + 1).cpu(), torch.ones(2, 3))
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
+        z.add_(1)
+
+
 def test_nonzero_static_reads_nothing_from_the_device():
     x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
     d = x.to(DEV)
