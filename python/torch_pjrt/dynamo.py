@@ -637,8 +637,34 @@ def _decompositions() -> dict:
     table = dict(table() if table is not None else decomp.core_aten_decompositions().items())
     aten = torch.ops.aten
     keep = {aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default,
-            aten.nll_loss2d_backward.default}
+            aten.nll_loss2d_backward.default, *_NATIVE_WHILE_TRACING}
     return {op: fn for op, fn in table.items() if op not in keep}
+
+
+# Ops whose Python decomposition for the Autograd key (applied while
+# AOTAutograd traces) gives wrong values, so that the backend traces their
+# native kernels instead (pjrt's lowerings, as in lazy mode):
+# multilabel_margin_loss_forward's (torch 2.13) sums the hinge terms of the
+# labels after a row's first -1 too (a loss of 6.08 for the CPU's 1.93).
+_NATIVE_WHILE_TRACING = (torch.ops.aten.multilabel_margin_loss_forward.default,)
+
+
+class _NativeKernels:
+    """While the backend traces: the ops of ``_NATIVE_WHILE_TRACING``
+    without their Python Autograd kernels (put back on exit; the op's
+    dispatch cache is cleared both ways)."""
+
+    def __enter__(self):
+        key = torch._C.DispatchKey.Autograd
+        self.saved = [(op, op.py_kernels.pop(key, None)) for op in _NATIVE_WHILE_TRACING]
+        for op, _ in self.saved:
+            op._dispatch_cache.clear()
+
+    def __exit__(self, *exc):
+        for op, kernel in self.saved:
+            if kernel is not None:
+                op.py_kernels[torch._C.DispatchKey.Autograd] = kernel
+            op._dispatch_cache.clear()
 
 
 def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
@@ -669,7 +695,8 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
                            decompositions=_decompositions(),
                            keep_inference_input_mutations=True)
     if not _is_cpu_model(example_inputs):
-        return compile(gm, example_inputs)
+        with _NativeKernels():
+            return compile(gm, example_inputs)
     # A CPU model's graph is traced on CPU (fake) tensors, on which
     # scaled_dot_product_attention picks the CPU's flash kernel; that
     # kernel's decomposition returns the attention weights where its
@@ -677,7 +704,7 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
     # attention). The math kernel is what pjrt runs anyway.
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.MATH):
+    with sdpa_kernel(SDPBackend.MATH), _NativeKernels():
         return compile(gm, example_inputs)
 
 

@@ -414,6 +414,25 @@ def test_compiled_cross_entropy_matches_the_cpu_and_its_index_error():
         g(x.to(DEV), torch.tensor([0, 7, 1, 1]).to(DEV)).cpu()
 
 
+def test_compiled_multilabel_margin_loss_ignores_labels_after_the_first_minus_one():
+    # torch's decomposition of it (applied while tracing) counts the labels
+    # after a row's -1 too: the backend traces the op itself, as lazy mode runs it
+    op = torch.ops.aten.multilabel_margin_loss_forward.default
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+    t = torch.tensor([[1, 2, -1, 0, 0, 0], [3, -1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5], [-1, 0, 0, 0, 0, 0]])
+    for reduction in ("mean", "none"):
+        def f(x, t):
+            return torch.nn.functional.multilabel_margin_loss(x * 2, t, reduction=reduction)
+
+        xc, xd = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+        want, got = f(xc, t), torch.compile(f, backend="pjrt")(xd, t.to(DEV))
+        want.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(got.cpu(), want.detach())
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    assert torch._C.DispatchKey.Autograd in op.py_kernels  # torch's kernel is back after tracing
+
+
 def test_the_decomposition_table_traces_as_torchs_core_aten_table():
     # The backend leaves out core_aten_decompositions()'s entries for the
     # CompositeImplicitAutograd ops (0.15 s per process to collect), because
