@@ -276,7 +276,13 @@ at::Tensor pow_tensor_scalar(const at::Tensor& a, const at::Scalar& e) {
       return Wrap(bb.Convert(bb.Binary(Op::Mul, bb.Binary(Op::Mul, f, f), f), ir::DType::F16), d);
     }
     if (v == 3) return Wrap(bb.Binary(Op::Mul, bb.Binary(Op::Mul, x, x), x), d);
-    if (v == 0.5 && at::isFloatingType(t)) return Wrap(bb.Unary(Op::Sqrt, x), d);
+    // the CPU's kernel takes 0.5 and -0.5 as sqrt and 1 / sqrt (-0 ** -0.5
+    // is -inf there, -inf ** -0.5 NaN; a power gives inf and 0), except
+    // for float16, a power in float (-0 ** 0.5 is +0, -inf ** 0.5 inf)
+    if (v == 0.5 && at::isFloatingType(t) && t != at::kHalf) return Wrap(bb.Unary(Op::Sqrt, x), d);
+    if (v == -0.5 && at::isFloatingType(t) && t != at::kHalf) {
+      return Wrap(bb.Binary(Op::Div, Fill(d, 1, t, a.sizes().vec()), bb.Unary(Op::Sqrt, x)), d);
+    }
     if (v == -1 && at::isFloatingType(t)) return Wrap(bb.Binary(Op::Div, Fill(d, 1, t, a.sizes().vec()), x), d);
   }
   return Wrap(Power(d, x, Number(d, e, t, a.sizes().vec()), t), d);

@@ -374,6 +374,15 @@ def test_sign_of_nan_and_negative_zero():
     check_grad(lambda t: F.l1_loss(t, XC[0].to(t.device).expand_as(t), reduction="none"), X)
 
 
+def test_square_roots_as_powers_keep_the_cpus_signs():
+    # x ** 0.5 and x ** -0.5 are sqrt and rsqrt on the CPU (bfloat16 too;
+    # float16's -0.5 is a power): -0.0 ** -0.5 is -inf, -inf ** -0.5 NaN
+    x = torch.tensor([-0.0, 0.0, -inf, inf, -4.0, 4.0, nan, 0.3])
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for e in (0.5, -0.5):
+            check(lambda t: t ** e, x.to(dtype))
+
+
 def test_floor_division_by_inf_and_zero():
     a = torch.tensor([-7.5, 7.5, -0.0, 0.0, 3.0, -3.0, nan, inf, -inf, 1.0, -1.0, 5.0, 0.5, -0.5])
     b = torch.tensor([inf, inf, inf, -inf, 0.0, 0.0, 2.0, 2.0, 2.0, -0.0, -inf, -2.0, 3.0, 3.0])
