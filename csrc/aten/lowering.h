@@ -177,6 +177,11 @@ inline bool IsOne(const at::Scalar& s) { return !s.isComplex() && s.toDouble() =
 inline void CheckNotBool(at::ScalarType t, const char* cpu_kernel) {
   TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"", cpu_kernel, "\" not implemented for 'Bool'");
 }
+// The same for complex dtypes (losses, norms, pooling and resampling, whose
+// CPU kernels are built for real types only).
+inline void CheckNotComplex(at::ScalarType t, const char* cpu_kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(t), "\"", cpu_kernel, "\" not implemented for '", t, "'");
+}
 
 // An operand that partly overlaps the tensor written (x[1:] += x[:-1],
 // x[1:].copy_(x[:-1])) is refused with the CPU's error: there the answer

@@ -599,22 +599,29 @@ ir::Value IsIn(int d, ir::Value elements, ir::Value test, const std::vector<int6
   if (invert) hit = b.Unary(Op::Not, hit);
   return b.Reshape(hit, shape);
 }
+// the CPU's refusal of complex elements (it compared them as all absent here)
+void CheckIsInType(at::ScalarType t) {
+  TORCH_CHECK(!at::isComplexType(t), "Unsupported input type encountered for isin(): ", t);
+}
 at::Tensor isin_tt(const at::Tensor& e, const at::Tensor& t, bool, bool invert) {
   TraceScope s;
   const int d = CommonDevice({&e, &t});
   const at::ScalarType ty = at::promoteTypes(e.scalar_type(), t.scalar_type());
+  CheckIsInType(ty);
   return Wrap(IsIn(d, Operand(e, d, ty), Operand(t, d, ty), e.sizes().vec(), invert), d);
 }
 at::Tensor isin_ts(const at::Tensor& e, const at::Scalar& t, bool, bool invert) {
   TraceScope s;
   const int d = DeviceIndex(e);
   const at::ScalarType ty = at::result_type(e, t);
+  CheckIsInType(ty);
   return Wrap(IsIn(d, ValAs(e, ty), Number(d, t, ty, {1}), e.sizes().vec(), invert), d);
 }
 at::Tensor isin_st(const at::Scalar& e, const at::Tensor& t, bool, bool invert) {
   TraceScope s;
   const int d = DeviceIndex(t);
   const at::ScalarType ty = at::result_type(t, e);
+  CheckIsInType(ty);
   return Wrap(IsIn(d, Number(d, e, ty, {1}), ValAs(t, ty), {}, invert), d);
 }
 

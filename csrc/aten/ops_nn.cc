@@ -77,6 +77,7 @@ namespace {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                                  const std::optional<at::Tensor>& weight,
                                                                  const std::optional<at::Tensor>& bias, double eps) {
+  CheckNotComplex(input.scalar_type(), "LayerNormKernelImpl");
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
   if (axis < 0 || !input.sizes().slice(axis).equals(normalized_shape)) {
     std::ostringstream dims;  // the CPU's message: [*, 2, 3]
@@ -194,6 +195,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
                                                          const std::optional<at::Tensor>& running_mean,
                                                          const std::optional<at::Tensor>& running_var, bool training,
                                                          double momentum, double eps) {
+  CheckNotComplex(input.scalar_type(), "batch_norm");
   TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2D input, got ", input.dim(), "D");
   TORCH_CHECK_VALUE((running_mean && running_mean->defined()) == (running_var && running_var->defined()),
                     "running_mean and running_var must either both be None or neither be None");
@@ -850,6 +852,7 @@ at::Tensor nll_loss2d_backward(const at::Tensor& grad, const at::Tensor& self, c
 at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   TraceScope s;
   const at::ScalarType t = at::result_type(self, target);
+  CheckNotComplex(t, "mse_cpu");
   Operands o = Prepare(self, target, t);
   ir::Builder& b = B(o.device);
   ir::Value diff = Sub(o.device, o.x, o.y);
@@ -865,6 +868,7 @@ at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t re
 at::Tensor mse_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   TraceScope s;
   const at::ScalarType t = self.scalar_type();
+  CheckNotComplex(t, "mse_backward_cpu_out");
   Operands o = Prepare(self, target, t);
   ir::Builder& b = B(o.device);
   double scale = 2;

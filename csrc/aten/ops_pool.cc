@@ -294,6 +294,7 @@ ir::Value AvgDivisor(int d, const Pool& p, bool count_include_pad, std::optional
 
 at::Tensor AvgPool(const at::Tensor& self, int64_t n, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad,
                    bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override, const char* op) {
+  CheckNotComplex(self.scalar_type(), n == 2 ? "avg_pool2d" : "avg_pool3d_out_frame");
   Pool p = MakePool(self, n, k, st, pad, {}, ceil_mode, op);
   TORCH_CHECK(!divisor_override || *divisor_override != 0, op, ": divisor must be not zero");
   TraceScope s;
@@ -455,6 +456,7 @@ std::vector<int64_t> AdaptiveSize(const at::Tensor& self, at::IntArrayRef output
 }
 
 at::Tensor AdaptiveAvgPool(const at::Tensor& self, at::IntArrayRef output_size, int64_t n, const char* op) {
+  CheckNotComplex(self.scalar_type(), n == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d_cpu");
   const std::vector<int64_t> out = AdaptiveSize(self, output_size, n, op);
   TraceScope s;
   const int d = DeviceIndex(self);

@@ -220,15 +220,29 @@ def test_complex_power_of_zero_base_is_zero_as_on_the_cpu():
     torch.testing.assert_close((base.real.to(DEV) ** (1 + 2j)).cpu(), base.real ** (1 + 2j))
 
 
-@pytest.mark.parametrize("name", ["fmod", "remainder", "maximum", "minimum", "atan2", "isposinf", "isneginf", "mish"])
+REFUSED = {
+    "fmod": lambda z: torch.fmod(z, 2.0), "remainder": lambda z: torch.remainder(z, z),
+    "maximum": lambda z: torch.maximum(z, z), "minimum": lambda z: torch.minimum(z, z),
+    "atan2": lambda z: torch.atan2(z, z), "isposinf": torch.isposinf, "isneginf": torch.isneginf, "mish": F.mish,
+    # computed here before (mse_loss gave a complex "loss", isin all False)
+    "mse_loss": lambda z: F.mse_loss(z, z * 2), "isin": lambda z: torch.isin(z, z[:1]),
+    "layer_norm": lambda z: F.layer_norm(z.reshape(3, 4), (4,)),
+    "batch_norm": lambda z: F.batch_norm(z.reshape(2, 3, 2), None, None, training=True),
+    "avg_pool2d": lambda z: F.avg_pool2d(z.reshape(1, 3, 2, 2), 2),
+    "adaptive_avg_pool3d": lambda z: F.adaptive_avg_pool3d(z.reshape(1, 3, 2, 2, 1), (1, 2, 1)),
+    "nearest": lambda z: F.interpolate(z.reshape(1, 3, 2, 2), scale_factor=2),
+    "bilinear": lambda z: F.interpolate(z.reshape(1, 3, 2, 2), scale_factor=2, mode="bilinear"),
+    "bicubic": lambda z: F.interpolate(z.reshape(1, 3, 2, 2), scale_factor=2, mode="bicubic"),
+    "linear": lambda z: F.interpolate(z.reshape(1, 3, 4), scale_factor=2, mode="linear"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
 def test_complex_ops_the_cpu_refuses_raise_its_error(name):
     """These computed on complex inputs (fmod killed the process: XLA's CPU
     compiler crashes on a complex remainder); the CPU refuses them."""
-    fn = {"fmod": lambda z: torch.fmod(z, 2.0), "remainder": lambda z: torch.remainder(z, z),
-          "maximum": lambda z: torch.maximum(z, z), "minimum": lambda z: torch.minimum(z, z),
-          "atan2": lambda z: torch.atan2(z, z), "isposinf": torch.isposinf, "isneginf": torch.isneginf,
-          "mish": F.mish}[name]
-    z = c(3)
+    fn = REFUSED[name]
+    z = c(12)
     with pytest.raises((RuntimeError, NotImplementedError)) as cpu:
         fn(z)
     with pytest.raises(cpu.type) as dev:
