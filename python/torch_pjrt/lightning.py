@@ -335,10 +335,12 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
         if self._sync_gradients:
             distributed.reduce_parameter_gradients([p for p in self.lightning_module.parameters() if p.requires_grad])
 
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+    def _broadcast_buffers(self) -> None:
         # DDP's broadcast_buffers: every process runs the forward with rank
         # 0's buffers (BatchNorm's running statistics), so that evaluation and
-        # the logged metrics agree across processes
+        # the logged metrics agree across processes; DDP does it before the
+        # forwards of validation, test and predict too (a validation inside
+        # fit logged each process's own statistics' loss here before)
         # (one broadcast per dtype of buffers)
         by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
         for b in self.lightning_module.buffers():
@@ -348,7 +350,22 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
                 flat = distributed.broadcast(torch.cat([b.reshape(-1) for b in group]), 0)
                 for b, v in zip(group, flat.split([b.numel() for b in group])):
                     b.copy_(v.view_as(b))
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        self._broadcast_buffers()
         return super().training_step(*args, **kwargs)
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        self._broadcast_buffers()
+        return super().validation_step(*args, **kwargs)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        self._broadcast_buffers()
+        return super().test_step(*args, **kwargs)
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        self._broadcast_buffers()
+        return super().predict_step(*args, **kwargs)
 
     def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
         out = super().optimizer_step(optimizer, closure, model, **kwargs)

@@ -277,12 +277,19 @@ def test_two_processes_match_one_device(cpu_20, tmp_path):
 class ManualClipNet(SplitNet):
     """Manual optimization that clips between the backward and the step (a
     gradient mean is what DDP clips), and a buffer each process counts up by
-    its rank + 1 per step: DDP's broadcast_buffers gives every step rank 0's."""
+    its rank + 1 per step: DDP's broadcast_buffers gives every step rank 0's,
+    and every validation too (what each validation saw is kept)."""
 
     def __init__(self):
         super().__init__(sgd=True)
         self.automatic_optimization = False
         self.register_buffer("counter", torch.zeros(()))
+        self.seen = []
+
+    def validation_step(self, batch, i):
+        if i == 0:
+            self.seen.append(self.counter.item())
+        return super().validation_step(batch, i)
 
     def training_step(self, batch, _):
         opt = self.optimizers()
@@ -295,7 +302,7 @@ class ManualClipNet(SplitNet):
 
     def on_train_end(self):
         if hasattr(self, "out_dir"):
-            torch.save(self.counter.cpu(), f"{self.out_dir}/counter{self.global_rank}.pt")
+            torch.save((self.counter.cpu(), self.seen), f"{self.out_dir}/counter{self.global_rank}.pt")
 
 
 def test_two_processes_clip_mean_gradients_and_share_rank_zeros_buffers(tmp_path):
@@ -305,14 +312,18 @@ def test_two_processes_clip_mean_gradients_and_share_rank_zeros_buffers(tmp_path
     model.out_dir = str(tmp_path)
     trainer = pl.Trainer(accelerator="pjrt", devices=2, max_steps=10, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         use_distributed_sampler=False)
+                         use_distributed_sampler=False, val_check_interval=5)
     assert trainer.strategy._timeout == torch_pjrt.distributed.timeout()  # TORCH_PJRT_DIST_TIMEOUT, not 30 minutes
     trainer.fit(model)
     # clipped local gradients ended 3e-3 away before the gradients were averaged after each backward
     assert _max_diff({k: v for k, v in _weights(model).items() if k != "counter"},
                      {k: v for k, v in _weights(one).items() if k != "counter"}) < 1e-5
-    # each step starts from rank 0's buffer: 9 steps of +1, then the last step's own +1 or +2
-    assert [torch.load(tmp_path / f"counter{r}.pt").item() for r in (0, 1)] == [10.0, 11.0]
+    # each step starts from rank 0's buffer: 4 steps of +1, then the fifth step's own +1 or +2;
+    # the validations after steps 5 and 10 take rank 0's (rank 1 saw its own, 6 and 11, before),
+    # which the training ends with
+    ends = [torch.load(tmp_path / f"counter{r}.pt") for r in (0, 1)]
+    assert [seen for _, seen in ends] == [[5.0, 10.0], [5.0, 10.0]]
+    assert [counter.item() for counter, _ in ends] == [10.0, 10.0]
 
 
 class BatchNormNet(SplitNet):
