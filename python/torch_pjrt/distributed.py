@@ -136,8 +136,21 @@ def _dist_call(what: str, fn: Callable, *tensors: torch.Tensor):
     except (RuntimeError, ValueError) as e:  # gloo errors; store timeouts (DistStoreError)
         raise RuntimeError(
             f"torch_pjrt.distributed.{what} failed on rank {runtime.process_index()} of {runtime.process_count()}: "
-            f"{e}. A peer process may have died or timed out (TORCH_PJRT_DIST_TIMEOUT={timeout().total_seconds():g}s)."
+            f"{e}. A peer process may have died or timed out ({_timeout_words()})."
         ) from e
+
+
+def _timeout_words() -> str:
+    """The timeout the job's process group waits: TORCH_PJRT_DIST_TIMEOUT for
+    the group made here, the script's own for one it made itself."""
+    import torch.distributed as dist
+
+    from torch_pjrt.process_group import ProcessGroupPjrt
+
+    if dist.is_initialized() and not isinstance(dist.group.WORLD, ProcessGroupPjrt):
+        return ("the timeout of the process group the script made, init_process_group(timeout=...), 30 minutes by "
+                "default; TORCH_PJRT_DIST_TIMEOUT sets the group torch_pjrt makes when there is none")
+    return f"TORCH_PJRT_DIST_TIMEOUT={timeout().total_seconds():g}s"
 
 
 def _group_takes(tensor: torch.Tensor) -> bool:

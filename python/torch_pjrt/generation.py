@@ -197,7 +197,7 @@ def generate(
     model,
     input_ids: torch.Tensor,
     attention_mask: Optional[torch.Tensor] = None,
-    max_new_tokens: int = 20,
+    max_new_tokens: Optional[int] = None,
     do_sample: bool = False,
     temperature: float = 1.0,
     top_k: Optional[int] = 50,
@@ -246,6 +246,8 @@ def generate(
     if input_ids.shape[1] == 0:
         raise ValueError("generate: the prompt is empty (input_ids of length 0); give at least one token, e.g. the "
                          "model's bos_token_id")
+    if max_new_tokens is None:  # the model's generation config's, as model.generate() reads it, else 20
+        max_new_tokens = getattr(getattr(model, "generation_config", None), "max_new_tokens", None) or 20
     if not _is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"generate: max_new_tokens must be an integer of at least 1, got {max_new_tokens!r}")
     if not _is_int(stop_check_interval) or stop_check_interval < 0:

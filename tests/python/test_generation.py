@@ -303,6 +303,17 @@ def test_warns_when_the_generation_config_asks_for_processors_it_does_not_apply(
         dev.generation_config.repetition_penalty = None
 
 
+def test_max_new_tokens_defaults_to_the_generation_configs():
+    _, dev = models("llama")
+    ids, _ = prompt(1, 4)
+    dev.generation_config.max_new_tokens = 3
+    try:
+        assert generation.generate(dev, ids).shape == (1, 7)
+    finally:
+        dev.generation_config.max_new_tokens = None
+    assert generation.generate(dev, ids).shape == (1, 24)  # else 20, as before
+
+
 def test_length_buckets_share_programs_across_prompt_lengths_and_token_counts():
     cpu, dev = models("gpt2")
     first, first_mask = prompt(2, 5, left_pad=(1, 0), seed=8)
