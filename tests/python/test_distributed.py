@@ -349,6 +349,21 @@ def test_missing_peer_times_out_with_a_message():
     assert time.time() - t0 < 90
 
 
+def test_a_failure_names_the_timeout_of_the_group_that_waited():
+    # TORCH_PJRT_DIST_TIMEOUT sets the group torch_pjrt makes; a group the
+    # script made itself keeps its own timeout, which the error names
+    code = ("import torch.distributed as dist, torch_pjrt\n"
+            "from torch_pjrt import distributed as D\n"
+            "print(D._timeout_words())\n"
+            "dist.init_process_group('gloo', rank=0, world_size=1, init_method='tcp://127.0.0.1:%d')\n"
+            "print(D._timeout_words())\n" % free_port())
+    r = run_python(code, timeout=120, TORCH_PJRT_DIST_TIMEOUT="15")
+    assert r.returncode == 0, r.stderr[-2000:]
+    ours, theirs = r.stdout.strip().splitlines()[-2:]
+    assert ours == "TORCH_PJRT_DIST_TIMEOUT=15s"
+    assert "the process group the script made" in theirs and "init_process_group(timeout=...)" in theirs
+
+
 UNUSED_CHILD = """
 import torch, torch_pjrt
 from torch_pjrt import distributed as D, runtime
