@@ -296,7 +296,16 @@ void Runtime::MergeCheck(Trace& t, ir::Value code) {
     for (const CheckBefore& c : op_checks_before_) seen |= c.device == device;
     if (!seen) op_checks_before_.push_back(CheckBefore{device, t.epoch, t.check_code});
   }
-  t.check_code = t.check_code.valid() ? t.builder->Binary(ir::Op::Max, t.check_code, code) : code;
+  if (!t.check_code.valid()) {
+    t.check_code = code;
+    return;
+  }
+  // the first failed check in trace order, as eager raises at the first
+  // failing op (the largest id named a backward's scatter check for the
+  // gather index the user wrote)
+  ir::Builder& b = *t.builder;
+  ir::Value failed = b.Compare(ir::CompareDir::NE, t.check_code, b.ScalarConstant(ir::DType::I32, 0));
+  t.check_code = b.Select(failed, t.check_code, code);
 }
 
 TraceScope::TraceScope() : lock_(Runtime::Get().mu()) {

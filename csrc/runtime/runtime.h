@@ -281,7 +281,7 @@ class Runtime {
     };
     std::deque<Retiring> retiring;
     std::vector<std::shared_ptr<Outcome>> unverified;
-    // The checks' result so far (i32 scalar, max of failed check ids), or none.
+    // The checks' result so far (i32 scalar, the id of the first failed check in trace order), or none.
     ir::Value check_code;
     // The unverified outcomes of the storages this trace read (Outcome::inputs
     // of its program's outcome).

@@ -1118,6 +1118,19 @@ def test_zero_tangents_absorb_inf_and_nan_as_the_cpus_zero_tensors():
         z.add_(1)
 
 
+def test_the_first_failed_check_in_trace_order_is_reported():
+    # a bad index fails the gather's check and its backward's scatter check
+    # in one program: the error names the op the user wrote, as eager raises there
+    x = torch.randn(2, 4, device=DEV, requires_grad=True)
+    torch_pjrt.sync()
+    y = x.gather(1, torch.tensor([[0], [5]], device=DEV))
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match=r"^gather\(\): index out of range"):
+        y.cpu()
+    with pytest.raises(RuntimeError, match=r"^gather\(\): index out of range"):
+        x.grad.cpu()
+
+
 def test_nonzero_static_reads_nothing_from_the_device():
     x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
     d = x.to(DEV)
