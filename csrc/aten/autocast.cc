@@ -94,18 +94,26 @@ at::Tensor& AmpUpdateScale(at::Tensor& scale, at::Tensor& growth_tracker, const 
 
 // --- Precision guards --------------------------------------------------------
 // CUDA's batch_norm takes a bfloat16/float16 input (a convolution's output
-// under autocast) and accumulates its statistics in float32. pjrt's lowering
-// computes in the input's dtype, and a bfloat16 sum of a few thousand
-// squares loses most of the variance (max error ~0.9 against ~0.008 on the
-// CPU for an 8x8x16x16 input): under autocast it runs in float32 and returns
-// the input's dtype, as CUDA's does.
+// under autocast) and accumulates its statistics in float32. Under autocast
+// a half input with float32 parameters runs in float32 and returns the
+// input's dtype, as CUDA's does (the lowering then computes in float32 too;
+// a bfloat16 sum of a few thousand squares lost most of the variance when
+// it computed in the input's dtype: max error ~0.9 against ~0.008 on the
+// CPU for an 8x8x16x16 input).
 at::Tensor BatchNormInFloat(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                             const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
                             const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps,
                             bool cudnn_enabled) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastPrivateUse1);
   const at::ScalarType t = input.scalar_type();
-  if (t != at::kBFloat16 && t != at::kHalf) {
+  // parameters of the input's own dtype (a model.half() under autocast) take
+  // no float32 input (mixed dtypes are refused, as the CPU refuses them); the
+  // lowering computes a half input's statistics in float32 anyway
+  bool half_params = false;
+  for (const auto* p : {&weight, &bias, &running_mean, &running_var}) {
+    half_params |= p->has_value() && (*p)->defined() && (*p)->scalar_type() == t;
+  }
+  if ((t != at::kBFloat16 && t != at::kHalf) || half_params) {
     return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
   }
   return at::batch_norm(input.to(at::kFloat), weight, bias, running_mean, running_var, training, momentum, eps,

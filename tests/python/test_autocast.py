@@ -123,6 +123,24 @@ def test_ops_outside_the_lists_accumulate_16_bit_sums_in_float32():
         torch.testing.assert_close(got.cpu(), op(x), rtol=2e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_batch_norm_of_a_half_model_runs_under_autocast(dtype):
+    # model.half() under autocast: batch_norm's float32 path gave the float32
+    # input half parameters, which batch_norm refuses
+    bn = torch.nn.BatchNorm2d(4).to(dtype)
+    x = torch.randn(2, 4, 3, 3, generator=torch.Generator().manual_seed(0)).to(dtype)
+    dev = copy.deepcopy(bn).to(DEV)
+    for train in (True, False):
+        bn.train(train), dev.train(train)
+        with torch.autocast("cpu", dtype=dtype):
+            want = bn(x)
+        with torch.autocast(DEV.type, dtype=dtype):
+            got = dev(x.to(DEV))
+        assert got.dtype == want.dtype == dtype
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dev.running_var.cpu(), bn.running_var, rtol=1e-2, atol=1e-3)
+
+
 def test_disabled_and_nested_regions():
     x = torch.randn(4, 4).to(DEV)
     with torch.autocast("pjrt", enabled=False):
