@@ -506,7 +506,7 @@ bool DepthwiseOnCpu(ir::Builder& b, const std::vector<int64_t>& xs, const std::v
 // convolution handles those).
 ir::Value DepthwiseTaps(int d, ir::Value x, ir::Value k, const std::vector<int64_t>& stride,
                         const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
-                        const std::vector<int64_t>& lhs_dil, const std::vector<int64_t>& dil) {
+                        const std::vector<int64_t>& lhs_dil, const std::vector<int64_t>& dil, bool f32_result) {
   ir::Builder& b = B(d);
   const ir::DType t = b.shape(x).dtype;
   // half types multiply and accumulate in float, rounded once, as the CPU's kernel
@@ -545,20 +545,22 @@ ir::Value DepthwiseTaps(int d, ir::Value x, ir::Value k, const std::vector<int64
       tap[i] = 0;
     }
   }
-  return b.Convert(acc, t);
+  return f32_result ? acc : b.Convert(acc, t);
 }
 
 // Direct convolution with PyTorch's arguments, NC<spatial> layout.
+// f32_result: float16/bfloat16 operands' sums left in float32 (a bias is
+// added there and the whole rounded once, as the CPU's kernel does).
 ir::Value Conv(int d, ir::Value x, ir::Value k, const std::vector<int64_t>& stride, const std::vector<int64_t>& lo,
                const std::vector<int64_t>& hi, const std::vector<int64_t>& lhs_dil, const std::vector<int64_t>& dil,
-               int64_t groups) {
+               int64_t groups, bool f32_result = false) {
   if (DepthwiseOnCpu(B(d), B(d).shape(x).dims, B(d).shape(k).dims, groups)) {
-    ir::Value y = DepthwiseTaps(d, x, k, stride, lo, hi, lhs_dil, dil);
+    ir::Value y = DepthwiseTaps(d, x, k, stride, lo, hi, lhs_dil, dil, f32_result);
     if (y.valid()) return y;
   }
   const int64_t rank = static_cast<int64_t>(B(d).shape(x).dims.size());
   return B(d).Convolution(x, k, StandardDims(rank), stride, lo, hi, lhs_dil, dil, groups, 1,
-                          ProductPrecision(B(d).shape(x).dtype));
+                          ProductPrecision(B(d).shape(x).dtype), f32_result);
 }
 
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -578,26 +580,32 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   const auto ws = weight.sizes().vec();
   ir::Value x = Val(input);
   ir::Value w = ValAs(weight, input.scalar_type());
+  const at::ScalarType t = input.scalar_type();
+  // a half input's bias is added to the float32 sums, rounded once (it was
+  // added to the rounded sums: 3 in 10 bfloat16 outputs a rounding off)
+  const bool wide = bias && bias->defined() && at::isReducedFloatingType(t);
   ir::Value y;
   try {
     if (!transposed) {
-      y = Conv(d, x, w, stride, padding, padding, std::vector<int64_t>(ns, 1), dilation, groups);
+      y = Conv(d, x, w, stride, padding, padding, std::vector<int64_t>(ns, 1), dilation, groups, wide);
     } else {
       std::vector<int64_t> lo(ns), hi(ns);
       for (int64_t i = 0; i < ns; ++i) {
         lo[i] = dilation[i] * (ws[2 + i] - 1) - padding[i];
         hi[i] = lo[i] + out_pad[i];
       }
-      y = Conv(d, x, TransposedKernel(d, w, ws, groups), std::vector<int64_t>(ns, 1), lo, hi, stride, dilation, groups);
+      y = Conv(d, x, TransposedKernel(d, w, ws, groups), std::vector<int64_t>(ns, 1), lo, hi, stride, dilation, groups,
+               wide);
     }
   } catch (const ir::Error& e) {
     TORCH_CHECK(false, "convolution: ", e.what());
   }
   if (bias && bias->defined()) {
     const auto shape = B(d).shape(y).dims;
-    y = Add(d, y, B(d).BroadcastInDim(ValAs(*bias, input.scalar_type()), shape, {1}));
+    ir::Value bv = ValAs(*bias, t);  // (a transposed convolution's rounded to t first, as the CPU's)
+    y = Add(d, y, B(d).BroadcastInDim(wide ? B(d).Convert(bv, ir::DType::F32) : bv, shape, {1}));
   }
-  return Wrap(y, d);
+  return WrapIn(y, t, d);
 }
 
 // dL/dW of a direct conv y = conv(x, W): a convolution of x with dy.

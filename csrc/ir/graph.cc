@@ -620,9 +620,9 @@ Value Builder::Convolution(Value lhs, Value rhs, const ConvDims& dims,
                            const std::vector<int64_t>& pad_high,
                            const std::vector<int64_t>& lhs_dilation,
                            const std::vector<int64_t>& rhs_dilation, int64_t feature_groups,
-                           int64_t batch_groups, Precision precision) {
+                           int64_t batch_groups, Precision precision, bool f32_result) {
   return Add({lhs, rhs}, ConvolutionAttrs{dims, strides, pad_low, pad_high, lhs_dilation, rhs_dilation,
-                                          feature_groups, batch_groups, precision});
+                                          feature_groups, batch_groups, precision, f32_result});
 }
 
 Value Builder::Gather(Value operand, Value indices, const GatherDims& dims,

@@ -284,10 +284,12 @@ struct ConvolutionAttrs {
   std::vector<int64_t> lhs_dilation, rhs_dilation;
   int64_t feature_group_count = 1, batch_group_count = 1;
   Precision precision = Precision::Default;
+  bool f32_result = false;  // as DotGeneralAttrs'
   template <class S, class F>
   static void Fields(S& s, F&& f) {
     f("dims", s.dims);
     f("precision", s.precision);
+    f("f32_result", s.f32_result);
     f("window_strides", s.window_strides);
     f("padding_low", s.padding_low);
     f("padding_high", s.padding_high);
@@ -619,7 +621,7 @@ class Builder {
                     const std::vector<int64_t>& lhs_dilation,
                     const std::vector<int64_t>& rhs_dilation, int64_t feature_groups,
                     int64_t batch_groups,
-                    Precision precision = Precision::Default);
+                    Precision precision = Precision::Default, bool f32_result = false);
   Value Gather(Value operand, Value indices, const GatherDims& dims,
                const std::vector<int64_t>& slice_sizes);
   // replace=false: updates are combined with the operand by `kind` (Sum:

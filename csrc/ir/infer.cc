@@ -210,7 +210,10 @@ std::vector<Shape> InferConvolution(Op op, const std::vector<Shape>& in, const C
         WindowOut(op, in, x.dims[c.in_spatial[i]], a.lhs_dilation[i], a.padding_low[i], a.padding_high[i],
                   k.dims[c.k_spatial[i]], a.rhs_dilation[i], a.window_strides[i]);
   }
-  return {Shape{x.dtype, out}};
+  if (a.f32_result && x.dtype != DType::F16 && x.dtype != DType::BF16) {
+    Fail(op, in, "a float32 result is for float16 or bfloat16 operands");
+  }
+  return {Shape{a.f32_result ? DType::F32 : x.dtype, out}};
 }
 
 std::vector<Shape> InferGather(Op op, const std::vector<Shape>& in, const GatherAttrs& a) {

@@ -647,6 +647,25 @@ def test_half_products_with_beta_or_alpha_round_once_as_the_cpus_gemm(dtype):
         assert n <= want.numel() // 100 and not far, (name, n, far)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_convolutions_add_their_bias_before_rounding_as_the_cpu(dtype):
+    # the bias added to the float32 sums, the whole rounded once: added to the
+    # rounded sums, 3 in 10 outputs were a rounding off the CPU's
+    def r(*shape, seed):
+        return torch.randn(*shape, generator=g(seed)).to(dtype)
+    x, w, b = r(4, 3, 8, 8, seed=1), r(8, 3, 3, 3, seed=2), r(8, seed=3)
+    cases = {
+        "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), (x, w, b)),
+        "conv1d": (lambda x, w, b: F.conv1d(x, w, b), (x[:, :, 0], w[:, :, 0], b)),
+        "depthwise": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=3), (x, r(6, 1, 3, 3, seed=4), b[:6])),
+        "transposed": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2), (x, r(3, 8, 3, 3, seed=5), b)),
+    }
+    for name, (fn, args) in cases.items():
+        want, got = on_both(fn, *args)
+        n, far = _ulps_off(want, got)
+        assert n <= want.numel() // 500 and not far, (name, n, far)
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
 def test_integer_pow_reads_the_whole_exponent(dtype):
     # XLA's integer power is right below 64 only: 3 ** 64 was wrong, 2 ** 300 was 2 ** 44
