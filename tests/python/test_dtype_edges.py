@@ -623,6 +623,14 @@ def test_half_pointwise_ops_compute_in_float_and_round_once(dtype):
         assert n <= want.numel() // 50 and not far, (name, n, far)
 
 
+def _rounded_as_the_cpu(cases, per):
+    """Each case's outputs differ from the CPU's in at most 1 in `per`, and by a rounding or two."""
+    for name, (fn, args) in cases.items():
+        want, got = on_both(fn, *args)
+        n, far = _ulps_off(want, got)
+        assert n <= want.numel() // per and not far, (name, n, far)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_products_with_beta_or_alpha_round_once_as_the_cpus_gemm(dtype):
     # beta * self + alpha * (a @ b) from the float32 sum, rounded once, as the
@@ -641,10 +649,7 @@ def test_half_products_with_beta_or_alpha_round_once_as_the_cpus_gemm(dtype):
         "addmv": (lambda s, a, b: torch.addmv(s, a, b, beta=0.5, alpha=2), (r(16, seed=9), x, r(64, seed=10))),
         "addbmm": (lambda s, a, b: torch.addbmm(s, a, b, beta=0.5, alpha=2), (r(8, 8, seed=11), r(4, 8, 64, seed=12), r(4, 64, 8, seed=13))),
     }
-    for name, (fn, args) in cases.items():
-        want, got = on_both(fn, *args)
-        n, far = _ulps_off(want, got)
-        assert n <= want.numel() // 100 and not far, (name, n, far)
+    _rounded_as_the_cpu(cases, 100)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -660,10 +665,7 @@ def test_half_convolutions_add_their_bias_before_rounding_as_the_cpu(dtype):
         "depthwise": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=3), (x, r(6, 1, 3, 3, seed=4), b[:6])),
         "transposed": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2), (x, r(3, 8, 3, 3, seed=5), b)),
     }
-    for name, (fn, args) in cases.items():
-        want, got = on_both(fn, *args)
-        n, far = _ulps_off(want, got)
-        assert n <= want.numel() // 500 and not far, (name, n, far)
+    _rounded_as_the_cpu(cases, 500)
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
