@@ -228,6 +228,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
     var = ValAs(*running_var, t);
   }
   invstd = b.Unary(Op::Rsqrt, Add(d, var, Fill(d, eps, t, {c})));
+  if (training && stats != t) {
+    // half parameters: the CPU saves mean and invstd in their dtype and
+    // normalizes with the saved (rounded) ones (3 in 10 bfloat16 outputs
+    // were a rounding off with float32 statistics)
+    mean = b.Convert(b.Convert(mean, ToIr(stats)), ToIr(t));
+    invstd = b.Convert(b.Convert(invstd, ToIr(stats)), ToIr(t));
+  }
   // y = x * alpha + beta per channel, alpha = invstd * weight and beta =
   // bias - mean * alpha: the CPU kernel's form, so rounding and inf/NaN
   // (an inf weight or running statistic) come out as there.
