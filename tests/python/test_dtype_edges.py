@@ -6,6 +6,7 @@ through clone, NaN through logcumsumexp, the gradient of a loss whose every
 target is ignored, and PyTorch's own errors (type and message) where the CPU
 refuses an input."""
 
+import platform
 import warnings
 
 import pytest
@@ -805,3 +806,30 @@ def test_complex_to_bool_is_either_part_nonzero_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the real-part warning is for casts to real types only
         assert z.to(DEV).bool().cpu().tolist() == z.bool().tolist()
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="xla_cpu_max_isa names x86 instruction sets")
+def test_multiply_add_contraction_and_its_documented_way_out():
+    # XLA:CPU fuses a multiply feeding an add into one FMA (docs/semantics.md,
+    # "Where pjrt differs"): one rounding, where the CPU's two kernels round
+    # twice. Within one rounding of the product by default; bit for bit once
+    # the plugin may not use FMA (XLA_FLAGS=--xla_cpu_max_isa=AVX).
+    code = """
+import torch, torch_pjrt
+torch.manual_seed(0)
+for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+    a, b, c = (torch.randn(4096, dtype=dt) for _ in range(3))
+    want = a * b + c
+    got = (a.to('pjrt') * b.to('pjrt') + c.to('pjrt')).cpu()
+    # one rounding of the product, at most (its ulp; more than the sum's where they cancel)
+    ulp = torch.finfo(dt).eps * (a.double() * b.double()).abs().clamp_min(want.double().abs())
+    print(dt, int((got != want).sum()), bool(((got.double() - want.double()).abs() <= ulp).all()))
+"""
+    for flags, exact in ((None, False), ("--xla_cpu_max_isa=AVX", True)):
+        r = run_python(code, XLA_FLAGS=flags)
+        assert r.returncode == 0, r.stderr
+        for line in r.stdout.strip().splitlines():
+            dtype, differ, within_ulp = line.split()
+            assert within_ulp == "True", line
+            if exact or dtype == "torch.bfloat16":  # bfloat16 has no FMA to fuse into
+                assert differ == "0", (flags, line)
