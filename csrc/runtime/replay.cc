@@ -149,6 +149,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
   if (capture.check_output != SIZE_MAX) {
     p->results[capture.check_output].push_back({ReplayProgram::Target::kFlag, -1});
     p->checked = true;
+    p->check_sites = std::move(capture.check_sites);
   }
   p->body = std::move(capture.body);
   if (p->body) {
@@ -198,6 +199,7 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
           break;
         case ReplayProgram::Target::kFlag:
           MergeCheck(t, outs[o]);
+          for (const auto& [id, where] : p.check_sites) t.AddCheckSite(id, where);
           break;
       }
     }
@@ -327,6 +329,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
     if (a.source == ReplayProgram::Source::kInput) AddInput(read, inputs[static_cast<size_t>(a.input)]->outcome_);
   }
   const std::shared_ptr<Outcome> outcome = NewOutcome(t, std::move(flag), std::move(read));
+  if (outcome) outcome->check_sites = p.check_sites;
   int64_t donated = 0;
   for (const ReplayProgram::Arg& a : p.args) donated += a.donated ? 1 : 0;
   if (donated) m.Add("donated_buffers", donated);

@@ -59,6 +59,9 @@ struct ReplayProgram {
   std::vector<std::vector<Result>> results;  // per program result: the storages it becomes
   std::vector<ir::DType> fresh;            // dtype of each fresh storage
   bool checked = false;                    // one result is the check flag
+  // Where the recorded trace traced each check (Trace::check_sites): a
+  // replay's failed check names the user's line, as a traced program's does.
+  std::vector<std::pair<int32_t, std::string>> check_sites;
   // The program's graph (parameter k is argument k, output o result o), for
   // a call that joins the device's pending trace instead of launching the
   // executable (Runtime::Replay); null where its parameters are not the

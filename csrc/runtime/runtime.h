@@ -382,6 +382,7 @@ class Runtime {
     size_t check_output = SIZE_MAX;
     const pjrt::Buffer* rng_param = nullptr;
     std::shared_ptr<const ir::Graph> body;  // the program's graph (ReplayProgram::body)
+    std::vector<std::pair<int32_t, std::string>> check_sites;  // Trace::check_sites of the recorded trace
   };
   // The threefry state as a value of `device`'s trace (pending, or read
   // from its buffer, uploading the seeded state when there is none).

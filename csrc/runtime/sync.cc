@@ -419,6 +419,7 @@ void Runtime::SyncDevice(int device) {
   const std::vector<DeviceBuffer>& shared = per[0];
   std::shared_ptr<Outcome> outcome =
       NewOutcome(t, check_output != SIZE_MAX ? shared[check_output] : DeviceBuffer(), std::move(t.read));
+  if (capture_) capture_->check_sites = t.check_sites;  // a replay's failure names them too
   if (outcome) outcome->check_sites = std::move(t.check_sites);
   for (size_t i = 0; i < storages.size(); ++i) {
     Storage* s = storages[i];

@@ -514,5 +514,12 @@ def test_a_check_in_a_compiled_graph_names_the_users_line():
         b = a * 3
         return b[i] * 2  # the line the error names
     line = inspect.getsourcelines(f)[1] + 2
+    g = torch.compile(f, backend="pjrt")
     with pytest.raises(IndexError, match=rf"traced at {__file__}:{line}\)"):
-        torch.compile(f, backend="pjrt")(torch.randn(5, device=DEV), torch.tensor([1, 9], device=DEV)).cpu()
+        g(torch.randn(5, device=DEV), torch.tensor([1, 9], device=DEV)).cpu()
+    # later calls replay the recorded program without tracing: they name it too
+    replays = torch_pjrt.metrics.counters().get("replays", 0)
+    for bad in (7, -6):
+        with pytest.raises(IndexError, match=rf"traced at {__file__}:{line}\)"):
+            g(torch.randn(5, device=DEV), torch.tensor([1, bad], device=DEV)).cpu()
+    assert torch_pjrt.metrics.counters().get("replays", 0) > replays
