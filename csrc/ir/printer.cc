@@ -236,8 +236,13 @@ class Printer {
       }
     }
     os_ << ") {\n";
+    constant_.assign(g_.nodes.size(), false);
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      if (g_.nodes[n].op != Op::Parameter) Node(static_cast<int32_t>(n));
+      const ::tpj::ir::Node& node = g_.nodes[n];
+      bool c = Foldable(node.op);
+      for (Value v : node.operands) c = c && constant_[static_cast<size_t>(v.node)];
+      constant_[n] = c;
+      if (node.op != Op::Parameter) Node(static_cast<int32_t>(n));
     }
     os_ << "    \"func.return\"(";
     for (size_t i = 0; i < g_.outputs.size(); ++i) os_ << (i ? ", " : "") << Name(g_.outputs[i]);
@@ -496,15 +501,55 @@ class Printer {
 
   Parts Text(const CallAttrs& a, const Shapes&, const Shape&) { return {"", "callee = " + callees_.Name(a.body.get())}; }
 
+  // Ops XLA may evaluate at compile time when every operand is known.
+  static bool Foldable(Op op) {
+    switch (op) {
+      case Op::Parameter:
+      case Op::RngBitGenerator:
+      case Op::AllReduce:
+      case Op::AllGather:
+      case Op::ReduceScatter:
+      case Op::CustomCall:
+      case Op::Call:
+        return false;
+      default:
+        return true;
+    }
+  }
+
+  // A large reduction of a value known at compile time (torch.zeros(10000,
+  // 1000).sum()) took XLA's constant folding 6-20 s to evaluate, element by
+  // element (the CPU plugin's tree rewrite turns it into a reduce_window
+  // first); behind an optimization barrier it runs with the program, in
+  // milliseconds. Smaller ones still fold.
+  static constexpr int64_t kFoldLimit = 1 << 16;
+  std::string Operand(const ::tpj::ir::Node& n, size_t i) {
+    const Value v = n.operands[i];
+    const bool reduction = n.op == Op::Reduce || n.op == Op::ReduceWindow;
+    if (!reduction || i >= n.operands.size() / 2 || !constant_[static_cast<size_t>(v.node)] ||
+        g_.shape(v).numel() < kFoldLimit) {
+      return Name(v);
+    }
+    const std::string name = "%barrier" + std::to_string(barriers_++);
+    const std::string type = g_.shape(v).ToString();
+    os_ << "    " << name << " = \"stablehlo.optimization_barrier\"(" << Name(v) << ") : (" << type << ") -> " << type
+        << "\n";
+    return name;
+  }
+
   void Node(int32_t id) {
     const ::tpj::ir::Node& n = g_.nodes[id];
     Shapes in;
-    for (Value v : n.operands) in.push_back(g_.shape(v));
+    std::vector<std::string> names;
+    for (size_t i = 0; i < n.operands.size(); ++i) {
+      in.push_back(g_.shape(n.operands[i]));
+      names.push_back(Operand(n, i));
+    }
     const Parts p = std::visit([&](const auto& a) { return Text(a, in, n.results[0]); }, n.attrs);
     os_ << "    %" << id;
     if (n.results.size() > 1) os_ << ":" << n.results.size();
     os_ << " = \"" << MlirOpName(n.op) << "\"(";
-    for (size_t i = 0; i < n.operands.size(); ++i) os_ << (i ? ", " : "") << Name(n.operands[i]);
+    for (size_t i = 0; i < names.size(); ++i) os_ << (i ? ", " : "") << names[i];
     os_ << ")";
     if (!p.region.empty()) os_ << " (" << p.region << ")";
     if (!p.attrs.empty()) os_ << " {" << p.attrs << "}";
@@ -525,6 +570,8 @@ class Printer {
   Callees& callees_;
   std::ostringstream os_;
   int regions_ = 0;
+  int barriers_ = 0;
+  std::vector<bool> constant_;  // per node: computed from constants only (Foldable ops)
 };
 
 }  // namespace

@@ -1708,3 +1708,28 @@ def test_python_shift_assignments_are_lowered():
     x >>= 1
     assert x.cpu().tolist() == [2, -6]
     assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def test_a_large_reduction_of_a_constant_runs_instead_of_folding(tmp_path):
+    # torch.zeros(10000, 1000).sum() took XLA's constant folding 6-20 s at
+    # compile time; a reduction of 2**16 or more known elements now runs
+    # with the program, behind an optimization barrier (ir/printer.cc).
+    import json
+
+    from conftest import run_python
+    code = """
+import json, os, torch, torch_pjrt
+d = os.environ["TORCH_PJRT_DUMP_DIR"]
+for make in ("torch.zeros(400, 1000, device='pjrt').sum()", "torch.ones(400, 1000, device='pjrt').sum(0)",
+             "torch.full((100, 10), 0.5, device='pjrt').sum()", "(torch.ones(400, 1000, device='pjrt') * 3).sum(0)"):
+    before = set(os.listdir(d))
+    v = eval(make).cpu()
+    new = [f for f in os.listdir(d) if f not in before and f.endswith(".mlir")]
+    text = "".join(open(os.path.join(d, f)).read() for f in new)
+    print(json.dumps([v.flatten()[:3].tolist(), "stablehlo.optimization_barrier" in text]))
+"""
+    r = run_python(code, TORCH_PJRT_DUMP_DIR=tmp_path, TORCH_PJRT_CACHE_DIR=None)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(line) for line in r.stdout.splitlines()]
+    # small ones still fold; the 3 is the program's argument, so nothing is known to fold there
+    assert got == [[[0.0], True], [[400.0] * 3, True], [[500.0], False], [[1200.0] * 3, False]]
