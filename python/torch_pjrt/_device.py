@@ -222,29 +222,35 @@ def _refuse_sharing_between_processes() -> None:
 
 
 def _refuse_dlpack_export() -> None:
-    """``torch.utils.dlpack.to_dlpack`` (also ``torch.to_dlpack``) exports
-    any tensor's data pointer without asking its backend; a pjrt tensor's is
-    a token for memory that lives in the PJRT plugin, which no DLPack
-    consumer can reach (``Tensor.__dlpack__`` already refuses pjrt). Both
-    names refuse pjrt tensors with what to do instead; an imported capsule of
-    one anyway is refused at its first use (``StorageOf``)."""
+    """``torch.utils.dlpack.to_dlpack`` (also ``torch.to_dlpack``) and
+    ``Tensor.__dlpack__`` export any tensor's data pointer without asking its
+    backend; a pjrt tensor's is a token for memory that lives in the PJRT
+    plugin, which no DLPack consumer can reach. Each refuses pjrt tensors
+    with what to do instead (``Tensor.__dlpack_device__``, which
+    ``torch.from_dlpack`` and other libraries ask first, too); an imported
+    capsule of one anyway is refused at its first use (``StorageOf``)."""
     import torch.utils.dlpack as dlpack
 
+    def refusing(original):
+        @functools.wraps(original)
+        def exporter(tensor, *args, **kwargs):
+            if isinstance(tensor, torch.Tensor) and tensor.device.type == "pjrt":
+                raise RuntimeError("a pjrt tensor cannot be exported through DLPack: its memory lives in the PJRT "
+                                   "plugin, out of reach of other libraries; export tensor.cpu() instead")
+            return original(tensor, *args, **kwargs)
+
+        exporter._pjrt_guard = True
+        return exporter
+
     original = dlpack.to_dlpack
-    if getattr(original, "_pjrt_guard", False):
-        return
-
-    @functools.wraps(original)
-    def to_dlpack(tensor):
-        if isinstance(tensor, torch.Tensor) and tensor.device.type == "pjrt":
-            raise RuntimeError("a pjrt tensor cannot be exported through DLPack: its memory lives in the PJRT plugin, "
-                               "out of reach of other libraries; export tensor.cpu() instead")
-        return original(tensor)
-
-    to_dlpack._pjrt_guard = True
-    dlpack.to_dlpack = to_dlpack
-    if getattr(torch, "to_dlpack", None) is original:
-        torch.to_dlpack = to_dlpack
+    if not getattr(original, "_pjrt_guard", False):
+        dlpack.to_dlpack = refusing(original)
+        if getattr(torch, "to_dlpack", None) is original:
+            torch.to_dlpack = dlpack.to_dlpack
+    for name in ("__dlpack__", "__dlpack_device__"):
+        method = getattr(torch.Tensor, name, None)
+        if method is not None and not getattr(method, "_pjrt_guard", False):
+            setattr(torch.Tensor, name, refusing(method))
 
 
 # Low precision dtypes of autocast on pjrt. bfloat16 is the default: it has

@@ -62,8 +62,14 @@ def _edges_on_host(t: torch.Tensor) -> torch.Tensor | None:
         shape = [1] * t.dim()
         shape[d] = -1
         index.append(i.view(shape))
-    host[tuple(index)] = edges
+    target, source = host, edges
+    if host.dtype in _UNSIGNED_AS_SIGNED:  # the CPU's index_put has no kernel for these: write their bits
+        target, source = host.view(_UNSIGNED_AS_SIGNED[host.dtype]), edges.view(_UNSIGNED_AS_SIGNED[host.dtype])
+    target[tuple(index)] = source
     return host
+
+
+_UNSIGNED_AS_SIGNED = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
 
 
 def _contents(inp: torch.Tensor) -> str | None:

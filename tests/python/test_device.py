@@ -155,12 +155,16 @@ PRINT_CASES = [
     lambda: torch.randn(40, 30).to(torch.bfloat16), lambda: torch.randn(7, 300).half(),
     lambda: torch.randn(30, 40, dtype=torch.complex64), lambda: torch.randn(3, 4, dtype=torch.float64),
     lambda: torch.randint(0, 255, (20, 70), dtype=torch.uint8), lambda: torch.zeros(0, 3), lambda: torch.tensor([]),
+    # the CPU's index_put, which the summary's host copy used, has no kernel for these
+    lambda: torch.randint(0, 60000, (30, 70)).to(torch.uint16), lambda: torch.arange(2000).to(torch.uint32),
+    lambda: (torch.arange(1500) * 2**40).to(torch.uint64),
 ]
+NO_NEG_ON_THE_CPU = (torch.bool, torch.uint16, torch.uint32, torch.uint64)
 PRINT_VIEWS = [
     lambda t: t,
     lambda t: t.t() if t.dim() == 2 else t,
     lambda t: t[..., ::2] if t.dim() else t,
-    lambda t: t.conj() if t.is_complex() else t if t.dtype == torch.bool else torch._neg_view(t),
+    lambda t: t.conj() if t.is_complex() else t if t.dtype in NO_NEG_ON_THE_CPU else torch._neg_view(t),
 ]
 
 
@@ -750,11 +754,14 @@ def test_dlpack_export_is_refused_and_a_foreign_storage_is_an_error():
     # export through DLPack is refused, and a capsule made anyway (through
     # torch._C) gives a tensor whose first use is an error, not a crash.
     x = torch.arange(6.0).to(DEV)
-    for export in (torch.utils.dlpack.to_dlpack, torch.to_dlpack):
+    for export in (torch.utils.dlpack.to_dlpack, torch.to_dlpack, torch.from_dlpack, torch.Tensor.__dlpack__,
+                   torch.Tensor.__dlpack_device__):
         with pytest.raises(RuntimeError, match="cannot be exported through DLPack"):
             export(x)
     assert torch.equal(torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(torch.arange(3.0))),
                        torch.arange(3.0))
+    assert torch.equal(torch.from_dlpack(torch.arange(3.0)), torch.arange(3.0))
+    assert torch.arange(3.0).__dlpack_device__()[1] == 0
     imported = torch.utils.dlpack.from_dlpack(torch._C._to_dlpack(x))
     for use in (lambda: imported.cpu(), lambda: imported + 1, lambda: repr(imported)):
         with pytest.raises(RuntimeError, match="torch-pjrt did not allocate"):
