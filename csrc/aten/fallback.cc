@@ -75,3 +75,26 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpj::aten::Unsupported<tpj::aten::kNested>>());
 }
+
+// The ops that make a strided-nested or compressed-sparse tensor from pjrt
+// tensors build it without asking its backend: the tensor came out, and then
+// failed later in torch's own code ("NestedTensorImpl doesn't support
+// sizes", "col_indices expected sparse row compressed tensor layout but got
+// SparseCsr"), or, given requires_grad, aborted the process in autograd's
+// metadata. Refused where they are made. (Jagged nested tensors are Python
+// tensors of strided pjrt tensors, and work.)
+#define TPJ_REFUSE(op, what) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&tpj::aten::Unsupported<what>>())
+#define TPJ_REFUSE_COMPRESSED(m)                                               \
+  TPJ_REFUSE("sparse_compressed_tensor.comp_plain_value_size", tpj::aten::kSparse); \
+  TPJ_REFUSE("sparse_compressed_tensor.comp_plain_value", tpj::aten::kSparse);      \
+  TPJ_REFUSE("_sparse_compressed_tensor_unsafe", tpj::aten::kSparse)
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  TPJ_REFUSE("_nested_tensor_from_tensor_list", tpj::aten::kNested);
+  TPJ_REFUSE("_nested_from_padded", tpj::aten::kNested);
+  TPJ_REFUSE("_nested_view_from_buffer", tpj::aten::kNested);
+  TPJ_REFUSE("_nested_view_from_buffer_copy", tpj::aten::kNested);
+  TPJ_REFUSE_COMPRESSED(m);
+}
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) { TPJ_REFUSE_COMPRESSED(m); }
+#undef TPJ_REFUSE_COMPRESSED
+#undef TPJ_REFUSE

@@ -149,6 +149,7 @@ def register() -> None:
     _default_autocast_dtype()
     _refuse_sharing_between_processes()
     _refuse_dlpack_export()
+    _refuse_strided_nested_on_pjrt()
     _warn_when_cuda_starts()
     _printing.install()
     if _extension.is_loaded(_C):
@@ -251,6 +252,35 @@ def _refuse_dlpack_export() -> None:
         method = getattr(torch.Tensor, name, None)
         if method is not None and not getattr(method, "_pjrt_guard", False):
             setattr(torch.Tensor, name, refusing(method))
+
+
+def _refuse_strided_nested_on_pjrt() -> None:
+    """``torch.nested.nested_tensor`` and ``as_nested_tensor`` of CPU tensors
+    with ``device="pjrt"`` build a strided nested tensor on pjrt through the
+    CPU's kernel, which asks no pjrt code (from pjrt tensors the op itself is
+    refused, ``aten/fallback.cc``). pjrt has no such layout: the tensor failed
+    later inside torch, and with ``requires_grad=True`` autograd aborted the
+    process. Refused here with the op's message; ``layout=torch.jagged``
+    (Python tensors of strided pjrt tensors) works."""
+    import torch.nested as nested
+
+    def refusing(original):
+        @functools.wraps(original)
+        def make(*args, **kwargs):
+            device, layout = kwargs.get("device"), kwargs.get("layout")
+            if device is not None and torch.device(device).type == "pjrt" and layout in (None, torch.strided):
+                raise NotImplementedError(
+                    "nested tensors are not supported on pjrt (strided layout); keep them on the CPU, use "
+                    "layout=torch.jagged, or convert to a dense tensor (to_padded_tensor()) before moving to pjrt")
+            return original(*args, **kwargs)
+
+        make._pjrt_guard = True
+        return make
+
+    for name in ("nested_tensor", "as_nested_tensor"):
+        original = getattr(nested, name)
+        if not getattr(original, "_pjrt_guard", False):
+            setattr(nested, name, refusing(original))
 
 
 # Low precision dtypes of autocast on pjrt. bfloat16 is the default: it has

@@ -62,15 +62,28 @@ def test_sparse_quantized_and_nested_tensors_are_clear_errors():
         coo.to(DEV)
     with pytest.raises(NotImplementedError, match="sparse tensors are not supported on pjrt"):
         torch.eye(3, device=DEV).to_sparse()
-    csr = torch.eye(3).to_sparse_csr().to(DEV)  # PyTorch assembles it from dense parts: the first use raises
-    with pytest.raises(NotImplementedError, match="sparse tensors are not supported on pjrt"):
-        csr.to_dense()
+    # compressed layouts are assembled from dense parts: refused where they are made
+    crow, col, v = (torch.tensor(x, device=DEV) for x in ([0, 1, 2], [0, 1], [1.0, 2.0]))
+    for make in (lambda: torch.eye(3).to_sparse_csr().to(DEV), lambda: torch.eye(2, device=DEV).to_sparse_csr(),
+                 lambda: torch.sparse_csr_tensor(crow, col, v, (2, 2)), lambda: torch.sparse_csc_tensor(crow, col, v),
+                 lambda: torch.sparse_bsr_tensor(crow, col, v.view(2, 1, 1), (2, 2))):
+        with pytest.raises(NotImplementedError, match="sparse tensors are not supported on pjrt"):
+            make()
     q = torch.quantize_per_tensor(torch.rand(3), 0.1, 0, torch.quint8)
     with pytest.raises(NotImplementedError, match="quantized tensors are not supported on pjrt"):
         q.to(DEV)
     nt = torch.nested.nested_tensor([torch.rand(2), torch.rand(3)])
     with pytest.raises(NotImplementedError, match="nested tensors are not supported on pjrt"):
         nt.to(DEV)
+    # made on pjrt (with requires_grad, autograd aborted the process at its first op)
+    parts = [torch.rand(2, 3), torch.rand(4, 3)]
+    for make in (lambda: torch.nested.nested_tensor(parts, device=DEV, requires_grad=True),
+                 lambda: torch.nested.as_nested_tensor(parts, device=DEV),
+                 lambda: torch.nested.nested_tensor([p.to(DEV) for p in parts])):
+        with pytest.raises(NotImplementedError, match="nested tensors are not supported on pjrt"):
+            make()
+    jagged = torch.nested.nested_tensor([p.to(DEV) for p in parts], layout=torch.jagged)  # Python tensors: fine
+    torch.testing.assert_close((jagged * 2).values().cpu(), torch.cat(parts) * 2)
     torch.testing.assert_close(coo.to_dense().to(DEV).cpu(), torch.eye(3))  # the advice works
 
 
