@@ -159,6 +159,7 @@ Runs RowRuns(const at::Tensor& rows, bool sort) {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> Elements(const at::Tensor& self, bool sort, bool return_inverse,
                                                         bool return_counts) {
+  CheckNotComplex(self.scalar_type(), "unique");
   const at::TensorOptions longs = self.options().dtype(at::kLong);
   Runs r = RowRuns(self.reshape({-1, 1}), sort);
   return {r.rows.reshape({-1}), return_inverse ? r.inverse.reshape(self.sizes()) : at::zeros({0}, longs),
@@ -167,6 +168,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> Elements(const at::Tensor& self, 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> Slices(const at::Tensor& self, int64_t dim, bool sort,
                                                       bool return_inverse, bool return_counts) {
+  CheckNotComplex(self.scalar_type(), "unique_dim");
   const int64_t w = WrapDim(dim, self.dim());
   const int64_t n = self.size(w);
   if (sort && self.numel() / std::max<int64_t>(n, 1) > kMaxSortedColumns) {
@@ -204,6 +206,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim_consecutive(const at::
 }
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim) {
+  CheckNotComplex(self.scalar_type(), dim ? "unique_dim" : "unique");
   if (dim && self.dim() > 1) return Slices(self, *dim, false, return_inverse, return_counts);
   return Elements(self, false, return_inverse, return_counts);
 }

@@ -1037,6 +1037,7 @@ at::Tensor constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const at
 
 std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
                                                bool descending) {
+  TORCH_CHECK(!self.is_complex(), " Sort does not support complex dtypes on CPU");  // the CPU's message
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
@@ -1052,6 +1053,7 @@ std::tuple<at::Tensor, at::Tensor> sort(const at::Tensor& self, int64_t dim, boo
 
 std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted) {
   TORCH_CHECK(self.scalar_type() != at::kBool, "topk does not support bool dtypes on CPU");
+  TORCH_CHECK(!self.is_complex(), " topk does not support complex dtypes on CPU");
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK(k >= 0 && k <= (self.dim() ? self.size(w) : 1), "selected index k out of range");
   auto [v, i] = sort_stable(self, true, w, largest);
@@ -1068,6 +1070,7 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64
 std::tuple<at::Tensor, at::Tensor> SortedAt(const at::Tensor& self, int64_t dim, bool keepdim, const char* op,
                                             const std::function<at::Tensor(const at::Tensor& valid, int64_t n)>& position) {
   CheckNotBool(self.scalar_type(), std::string(op) == "kthvalue" ? "kthvalue_cpu" : "median_out");
+  CheckNotComplex(self.scalar_type(), std::string(op) == "kthvalue" ? "kthvalue_cpu" : "median_out");
   if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK_INDEX(self.size(w) > 0, op, "(): Expected reduction dim ", w, " to have non-zero size.");
@@ -1092,6 +1095,7 @@ std::tuple<at::Tensor, at::Tensor> nanmedian_dim(const at::Tensor& self, int64_t
 }
 // The whole tensor's median: NaN when it is empty, as the CPU.
 at::Tensor MedianAll(const at::Tensor& self, bool ignore_nan) {
+  CheckNotComplex(self.scalar_type(), "median_cpu");
   if (self.numel() == 0) return at::full({}, NAN, self.options().dtype(at::kFloat)).to(self.scalar_type());  // as the CPU: NaN, cast
   CheckNotBool(self.scalar_type(), "median_cpu");
   at::Tensor flat = self.reshape({-1});
@@ -1111,9 +1115,10 @@ std::tuple<at::Tensor, at::Tensor> kthvalue(const at::Tensor& self, int64_t k, i
 // equals nothing), the first of the longest (the smallest value) on a tie,
 // as the CPU; reported at the run's last element, which carries the largest
 // index of that value. The CPU's index is the last of its unstable sort's
-// run: the same for rows of up to 16 (insertion sort), any occurrence of
-// the value beyond.
+// run: the same for rows of up to 16 without NaN (insertion sort), any
+// occurrence of the value beyond.
 std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, bool keepdim) {
+  CheckNotComplex(self.scalar_type(), "mode_cpu");
   if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK_INDEX(self.size(w) > 0, "mode(): Expected reduction dim ", w, " to have non-zero size.");

@@ -234,6 +234,12 @@ REFUSED = {
     "bilinear": lambda z: F.interpolate(z.reshape(1, 3, 2, 2), scale_factor=2, mode="bilinear"),
     "bicubic": lambda z: F.interpolate(z.reshape(1, 3, 2, 2), scale_factor=2, mode="bicubic"),
     "linear": lambda z: F.interpolate(z.reshape(1, 3, 4), scale_factor=2, mode="linear"),
+    # sort-based: StableHLO's "cannot sort by complex keys" (a RuntimeError), unique_consecutive computed
+    "sort": torch.sort, "argsort": torch.argsort, "topk": lambda z: torch.topk(z, 2), "unique": torch.unique,
+    "unique_dim": lambda z: torch.unique(z.reshape(3, 4), dim=1), "unique_consecutive": torch.unique_consecutive,
+    "unique_consecutive_dim": lambda z: torch.unique_consecutive(z.reshape(3, 4), dim=0),
+    "median": torch.median, "median_dim": lambda z: torch.median(z, 0), "nanmedian": torch.nanmedian,
+    "kthvalue": lambda z: torch.kthvalue(z, 2), "mode": lambda z: torch.mode(z),
 }
 
 
