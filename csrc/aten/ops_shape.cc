@@ -1051,11 +1051,44 @@ std::tuple<at::Tensor, at::Tensor> sort(const at::Tensor& self, int64_t dim, boo
   return sort_stable(self, true, dim, descending);
 }
 
+// topk of float rows through XLA's TopK (ir::TopKAttrs): a partial sort,
+// where stablehlo.sort sorts the whole row. k = 50 of 50257 float32 logits
+// (sampling over GPT-2's vocabulary): 9.2 ms with the sort, against the CPU's
+// 0.08. The key gives the sort's order: values in float32 (exact for the
+// half types), NaN as +NaN (above +inf; XLA's total order puts -NaN lowest),
+// -0.0 as +0.0 (equal, as PyTorch compares), negated for the smallest; TopK
+// takes equal keys lowest index first, as the stable sort. The values are
+// then read from self at those indices (a NaN's own bits).
+std::tuple<at::Tensor, at::Tensor> TopKRows(const at::Tensor& self, int64_t k, int64_t w, bool largest) {
+  const int64_t last = self.dim() - 1;
+  const at::Tensor rows = w == last ? self : self.movedim(w, last);
+  at::Tensor idx;
+  {
+    TraceScope s;
+    const int d = DeviceIndex(rows);
+    ir::Builder& b = B(d);
+    const auto shape = rows.sizes().vec();
+    ir::Value x = ValAs(rows, at::kFloat);
+    ir::Value key = b.Select(b.Compare(ir::CompareDir::EQ, x, Fill(d, 0, at::kFloat, shape)),
+                             Fill(d, 0, at::kFloat, shape), x);
+    key = b.Select(IsNan(d, x), Fill(d, NAN, at::kFloat, shape), key);
+    if (!largest) key = b.Unary(Op::Neg, key);
+    idx = Wrap(b.Convert(b.TopK(key, k)[1], ir::DType::I64), d);
+  }
+  at::Tensor values = rows.gather(last, idx);
+  if (w == last) return {values, idx};
+  return {values.movedim(last, w), idx.movedim(last, w)};
+}
+
 std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted) {
   TORCH_CHECK(self.scalar_type() != at::kBool, "topk does not support bool dtypes on CPU");
   TORCH_CHECK(!self.is_complex(), " topk does not support complex dtypes on CPU");
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK(k >= 0 && k <= (self.dim() ? self.size(w) : 1), "selected index k out of range");
+  // TopK where it is the faster (k = n sorted slower than the sort: 25 ms
+  // against 15 for 50257 elements; k = n / 2, 5 ms)
+  const bool floats = self.scalar_type() == at::kFloat || at::isReducedFloatingType(self.scalar_type());
+  if (floats && self.dim() > 0 && k > 0 && 2 * k <= self.size(w)) return TopKRows(self, k, w, largest);
   auto [v, i] = sort_stable(self, true, w, largest);
   if (self.dim() == 0) return {v, i};
   return {v.narrow(w, 0, k).clone(), i.narrow(w, 0, k).clone()};

@@ -639,6 +639,8 @@ std::vector<Value> Builder::Sort(const std::vector<Value>& xs, int64_t dim, bool
   return AddNode(Op::Sort, xs, SortAttrs{dim, descending});
 }
 
+std::vector<Value> Builder::TopK(Value x, int64_t k) { return AddNode(Op::TopK, {x}, TopKAttrs{k}); }
+
 std::vector<Value> Builder::RngBitGenerator(Value state, const Shape& bits) {
   if (!IsUnsignedInt(bits.dtype)) {
     throw Error("RngBitGenerator: bits must have an unsigned integer dtype, got " +

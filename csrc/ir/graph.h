@@ -452,13 +452,26 @@ struct CallAttrs {
   template <class S, class F>
   static void Fields(S& s, F&& f) { f("body", s.body); }
 };
+// The k largest float32 elements along the last dimension, largest first,
+// and their int32 indices: XLA's TopK (a partial sort on the CPU plugin,
+// 0.1 ms where a stablehlo.sort of 50257 elements takes 9-15 ms). Keys in
+// IEEE total order (-NaN lowest, +NaN highest, -0.0 below +0.0); equal keys
+// lowest index first.
+struct TopKAttrs {
+  static constexpr Op kOp = Op::TopK;
+  int64_t k = 0;
+  template <class S, class F>
+  static void Fields(S& s, F&& f) {
+    f("k", s.k);
+  }
+};
 
 using Attrs =
     std::variant<std::monostate, ParameterAttrs, ConstantAttrs, CompareAttrs, BroadcastInDimAttrs,
                  ReshapeAttrs, TransposeAttrs, ReverseAttrs, SliceAttrs, DynamicSliceAttrs,
                  ConcatenateAttrs, PadAttrs, IotaAttrs, DotGeneralAttrs, ReduceAttrs,
                  ReduceWindowAttrs, SelectAndScatterAttrs, ConvolutionAttrs, GatherAttrs,
-                 ScatterAttrs, SortAttrs, RngBitGeneratorAttrs, AllReduceAttrs, AllGatherAttrs,
+                 ScatterAttrs, SortAttrs, TopKAttrs, RngBitGeneratorAttrs, AllReduceAttrs, AllGatherAttrs,
                  ReduceScatterAttrs, FftAttrs, CholeskyAttrs, TriangularSolveAttrs, CustomCallAttrs,
                  CallAttrs>;
 
@@ -631,6 +644,8 @@ class Builder {
   // Stable-sorts all `xs` along `dim` by the first one (NaN above +inf, see
   // SortAttrs); returns one value per input.
   std::vector<Value> Sort(const std::vector<Value>& xs, int64_t dim, bool descending);
+  // {values, int32 indices} of x's k largest along its last dimension (TopKAttrs).
+  std::vector<Value> TopK(Value x, int64_t k);
   // Returns {new_state, bits}: `state` is a ui64[2] Threefry key/counter.
   std::vector<Value> RngBitGenerator(Value state, const Shape& bits);
 

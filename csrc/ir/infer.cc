@@ -585,6 +585,18 @@ std::vector<Shape> InferResults(Op op, const std::vector<Shape>& in, const Attrs
       if (IsComplex(in[0].dtype)) Fail(op, in, "cannot sort by complex keys");
       return in;
     }
+    case Op::TopK: {
+      Arity(op, in, 1);
+      const int64_t k = Get<TopKAttrs>(op, in, attrs).k;
+      if (in[0].dtype != DType::F32) Fail(op, in, "needs float32 keys");
+      if (in[0].rank() < 1) Fail(op, in, "needs at least one dimension");
+      if (k < 1 || k > in[0].dims.back()) Fail(op, in, "k = " + std::to_string(k) + " is out of range");
+      Shape values = in[0];
+      values.dims.back() = k;
+      Shape indices = values;
+      indices.dtype = DType::I32;
+      return {values, indices};
+    }
     case Op::RngBitGenerator: {
       Arity(op, in, 1);
       if (in[0].dtype != DType::U64 || in[0].dims != std::vector<int64_t>{2}) {

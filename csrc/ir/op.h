@@ -74,6 +74,7 @@ namespace tpj::ir {
   X(Gather, "stablehlo.gather", kSpecial)                        \
   X(Scatter, "stablehlo.scatter", kSpecial)                      \
   X(Sort, "stablehlo.sort", kSpecial)                            \
+  X(TopK, "chlo.top_k", kSpecial)                                \
   X(RngBitGenerator, "stablehlo.rng_bit_generator", kSpecial)    \
   X(AllReduce, "stablehlo.all_reduce", kSpecial)                 \
   X(AllGather, "stablehlo.all_gather", kSpecial)                 \

@@ -464,6 +464,7 @@ class Printer {
   Parts Text(const SortAttrs& a, const Shapes& in, const Shape&) {
     return {SortComparator(in, a.descending), "dimension = " + std::to_string(a.dimension) + " : i64, is_stable = true"};
   }
+  Parts Text(const TopKAttrs& a, const Shapes&, const Shape&) { return {"", "k = " + std::to_string(a.k) + " : i64"}; }
   Parts Text(const RngBitGeneratorAttrs&, const Shapes&, const Shape&) {
     return {"", "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>"};
   }

@@ -65,6 +65,7 @@ std::vector<Value> AddEveryAttribute(Builder& b) {
   sd.index_vector_dim = 1;
   out.push_back(b.Scatter(x, idx, gathered, sd, false));
   out.push_back(b.Sort({x, y}, 1, true)[1]);
+  out.push_back(b.TopK(x, 2)[0]);
   out.push_back(b.RngBitGenerator(b.Parameter({DType::U64, {2}}), {DType::U32, {4}})[1]);
   out.push_back(b.AllReduce(x, ReduceKind::Sum, {{0, 1}, {2, 3}}));
   out.push_back(b.AllGather(x, 0));

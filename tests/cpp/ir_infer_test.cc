@@ -144,6 +144,11 @@ TEST(Infer, ReduceWindowedGatherScatterSort) {
   auto ys = b.Sort({x, x}, 2, false);
   EXPECT_EQ(ys.size(), 2u);
   EXPECT_NE(ErrorOf([&] { b.Sort({x, src}, 0, false); }).find("operands must have one shape"), std::string::npos);
+  auto top = b.TopK(x, 2);
+  EXPECT_EQ(b.shape(top[0]).dims.back(), 2);
+  EXPECT_EQ(b.shape(top[1]).dtype, DType::I32);
+  EXPECT_NE(ErrorOf([&] { b.TopK(x, 1000); }).find("out of range"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { b.TopK(b.Parameter({DType::F64, {4}}), 2); }).find("needs float32 keys"), std::string::npos);
 }
 
 TEST(Infer, CollectivesUseReplicaGroups) {

@@ -463,6 +463,20 @@ TEST(OpsOnPlugin, SortValuesWithIndicesBothDirections) {
   ExpectFloats(out[2].As<float>(), {3, 2, 1, 1, 5, 4, 0, -1});
 }
 
+TEST(OpsOnPlugin, TopKTakesTheLargestInTotalOrderTiesLowestIndexFirst) {
+  const float nan = std::nanf("");
+  ir::Builder b;
+  auto x = b.Parameter({DType::F32, {2, 6}});
+  auto top = b.TopK(x, 3);
+  auto g = b.Build({top[0], top[1]});
+  auto out = RunGraph(g, {F32({2, 6}, {1, 7, 3, 7, 0, 2, -0.0f, -nan, 0.0f, nan, -1, INFINITY})});
+  auto v = out[0].As<float>();
+  EXPECT_EQ(out[1].As<int32_t>(), (std::vector<int32_t>{1, 3, 2, 3, 5, 2}));  // +NaN, then inf, +0.0 over -0.0
+  EXPECT_EQ(v[0], 7);
+  EXPECT_EQ(v[2], 3);
+  EXPECT_TRUE(std::isnan(v[3]));
+}
+
 TEST(OpsOnPlugin, SortPutsNanAboveInfAndKeepsTiesInOrder) {
   const float nan = std::nanf("");
   const float inf = INFINITY;

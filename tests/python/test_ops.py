@@ -1733,3 +1733,23 @@ for make in ("torch.zeros(400, 1000, device='pjrt').sum()", "torch.ones(400, 100
     got = [json.loads(line) for line in r.stdout.splitlines()]
     # small ones still fold; the 3 is the program's argument, so nothing is known to fold there
     assert got == [[[0.0], True], [[400.0] * 3, True], [[500.0], False], [[1200.0] * 3, False]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_topk_of_float_rows_is_the_stable_sorts_first_k(dtype):
+    # Float rows take XLA's TopK (a partial sort) when k <= n / 2: the same
+    # values and indices as the stable sort, NaN (either sign) above +inf,
+    # -0.0 equal to +0.0, ties lowest index first, for largest and smallest.
+    torch.manual_seed(0)
+    for shape, dim in (((100,), 0), ((3, 200), 1), ((200, 3), 0), ((2, 50, 4), 1)):
+        x = torch.randn(shape).to(dtype)
+        flat = x.view(-1)
+        flat[::7], flat[::11], flat[::13], flat[::17] = 0.0, -0.0, float("nan"), -float("nan")
+        flat[::19], flat[::23], flat[5::29] = float("inf"), -float("inf"), 1.0
+        n = x.shape[dim]
+        for k in (1, 3, n // 4, n // 2):
+            for largest in (True, False):
+                values, indices = x.to(DEV).topk(k, dim, largest)
+                want_v, want_i = x.sort(dim=dim, descending=largest, stable=True)
+                assert torch.equal(indices.cpu(), want_i.narrow(dim, 0, k)), (shape, k, largest)
+                torch.testing.assert_close(values.cpu(), want_v.narrow(dim, 0, k), equal_nan=True, rtol=0, atol=0)
