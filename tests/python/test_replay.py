@@ -472,6 +472,23 @@ def test_python_float_arguments_replay_with_their_values():
     assert c.get("compiles", 0) <= 1, c  # the backward's seed, lazily; nothing per value
 
 
+def test_alternating_sizes_under_dynamic_shapes_each_replay():
+    """Under dynamic=True one graph serves every size, its sizes Python
+    inputs: each size's recording is kept (it was the last size's only, so
+    lengths alternating 12/14/16 traced every call)."""
+    lin = nn.Linear(16, 16).to(DEV)
+    f = torch.compile(lambda x: torch.relu(lin(x)).sum(), backend="pjrt", dynamic=True)
+    xs = {n: torch.randn(n, 16) for n in (8, 12, 15)}
+    for n in (8, 8, 12, 12, 15, 15):  # warm: each size traced, recorded, replayed once
+        f(xs[n].to(DEV)).cpu()
+    torch_pjrt.metrics.reset()
+    for n in (8, 12, 15, 12, 8, 15):
+        got = f(xs[n].to(DEV)).cpu()
+        torch.testing.assert_close(got, torch.relu(xs[n] @ lin.weight.detach().cpu().t() + lin.bias.detach().cpu()).sum())
+    c = torch_pjrt.metrics.counters()
+    assert c.get("replays", 0) == 6 and c.get("compiles", 0) == 0 and c.get("replay_recordings", 0) == 0, c
+
+
 def test_scalar_inputs_that_the_graph_writes_stay_on_the_cpu():
     """A 0-d CPU input the graph updates in place (Adam's step counter
     without capturable=True) is written where it lives, every call."""

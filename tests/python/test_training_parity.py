@@ -78,3 +78,21 @@ def test_fused_optimizers_step_on_the_device(cls, kw):
         for a, b in zip(want, got):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
+
+
+def test_fused_adamw_keeps_its_program_when_the_lr_equals_another_number():
+    """The fused step's numbers were shared by value: a learning rate equal
+    to the weight decay (a schedule reaching 0.01) compiled a program of
+    another structure for that step. One argument per role now."""
+    p = torch.nn.Parameter(torch.randn(4, device=torch_pjrt.device()))
+    opt = torch.optim.AdamW([p], lr=0.02, weight_decay=0.01, fused=True)
+    compiles = []
+    for lr in (0.02, 0.015, 0.013, 0.01, 0.9, 0.012):  # 0.01 is the weight decay, 0.9 beta1
+        opt.param_groups[0]["lr"] = lr
+        p.grad = torch.ones(4, device=torch_pjrt.device())
+        torch_pjrt.sync()
+        torch_pjrt.metrics.reset()
+        opt.step()
+        torch_pjrt.sync()
+        compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+    assert compiles[2:] == [0, 0, 0, 0], compiles
