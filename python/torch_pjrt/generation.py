@@ -211,7 +211,8 @@ def generate(
     """Greedy or sampled decoding of a HF causal LM on a pjrt device.
 
     Returns ``[batch, prompt + n]`` token ids like ``model.generate()``:
-    the prompt, then ``n <= max_new_tokens`` new tokens; ``n`` is shorter
+    the prompt, then ``n <= max_new_tokens`` new tokens (default: the
+    model's ``generation_config.max_new_tokens``, else 20); ``n`` is shorter
     only when every row produced an end-of-sequence token, and rows that
     finished earlier are filled with ``pad_token_id`` (default: the first eos
     id), as ``model.generate()`` does. Greedy decoding gives
