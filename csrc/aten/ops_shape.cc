@@ -1077,7 +1077,7 @@ std::tuple<at::Tensor, at::Tensor> TopKRows(const at::Tensor& self, int64_t k, i
   }
   at::Tensor values = rows.gather(last, idx);
   if (w == last) return {values, idx};
-  return {values.movedim(last, w), idx.movedim(last, w)};
+  return {values.movedim(last, w).contiguous(), idx.movedim(last, w).contiguous()};  // row-major, as the CPU's
 }
 
 std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted) {

@@ -1752,4 +1752,5 @@ def test_topk_of_float_rows_is_the_stable_sorts_first_k(dtype):
                 values, indices = x.to(DEV).topk(k, dim, largest)
                 want_v, want_i = x.sort(dim=dim, descending=largest, stable=True)
                 assert torch.equal(indices.cpu(), want_i.narrow(dim, 0, k)), (shape, k, largest)
+                assert values.is_contiguous() and indices.is_contiguous()  # as the CPU's, along any dim
                 torch.testing.assert_close(values.cpu(), want_v.narrow(dim, 0, k), equal_nan=True, rtol=0, atol=0)
