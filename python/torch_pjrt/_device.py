@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import inspect
 import os
 import re
 import signal
@@ -265,9 +266,12 @@ def _refuse_strided_nested_on_pjrt() -> None:
     import torch.nested as nested
 
     def refusing(original):
+        signature = inspect.signature(original)
+
         @functools.wraps(original)
         def make(*args, **kwargs):
-            device, layout = kwargs.get("device"), kwargs.get("layout")
+            given = signature.bind_partial(*args, **kwargs).arguments  # as_nested_tensor takes them positionally too
+            device, layout = given.get("device"), given.get("layout")
             if device is not None and torch.device(device).type == "pjrt" and layout in (None, torch.strided):
                 raise NotImplementedError(
                     "nested tensors are not supported on pjrt (strided layout); keep them on the CPU, use "

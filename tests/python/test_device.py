@@ -79,6 +79,7 @@ def test_sparse_quantized_and_nested_tensors_are_clear_errors():
     parts = [torch.rand(2, 3), torch.rand(4, 3)]
     for make in (lambda: torch.nested.nested_tensor(parts, device=DEV, requires_grad=True),
                  lambda: torch.nested.as_nested_tensor(parts, device=DEV),
+                 lambda: torch.nested.as_nested_tensor(parts, None, DEV),
                  lambda: torch.nested.nested_tensor([p.to(DEV) for p in parts])):
         with pytest.raises(NotImplementedError, match="nested tensors are not supported on pjrt"):
             make()
