@@ -13,8 +13,14 @@ void Metrics::Add(const std::string& counter, int64_t delta) {
 }
 
 void Metrics::AddTime(const std::string& timer, double seconds) {
+  if (timer == "sync" || timer == "execute_wait") RuntimeNsOfThread() += static_cast<int64_t>(seconds * 1e9);
   std::lock_guard<std::mutex> l(mu_);
   timers_[timer] += seconds;
+}
+
+int64_t& Metrics::RuntimeNsOfThread() {
+  thread_local int64_t ns = 0;
+  return ns;
 }
 
 void Metrics::Fallback(const std::string& op, const std::string& where) {

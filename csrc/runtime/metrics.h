@@ -48,6 +48,10 @@ class Metrics {
 
   // Time spent tracing (inside op lowerings), accumulated cheaply.
   std::atomic<int64_t> trace_ns{0};
+  // This thread's nanoseconds in syncs and waits ("sync" and "execute_wait"
+  // of AddTime): an op that reads a value (its sync, compile and wait) is
+  // not tracing, and TraceScope leaves that time out of trace_ns.
+  static int64_t& RuntimeNsOfThread();
   std::atomic<int64_t> traced_ops{0};
 
  private:

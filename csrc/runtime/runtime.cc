@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -287,6 +288,7 @@ std::string Runtime::Location() {
 
 namespace {
 thread_local int trace_depth = 0;
+thread_local int64_t runtime_ns_at_trace_start = 0;  // Metrics::RuntimeNsOfThread() when the outer scope began
 }  // namespace
 
 void Runtime::MergeCheck(Trace& t, ir::Value code) {
@@ -312,6 +314,7 @@ TraceScope::TraceScope() : lock_(Runtime::Get().mu()) {
   outer_ = trace_depth++ == 0;
   if (!outer_) return;
   start_ns_ = NowNs();
+  runtime_ns_at_trace_start = Metrics::RuntimeNsOfThread();
   uncaught_ = std::uncaught_exceptions();
   Runtime& rt = Runtime::Get();
   rt.op_unlocated_before_ = rt.unlocated_checks_.size();
@@ -321,7 +324,8 @@ TraceScope::~TraceScope() {
   --trace_depth;
   if (!outer_) return;
   Metrics& m = Metrics::Get();
-  m.trace_ns += NowNs() - start_ns_;
+  const int64_t syncing = Metrics::RuntimeNsOfThread() - runtime_ns_at_trace_start;
+  m.trace_ns += std::max<int64_t>(0, NowNs() - start_ns_ - syncing);
   m.traced_ops += 1;
   Runtime& rt = Runtime::Get();
   if (!rt.op_checks_before_.empty()) {

@@ -203,6 +203,9 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     custom = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
                      and isinstance(n.target, torch._ops.OpOverload) and n.target.namespace not in _BUILTIN_OPS})
     record = not fallback and not custom and not rng_states
+    if fallback and replay:
+        why = "ops of it run on the CPU (no pjrt lowering): " + ", ".join(sorted(fallback))
+        _refusals[why] = _refusals.get(why, 0) + 1
     if custom and replay:
         why = "it calls custom ops, whose Python bodies may read state the graph does not show: " + ", ".join(custom)
         _refusals[why] = _refusals.get(why, 0) + 1

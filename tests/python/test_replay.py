@@ -313,6 +313,18 @@ def _(x):
     return torch.empty_like(x)
 
 
+def test_a_graph_with_cpu_fallbacks_says_why_it_is_not_replayed():
+    """Graphs with ops that run on the CPU are traced on every call;
+    call_stats named no reason for them."""
+    f = torch.compile(lambda a: torch.special.erfcx(a) + 1, backend="pjrt")
+    pjrt_dynamo.call_stats(reset=True)
+    x = torch.rand(4)
+    for _ in range(2):
+        torch.testing.assert_close(f(x.to(DEV)).cpu(), torch.special.erfcx(x) + 1)
+    refusals = pjrt_dynamo.call_stats()["refusals"]
+    assert any("run on the CPU" in why and "special_erfcx" in why for why in refusals), refusals
+
+
 @pytest.mark.parametrize("custom_ops_trusted", [False, True])
 def test_graph_that_reads_a_value_to_the_host_is_not_replayed(monkeypatch, custom_ops_trusted):
     """A custom op reading an input with .item() bakes the value into the
