@@ -40,6 +40,7 @@ the float32 entries of the pass list (docs/device.md, "In-place and out= forms")
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import time
@@ -544,7 +545,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-grad", action="store_true", help="skip gradient checks")
     p.add_argument("--entries", default="", help="run only the (op dtype) entries this file lists, e.g. the pass list")
     p.add_argument("--special-values", action="store_true",
-                   help="inputs with NaN, +-inf and -0.0 written in, and emptied inputs (see above)")
+                   help="each sample again with NaN, +inf, -inf and -0.0 written into its floating-point inputs, "
+                        "and with its inputs emptied along their last dimension")
     p.add_argument("--out", action="store_true", help="run the out= forms (entries op[out]) instead of the ops")
     p.add_argument("--inplace", action="store_true",
                    help="run the in-place variants (entries op[inplace]) instead of the ops; with --out, both")
@@ -554,6 +556,16 @@ def main(argv=None) -> int:
                    help="with --expected: also fail when an entry it lists ran and passed (remove it from the file)")
     args = p.parse_args(argv)
     names = [n for n in args.ops.split(",") if n] or None
+    if names:
+        from torch.testing._internal.common_methods_invocations import op_db as db
+
+        known = {_entry_name(op) for op in db} | {op.name for op in db}
+        unknown = [n for n in names if n not in known]
+        if unknown:  # they ran nothing and passed ("0 passed, 0 failed")
+            def hint(n):
+                near = sorted(k for k in known if k.endswith("." + n)) or difflib.get_close_matches(n, known, 3)
+                return f"{n} (did you mean {', '.join(near)}?)" if near else n
+            p.error("no OpInfo entry named " + "; ".join(hint(n) for n in unknown))
     entries = load_entries(args.entries) if args.entries else None
     t0 = time.time()
     modes = tuple(m for m, on in (("out", args.out), ("inplace", args.inplace)) if on) or ("functional",)

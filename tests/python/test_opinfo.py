@@ -102,3 +102,12 @@ def test_the_runner_tells_each_kind_of_difference_apart():
     # the 20-element sample is a wrong answer, the empty one an error
     both = _exp_entry(lambda x: _WrongGrad.apply(x, True) + 0.01)
     assert both["failed"] == 1 and both["errored"] == 1 and both["detail"].startswith("output 0"), both
+
+
+def test_the_cli_refuses_op_names_it_does_not_know(capsys):
+    # --ops with a misspelt name ran nothing and reported "0 passed, 0 failed", exit 0
+    with pytest.raises(SystemExit) as e:
+        conformance.main(["--ops", "erfcx,sinn", "--json", os.devnull])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "no OpInfo entry named erfcx (did you mean special.erfcx?)" in err and "sinn" in err
