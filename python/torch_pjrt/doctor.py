@@ -344,9 +344,13 @@ def format_text(report: Dict[str, object]) -> str:
             lines.append(f"        fix: {c['fix']}")
     env = report.get("environment") or []
     if env:
-        unset = [e for e in env if e["value"] is None]
-        lines.append(f"environment ({len(unset)} more unset, at their defaults: docs/environment.md):")
-        lines += [f"  {e['name']}={e['value']}" for e in env if e["value"] is not None]
+        given = [e for e in env if e["value"] is not None]
+        unset = len(env) - len(given)
+        if given:
+            lines.append(f"environment set ({unset} more unset, at their defaults: docs/environment.md):")
+            lines += [f"  {e['name']}={e['value']}" for e in given]
+        else:
+            lines.append(f"environment: all {unset} unset, at their defaults (docs/environment.md)")
     problems = report["problems"]
     lines.append("no problems found" if not problems else f"{len(problems)} problem(s) found")
     return "\n".join(lines)
