@@ -1035,9 +1035,59 @@ at::Tensor constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const at
   return Wrap(B(d).Pad(Val(self), pv, low, high, interior), d);
 }
 
+// A sort whose keys fit 32 bits sorts one int64 per element: the key, made
+// order-preserving as a signed integer, above the element's position. All
+// packed values differ, so their plain order is the stable sort's, and XLA's
+// CPU sort of one integer operand with a plain comparison runs 4-5x faster
+// than of two operands with PyTorch's comparator (50257 float32: 2.2 ms
+// against 9.4-15). Float keys are read in float32 (exact for the half
+// types), NaN as +NaN (above +inf), -0.0 as +0.0 (equal); a float's bits,
+// negative ones with all but the sign flipped, order as the floats do.
+// Descending takes the keys' complement (~k orders reversed, no overflow),
+// with positions still ascending. The values are gathered from self by
+// the positions (their own bits: -0.0, NaN payloads).
+std::optional<std::tuple<at::Tensor, at::Tensor>> PackedSort(const at::Tensor& self, int64_t w, bool descending) {
+  const at::ScalarType t = self.scalar_type();
+  const bool floats = t == at::kFloat || at::isReducedFloatingType(t);
+  const bool ints = t == at::kInt || t == at::kShort || t == at::kChar || t == at::kByte || t == at::kBool ||
+                    t == at::kUInt16;
+  if ((!floats && !ints) || self.size(w) >= (int64_t{1} << 31)) return std::nullopt;
+  at::Tensor positions;
+  {
+    TraceScope s;
+    const int d = DeviceIndex(self);
+    ir::Builder& b = B(d);
+    const auto shape = self.sizes().vec();
+    ir::Value key;
+    if (floats) {
+      ir::Value x = ValAs(self, at::kFloat);
+      x = b.Select(b.Compare(ir::CompareDir::EQ, x, Fill(d, 0, at::kFloat, shape)), Fill(d, 0, at::kFloat, shape), x);
+      x = b.Select(IsNan(d, x), Fill(d, NAN, at::kFloat, shape), x);
+      ir::Value bits = b.Bitcast(x, ir::DType::I32);
+      ir::Value negative = b.Compare(ir::CompareDir::LT, bits, Fill(d, 0, at::kInt, shape));
+      key = b.Select(negative, b.Binary(Op::Xor, bits, Fill(d, 2147483647.0, at::kInt, shape)), bits);
+    } else {
+      key = ValAs(self, at::kInt);
+    }
+    if (descending) key = b.Unary(Op::Not, key);
+    ir::Value high = b.Binary(Op::ShiftLeft, b.Convert(key, ir::DType::I64), Fill(d, 32, at::kLong, shape));
+    ir::Value packed = b.Binary(Op::Or, high, b.Iota({ir::DType::I64, shape}, w));
+    // one row (a [1, n] batch of logits) sorted as 1-d: XLA's CPU sort took
+    // twice as long over [1, 50257] as over [50257]
+    const int64_t n = shape[static_cast<size_t>(w)];
+    ir::Value sorted = self.numel() == n ? b.Reshape(b.Sort({b.Reshape(packed, {n})}, 0, false)[0], shape)
+                                         : b.Sort({packed}, w, false)[0];
+    positions = Wrap(b.Binary(Op::And, sorted, Fill(d, 4294967295.0, at::kLong, shape)), d);
+  }
+  return std::make_tuple(self.gather(w, positions), positions);
+}
+
 std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
                                                bool descending) {
   TORCH_CHECK(!self.is_complex(), " Sort does not support complex dtypes on CPU");  // the CPU's message
+  if (self.dim() > 0 && self.numel() > 0) {
+    if (auto r = PackedSort(self, WrapDim(dim, self.dim()), descending)) return *r;
+  }
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);

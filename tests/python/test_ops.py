@@ -1754,3 +1754,28 @@ def test_topk_of_float_rows_is_the_stable_sorts_first_k(dtype):
                 assert torch.equal(indices.cpu(), want_i.narrow(dim, 0, k)), (shape, k, largest)
                 assert values.is_contiguous() and indices.is_contiguous()  # as the CPU's, along any dim
                 torch.testing.assert_close(values.cpu(), want_v.narrow(dim, 0, k), equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int8, torch.uint8, torch.bool])
+def test_sort_of_keys_packed_with_positions_is_the_cpus_stable_sort(dtype):
+    # Keys of 32 bits or fewer sort as one int64 (key, position) per element
+    # (ops_shape.cc, PackedSort): the CPU's stable order and values, bit for
+    # bit (-0.0 kept, NaN of either sign last), any dim, both directions.
+    torch.manual_seed(0)
+    for shape, dim in (((100,), 0), ((1, 300), 1), ((200, 3), 0), ((2, 50, 4), 1), ((7, 0), 1)):
+        if dtype.is_floating_point:
+            x = torch.randn(shape).to(dtype)
+            flat = x.view(-1)
+            if flat.numel():
+                flat[::7], flat[::11], flat[::13], flat[::17] = 0.0, -0.0, float("nan"), -float("nan")
+                flat[::19], flat[::23], flat[5::29] = float("inf"), -float("inf"), 1.0
+        elif dtype == torch.bool:
+            x = torch.rand(shape) > 0.5
+        else:
+            info = torch.iinfo(dtype)
+            x = torch.randint(info.min, info.max, shape, dtype=torch.int64).to(dtype)
+        for descending in (False, True):
+            want_v, want_i = x.sort(dim=dim, descending=descending, stable=True)
+            got_v, got_i = x.to(DEV).sort(dim=dim, descending=descending, stable=True)
+            assert torch.equal(got_i.cpu(), want_i), (shape, descending)
+            assert torch.equal(got_v.cpu().view(torch.uint8), want_v.view(torch.uint8)), (shape, descending)
