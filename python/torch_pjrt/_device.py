@@ -151,6 +151,7 @@ def register() -> None:
     _refuse_sharing_between_processes()
     _refuse_dlpack_export()
     _refuse_strided_nested_on_pjrt()
+    _register_with_lightning_when_imported()
     _warn_when_cuda_starts()
     _printing.install()
     if _extension.is_loaded(_C):
@@ -253,6 +254,52 @@ def _refuse_dlpack_export() -> None:
         method = getattr(torch.Tensor, name, None)
         if method is not None and not getattr(method, "_pjrt_guard", False):
             setattr(torch.Tensor, name, refusing(method))
+
+
+def _register_with_lightning_when_imported() -> None:
+    """``Trainer(accelerator="pjrt")`` and ``Fabric(accelerator="pjrt")``
+    need the accelerator registered, and Lightning has no entry point for
+    accelerators: once ``lightning.pytorch`` is imported in this process
+    (before or after torch_pjrt; ``import lightning`` imports it, and its
+    import of torch is what loads torch_pjrt when torch autoloads it),
+    ``torch_pjrt.lightning`` registers it, so that ``import
+    torch_pjrt.lightning`` is not needed (docs/lightning.md). A failure there
+    (another Lightning version) is a warning, never a failed import."""
+    import importlib.abc
+    import importlib.util
+
+    def register() -> None:
+        try:
+            importlib.import_module("torch_pjrt.lightning")
+        except Exception as error:  # noqa: BLE001 - Lightning must still import
+            warnings.warn(f"torch_pjrt could not register its Lightning accelerator ({type(error).__name__}: "
+                          f"{error}); Trainer(accelerator='pjrt') will not be available", PjrtWarning, stacklevel=2)
+
+    target_name = "lightning.pytorch"
+    if target_name in sys.modules:
+        if hasattr(sys.modules[target_name], "Trainer"):  # fully imported
+            register()
+        return
+
+    class AfterLightning(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != target_name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(fullname)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                register()
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    if not any(type(f).__name__ == "AfterLightning" for f in sys.meta_path):
+        sys.meta_path.insert(0, AfterLightning())
 
 
 def _refuse_strided_nested_on_pjrt() -> None:

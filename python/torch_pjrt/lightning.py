@@ -1,9 +1,10 @@
-"""PyTorch Lightning on pjrt: ``import torch_pjrt.lightning``, then
-``Trainer(accelerator="pjrt", devices=1)`` (``lightning.pytorch``) or
-``Fabric(accelerator="pjrt", devices=1)`` (``lightning.fabric``).
+"""PyTorch Lightning on pjrt: ``Trainer(accelerator="pjrt", devices=1)``
+(``lightning.pytorch``) or ``Fabric(accelerator="pjrt", devices=1)``
+(``lightning.fabric``).
 
 Lightning has no entry point for accelerators, so importing this module
-registers them: the accelerator ``"pjrt"`` and the strategy
+registers them (torch_pjrt imports it when ``lightning.pytorch`` is
+imported: ``_device._register_with_lightning_when_imported``): the accelerator ``"pjrt"`` and the strategy
 ``"pjrt_single"`` in both registries, and the precision plugins that make
 ``precision="bf16-mixed"`` (and ``"16-mixed"``) use ``torch.autocast("pjrt")``
 (Lightning would give an accelerator it does not know CUDA's autocast).

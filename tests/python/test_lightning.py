@@ -401,3 +401,20 @@ def test_fabric_matches_the_cpu():
 
     cpu, pjrt = run("cpu"), run("pjrt")
     assert _max_diff(pjrt, cpu) < 1e-5
+
+
+@pytest.mark.parametrize("imports", ["import torch_pjrt; import lightning as L",
+                                     "import lightning as L; import torch_pjrt",
+                                     "import torch_pjrt; import lightning.fabric; import lightning as L"])
+def test_the_accelerator_is_registered_without_importing_torch_pjrt_lightning(imports):
+    # Lightning has no entry point for accelerators: Trainer(accelerator="pjrt")
+    # raised "invalid accelerator name" unless torch_pjrt.lightning was imported.
+    from conftest import run_python
+
+    r = run_python(imports + """
+t = L.Trainer(accelerator="pjrt", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+f = L.Fabric(accelerator="pjrt", devices=1)
+print(type(t.accelerator).__name__, type(t.strategy).__name__, type(f.accelerator).__name__)
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-3:] == ["PjrtAccelerator", "PjrtSingleDeviceStrategy", "PjrtAccelerator"], r.stdout
