@@ -1131,10 +1131,10 @@ std::tuple<at::Tensor, at::Tensor> TopKRows(const at::Tensor& self, int64_t k, i
 }
 
 std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted) {
+  const int64_t w = WrapDim(dim, self.dim());
+  TORCH_CHECK(k >= 0 && k <= (self.dim() ? self.size(w) : 1), "selected index k out of range");  // first, as the CPU
   TORCH_CHECK(self.scalar_type() != at::kBool, "topk does not support bool dtypes on CPU");
   TORCH_CHECK(!self.is_complex(), " topk does not support complex dtypes on CPU");
-  const int64_t w = WrapDim(dim, self.dim());
-  TORCH_CHECK(k >= 0 && k <= (self.dim() ? self.size(w) : 1), "selected index k out of range");
   // TopK where it is the faster (k = n sorted slower than the sort: 25 ms
   // against 15 for 50257 elements; k = n / 2, 5 ms)
   const bool floats = self.scalar_type() == at::kFloat || at::isReducedFloatingType(self.scalar_type());
@@ -1152,11 +1152,12 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64
 // open); the values agree.
 std::tuple<at::Tensor, at::Tensor> SortedAt(const at::Tensor& self, int64_t dim, bool keepdim, const char* op,
                                             const std::function<at::Tensor(const at::Tensor& valid, int64_t n)>& position) {
-  CheckNotBool(self.scalar_type(), std::string(op) == "kthvalue" ? "kthvalue_cpu" : "median_out");
-  CheckNotComplex(self.scalar_type(), std::string(op) == "kthvalue" ? "kthvalue_cpu" : "median_out");
+  // the CPU's order: a 0-d input is its own answer, then the empty dim, then the dtype
   if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK_INDEX(self.size(w) > 0, op, "(): Expected reduction dim ", w, " to have non-zero size.");
+  CheckNotBool(self.scalar_type(), std::string(op) == "kthvalue" ? "kthvalue_cpu" : "median_out");
+  CheckNotComplex(self.scalar_type(), std::string(op) == "kthvalue" ? "kthvalue_cpu" : "median_out");
   auto [v, i] = sort_stable(self, true, w, false);
   const int64_t n = self.size(w);
   at::Tensor valid = at::isFloatingType(self.scalar_type()) ? self.isnan().logical_not().sum(w, true)
@@ -1178,9 +1179,9 @@ std::tuple<at::Tensor, at::Tensor> nanmedian_dim(const at::Tensor& self, int64_t
 }
 // The whole tensor's median: NaN when it is empty, as the CPU.
 at::Tensor MedianAll(const at::Tensor& self, bool ignore_nan) {
-  CheckNotComplex(self.scalar_type(), "median_cpu");
   if (self.numel() == 0) return at::full({}, NAN, self.options().dtype(at::kFloat)).to(self.scalar_type());  // as the CPU: NaN, cast
   CheckNotBool(self.scalar_type(), "median_cpu");
+  CheckNotComplex(self.scalar_type(), "median_cpu");
   at::Tensor flat = self.reshape({-1});
   return std::get<0>(ignore_nan ? nanmedian_dim(flat, 0, false) : median_dim(flat, 0, false));
 }
@@ -1201,10 +1202,10 @@ std::tuple<at::Tensor, at::Tensor> kthvalue(const at::Tensor& self, int64_t k, i
 // run: the same for rows of up to 16 without NaN (insertion sort), any
 // occurrence of the value beyond.
 std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, bool keepdim) {
-  CheckNotComplex(self.scalar_type(), "mode_cpu");
   if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
   const int64_t w = WrapDim(dim, self.dim());
   TORCH_CHECK_INDEX(self.size(w) > 0, "mode(): Expected reduction dim ", w, " to have non-zero size.");
+  CheckNotComplex(self.scalar_type(), "mode_cpu");
   auto [v, i] = sort_stable(self, true, w, false);
   const int64_t n = self.size(w);
   std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);

@@ -268,3 +268,30 @@ def test_complex_scatter_reduce_matches_the_cpu():
             torch.testing.assert_close(got.cpu(), want)
     with pytest.raises(NotImplementedError, match="reduce_amax\" not implemented for 'ComplexFloat'"):
         torch.ones(4, dtype=torch.complex64, device=DEV).scatter_reduce(0, i.to(DEV), z.to(DEV), "amax")
+
+
+@pytest.mark.parametrize("name,make,fn", [
+    ("kthvalue 0-d complex", lambda: torch.tensor(1 + 2j), lambda t: torch.kthvalue(t, 1)),
+    ("mode 0-d complex", lambda: torch.tensor(1 + 2j), torch.mode),
+    ("kthvalue 0-d bool", lambda: torch.tensor(True), lambda t: torch.kthvalue(t, 1, -1)),
+    ("median empty complex", lambda: torch.ones(2, 0, dtype=torch.complex64), torch.median),
+    ("nanmedian empty complex", lambda: torch.ones(2, 0, dtype=torch.complex64), torch.nanmedian),
+    ("mode empty complex", lambda: torch.ones(2, 0, dtype=torch.complex64), lambda t: torch.mode(t, -1)),
+    ("median empty bool", lambda: torch.zeros(0, dtype=torch.bool), lambda t: torch.median(t, 0)),
+    ("topk empty complex", lambda: torch.zeros(0, dtype=torch.complex64), lambda t: torch.topk(t, 1)),
+])
+def test_the_cpus_shortcuts_come_before_its_dtype_refusals(name, make, fn):
+    """A 0-d input is its own answer, an empty dim or a bad k is the CPU's
+    error, before it looks at the dtype: as the CPU, not a refusal."""
+    def outcome(device):
+        try:
+            r = fn(make().to(device))
+            return tuple(x.cpu() for x in r) if isinstance(r, tuple) else (r.cpu(),)
+        except Exception as e:  # noqa: BLE001 - the CPU's error is the answer
+            return type(e), str(e)
+    want, got = outcome("cpu"), outcome(DEV)
+    if isinstance(want[0], type):
+        assert got == want, name
+    else:
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, equal_nan=True)
