@@ -91,11 +91,12 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
       TORCH_CHECK(x->sizes() == p.sizes(), op, ": every state tensor must have its parameter's shape ", p.sizes(),
                   ", got ", x->sizes());
     }
-    auto num = [&](std::string_view role, double v) {
-      auto [it, fresh] = numbers.try_emplace({d, t, role});
-      if (fresh) it->second = Number(d, v, t, {});
-      return BroadcastTo(d, it->second, shape);
+    auto scalar = [&](std::string_view role, double v, at::ScalarType type) {
+      auto [it, fresh] = numbers.try_emplace({d, type, role});
+      if (fresh) it->second = Number(d, v, type, {});
+      return it->second;
     };
+    auto num = [&](std::string_view role, double v) { return BroadcastTo(d, scalar(role, v, t), shape); };
     auto bin = [&](ir::Op o, ir::Value x, ir::Value y) { return b.Binary(o, x, y); };
     // dst = value, or dst unchanged where found_inf is set
     ir::Value skip = skippable ? b.Compare(ir::CompareDir::NE, Broadcast1(d, *found_inf, t, shape, op), num("0", 0))
@@ -113,16 +114,21 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
       g = b.Convert(unscaled, ToIr(t));
     }
     if (maximize) g = b.Unary(ir::Op::Neg, g);
-    ir::Value lr_v;
+    // The learning rate's products (the decoupled decay's factor 1 - lr *
+    // weight_decay, and below the step size) in double, as the CPU's kernel
+    // computes them from its double arguments.
+    const auto f64 = at::kDouble;
+    ir::Value lr64;
     if constexpr (kTensorLr) {
-      lr_v = Broadcast1(d, lr, t, shape, op);
+      lr64 = Broadcast1(d, lr, f64, {}, op);
     } else {
-      lr_v = num("lr", LrValue(lr));
+      lr64 = scalar("lr", LrValue(lr), f64);
     }
     ir::Value param = ValAs(p, t);
     if (weight_decay != 0) {
       if (kDecoupled) {
-        param = bin(ir::Op::Mul, param, bin(ir::Op::Sub, num("1", 1), bin(ir::Op::Mul, lr_v, num("weight_decay", weight_decay))));
+        ir::Value decay = bin(ir::Op::Sub, scalar("1", 1, f64), bin(ir::Op::Mul, lr64, scalar("weight_decay", weight_decay, f64)));
+        param = bin(ir::Op::Mul, param, BroadcastTo(d, b.Convert(decay, ToIr(t)), shape));
       } else {
         g = bin(ir::Op::Add, g, bin(ir::Op::Mul, param, num("weight_decay", weight_decay)));
       }
@@ -130,9 +136,15 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
     ir::Value m = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avgs[i], t), num("beta1", beta1)), bin(ir::Op::Mul, g, num("1 - beta1", 1 - beta1)));
     ir::Value v = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avg_sqs[i], t), num("beta2", beta2)),
                       bin(ir::Op::Mul, bin(ir::Op::Mul, g, g), num("1 - beta2", 1 - beta2)));
-    ir::Value step = Broadcast1(d, state_steps[i], t, shape, op);
-    ir::Value bias1 = bin(ir::Op::Sub, num("1", 1), bin(ir::Op::Pow, num("beta1", beta1), step));
-    ir::Value bias2_sqrt = b.Unary(ir::Op::Sqrt, bin(ir::Op::Sub, num("1", 1), bin(ir::Op::Pow, num("beta2", beta2), step)));
+    // The bias corrections and the step size in double, from the step's
+    // value, as the CPU's fused kernel (and the unfused step) computes them:
+    // in float32, 1 - 0.9999f ** step was off by up to 8e-4 of the update.
+    ir::Value step = Broadcast1(d, state_steps[i], f64, {}, op);
+    ir::Value bias1 = bin(ir::Op::Sub, scalar("1", 1, f64), bin(ir::Op::Pow, scalar("beta1", beta1, f64), step));
+    ir::Value bias2_sqrt = b.Unary(
+        ir::Op::Sqrt, bin(ir::Op::Sub, scalar("1", 1, f64), bin(ir::Op::Pow, scalar("beta2", beta2, f64), step)));
+    ir::Value step_size = BroadcastTo(d, b.Convert(bin(ir::Op::Div, lr64, bias1), ToIr(t)), shape);
+    bias2_sqrt = BroadcastTo(d, b.Convert(bias2_sqrt, ToIr(t)), shape);
     ir::Value second = v;
     if (amsgrad) {
       TORCH_CHECK(max_exp_avg_sqs[i].sizes() == p.sizes(), op, ": every state tensor must have its parameter's shape");
@@ -140,7 +152,7 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
       update(max_exp_avg_sqs[i], second);
     }
     ir::Value denom = bin(ir::Op::Add, bin(ir::Op::Div, b.Unary(ir::Op::Sqrt, second), bias2_sqrt), num("eps", eps));
-    ir::Value delta = bin(ir::Op::Div, bin(ir::Op::Mul, bin(ir::Op::Div, lr_v, bias1), m), denom);
+    ir::Value delta = bin(ir::Op::Div, bin(ir::Op::Mul, step_size, m), denom);
     update(p, bin(ir::Op::Sub, param, delta));
     update(exp_avgs[i], m);
     update(exp_avg_sqs[i], v);

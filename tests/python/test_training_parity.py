@@ -96,3 +96,21 @@ def test_fused_adamw_keeps_its_program_when_the_lr_equals_another_number():
         torch_pjrt.sync()
         compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
     assert compiles[2:] == [0, 0, 0, 0], compiles
+
+
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW])
+def test_fused_adam_computes_its_bias_corrections_in_double(cls):
+    """1 - beta2 ** step in float32 put the update off by up to 7e-4 of
+    itself at beta2 = 0.99999 (the CPU's fused kernel and the unfused step
+    compute it in double)."""
+    torch.manual_seed(0)
+    g = torch.randn(256)
+    updates = {}
+    for dev, fused in (("cpu", True), (torch_pjrt.device(), True)):
+        p = torch.nn.Parameter(torch.zeros(256, device=dev))
+        opt = cls([p], lr=1e-3, betas=(0.9, 0.99999), weight_decay=0.01, fused=fused)
+        for _ in range(3):
+            p.grad = g.to(dev)
+            opt.step()
+        updates[str(dev)] = p.detach().cpu()
+    torch.testing.assert_close(updates["pjrt:0"], updates["cpu"], rtol=1e-6, atol=0)
