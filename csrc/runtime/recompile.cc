@@ -3,6 +3,8 @@
 // differences become the recompile reason (metrics.recompiles()).
 #include <cstdio>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "runtime/runtime.h"
 #include "runtime/warnings.h"
@@ -17,6 +19,25 @@ std::string ShapeText(const ir::Shape& s) {
   os << "]";
   return os.str();
 }
+
+// The integer attributes of a node (slice starts, pads, window sizes...),
+// which the shape-blind hash leaves out: a slice at a moving offset
+// recompiled as "same structure, different details".
+struct IntFieldsText {
+  std::ostringstream& os;
+  template <class T>
+  void operator()(const char* name, const T& v) {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      os << " " << name << "=" << v;
+    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+      os << " " << name << "=[";
+      for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+      os << "]";
+    } else if constexpr (ir::HasFields<T>::value) {
+      T::Fields(v, *this);
+    }
+  }
+};
 
 // One line per parameter, constant and other node: what ExplainRecompile compares.
 std::vector<std::string> Signature(const ir::Graph& g, const std::vector<std::string>& param_desc) {
@@ -41,6 +62,12 @@ std::vector<std::string> Signature(const ir::Graph& g, const std::vector<std::st
       std::ostringstream os;
       os << ir::OpName(n.op);
       for (const auto& r : n.results) os << " " << ShapeText(r);
+      std::visit(
+          [&](const auto& a) {
+            using A = std::decay_t<decltype(a)>;
+            if constexpr (ir::HasFields<A>::value) A::Fields(a, IntFieldsText{os});
+          },
+          n.attrs);
       sig.push_back(os.str());
     }
   }

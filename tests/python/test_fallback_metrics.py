@@ -153,6 +153,18 @@ def test_recompile_reason_names_the_changed_input():
     assert "test_fallback_metrics.py" in rc[0]["where"]
 
 
+def test_recompile_reason_names_a_slices_moving_offset():
+    # a random crop of a computed value (its slice starts are program
+    # constants) recompiled as "same structure, different details"
+    torch_pjrt.metrics.reset()
+    x = torch.randn(2, 3, 12, 12).to(DEV)
+    for dy in range(3):
+        (x * 2)[:, :, dy:dy + 8, dy:dy + 8].sum().cpu()
+    rc = torch_pjrt.metrics.recompiles()
+    assert len(rc) == 2, rc
+    assert "starts=[0,0,0,0]" in rc[0]["why"] and "starts=[0,0,1,1]" in rc[0]["why"], rc[0]
+
+
 def test_changing_python_scalars_do_not_recompile():
     torch_pjrt.metrics.reset()
     x = torch.randn(10).to(DEV)
