@@ -116,8 +116,9 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
     if (maximize) g = b.Unary(ir::Op::Neg, g);
     // The learning rate's products (the decoupled decay's factor 1 - lr *
     // weight_decay, and below the step size) in double, as the CPU's kernel
-    // computes them from its double arguments.
-    const auto f64 = at::kDouble;
+    // computes them from its double arguments; in float32 where the device
+    // has float64 slow or not at all (GPUs, TPUs), as ops_math.cc's Compute.
+    const auto f64 = b.cpu_backend() ? at::kDouble : at::kFloat;
     ir::Value lr64;
     if constexpr (kTensorLr) {
       lr64 = Broadcast1(d, lr, f64, {}, op);
