@@ -1035,14 +1035,24 @@ at::Tensor constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const at
   return Wrap(B(d).Pad(Val(self), pv, low, high, interior), d);
 }
 
+// A float tensor read in float32 (exact for the half types) as a sort key
+// in PyTorch's order: NaN as +NaN (above +inf), -0.0 as +0.0 (equal).
+ir::Value FloatSortKey(const at::Tensor& self) {
+  const int d = DeviceIndex(self);
+  ir::Builder& b = B(d);
+  const auto shape = self.sizes().vec();
+  ir::Value x = ValAs(self, at::kFloat);
+  x = b.Select(b.Compare(ir::CompareDir::EQ, x, Fill(d, 0, at::kFloat, shape)), Fill(d, 0, at::kFloat, shape), x);
+  return b.Select(IsNan(d, x), Fill(d, NAN, at::kFloat, shape), x);
+}
+
 // A sort whose keys fit 32 bits sorts one int64 per element: the key, made
 // order-preserving as a signed integer, above the element's position. All
 // packed values differ, so their plain order is the stable sort's, and XLA's
 // CPU sort of one integer operand with a plain comparison runs 4-5x faster
 // than of two operands with PyTorch's comparator (50257 float32: 2.2 ms
-// against 9.4-15). Float keys are read in float32 (exact for the half
-// types), NaN as +NaN (above +inf), -0.0 as +0.0 (equal); a float's bits,
-// negative ones with all but the sign flipped, order as the floats do.
+// against 9.4-15). Float keys are FloatSortKey's; their bits, negative
+// ones with all but the sign flipped, order as the floats do.
 // Descending takes the keys' complement (~k orders reversed, no overflow),
 // with positions still ascending. The values are gathered from self by
 // the positions (their own bits: -0.0, NaN payloads).
@@ -1060,10 +1070,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> PackedSort(const at::Tensor& s
     const auto shape = self.sizes().vec();
     ir::Value key;
     if (floats) {
-      ir::Value x = ValAs(self, at::kFloat);
-      x = b.Select(b.Compare(ir::CompareDir::EQ, x, Fill(d, 0, at::kFloat, shape)), Fill(d, 0, at::kFloat, shape), x);
-      x = b.Select(IsNan(d, x), Fill(d, NAN, at::kFloat, shape), x);
-      ir::Value bits = b.Bitcast(x, ir::DType::I32);
+      ir::Value bits = b.Bitcast(FloatSortKey(self), ir::DType::I32);
       ir::Value negative = b.Compare(ir::CompareDir::LT, bits, Fill(d, 0, at::kInt, shape));
       key = b.Select(negative, b.Binary(Op::Xor, bits, Fill(d, 2147483647.0, at::kInt, shape)), bits);
     } else {
@@ -1104,10 +1111,9 @@ std::tuple<at::Tensor, at::Tensor> sort(const at::Tensor& self, int64_t dim, boo
 // topk of float rows through XLA's TopK (ir::TopKAttrs): a partial sort,
 // where stablehlo.sort sorts the whole row. k = 50 of 50257 float32 logits
 // (sampling over GPT-2's vocabulary): 9.2 ms with the sort, against the CPU's
-// 0.08. The key gives the sort's order: values in float32 (exact for the
-// half types), NaN as +NaN (above +inf; XLA's total order puts -NaN lowest),
-// -0.0 as +0.0 (equal, as PyTorch compares), negated for the smallest; TopK
-// takes equal keys lowest index first, as the stable sort. The values are
+// 0.08. FloatSortKey gives the sort's order (XLA's total order would put
+// -NaN lowest and -0.0 below +0.0), negated for the smallest; TopK takes
+// equal keys lowest index first, as the stable sort. The values are
 // then read from self at those indices (a NaN's own bits).
 std::tuple<at::Tensor, at::Tensor> TopKRows(const at::Tensor& self, int64_t k, int64_t w, bool largest) {
   const int64_t last = self.dim() - 1;
@@ -1117,11 +1123,7 @@ std::tuple<at::Tensor, at::Tensor> TopKRows(const at::Tensor& self, int64_t k, i
     TraceScope s;
     const int d = DeviceIndex(rows);
     ir::Builder& b = B(d);
-    const auto shape = rows.sizes().vec();
-    ir::Value x = ValAs(rows, at::kFloat);
-    ir::Value key = b.Select(b.Compare(ir::CompareDir::EQ, x, Fill(d, 0, at::kFloat, shape)),
-                             Fill(d, 0, at::kFloat, shape), x);
-    key = b.Select(IsNan(d, x), Fill(d, NAN, at::kFloat, shape), key);
+    ir::Value key = FloatSortKey(rows);
     if (!largest) key = b.Unary(Op::Neg, key);
     idx = Wrap(b.Convert(b.TopK(key, k)[1], ir::DType::I64), d);
   }

@@ -14,7 +14,7 @@ import sys
 import time
 import types
 import warnings
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 import torch
 
@@ -234,26 +234,30 @@ def _refuse_dlpack_export() -> None:
     capsule of one anyway is refused at its first use (``StorageOf``)."""
     import torch.utils.dlpack as dlpack
 
-    def refusing(original):
-        @functools.wraps(original)
-        def exporter(tensor, *args, **kwargs):
-            if isinstance(tensor, torch.Tensor) and tensor.device.type == "pjrt":
-                raise RuntimeError("a pjrt tensor cannot be exported through DLPack: its memory lives in the PJRT "
-                                   "plugin, out of reach of other libraries; export tensor.cpu() instead")
-            return original(tensor, *args, **kwargs)
+    def check(tensor, *args, **kwargs):
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "pjrt":
+            raise RuntimeError("a pjrt tensor cannot be exported through DLPack: its memory lives in the PJRT "
+                               "plugin, out of reach of other libraries; export tensor.cpu() instead")
 
-        exporter._pjrt_guard = True
-        return exporter
+    for owner, name in ((dlpack, "to_dlpack"), (torch, "to_dlpack"), (torch.Tensor, "__dlpack__"),
+                        (torch.Tensor, "__dlpack_device__")):
+        _guard(owner, name, check)
 
-    original = dlpack.to_dlpack
-    if not getattr(original, "_pjrt_guard", False):
-        dlpack.to_dlpack = refusing(original)
-        if getattr(torch, "to_dlpack", None) is original:
-            torch.to_dlpack = dlpack.to_dlpack
-    for name in ("__dlpack__", "__dlpack_device__"):
-        method = getattr(torch.Tensor, name, None)
-        if method is not None and not getattr(method, "_pjrt_guard", False):
-            setattr(torch.Tensor, name, refusing(method))
+
+def _guard(owner, name: str, check: Callable) -> None:
+    """Wraps ``owner.name`` (once) so that ``check`` sees its arguments
+    first; ``check`` raises to refuse them."""
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_pjrt_guard", False):
+        return
+
+    @functools.wraps(original)
+    def guarded(*args, **kwargs):
+        check(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    guarded._pjrt_guard = True
+    setattr(owner, name, guarded)
 
 
 def _register_with_lightning_when_imported() -> None:
@@ -312,26 +316,18 @@ def _refuse_strided_nested_on_pjrt() -> None:
     (Python tensors of strided pjrt tensors) works."""
     import torch.nested as nested
 
-    def refusing(original):
-        signature = inspect.signature(original)
-
-        @functools.wraps(original)
-        def make(*args, **kwargs):
+    def checker(signature):
+        def check(*args, **kwargs):
             given = signature.bind_partial(*args, **kwargs).arguments  # as_nested_tensor takes them positionally too
             device, layout = given.get("device"), given.get("layout")
             if device is not None and torch.device(device).type == "pjrt" and layout in (None, torch.strided):
                 raise NotImplementedError(
                     "nested tensors are not supported on pjrt (strided layout); keep them on the CPU, use "
                     "layout=torch.jagged, or convert to a dense tensor (to_padded_tensor()) before moving to pjrt")
-            return original(*args, **kwargs)
-
-        make._pjrt_guard = True
-        return make
+        return check
 
     for name in ("nested_tensor", "as_nested_tensor"):
-        original = getattr(nested, name)
-        if not getattr(original, "_pjrt_guard", False):
-            setattr(nested, name, refusing(original))
+        _guard(nested, name, checker(inspect.signature(getattr(nested, name))))
 
 
 # Low precision dtypes of autocast on pjrt. bfloat16 is the default: it has
