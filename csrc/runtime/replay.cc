@@ -204,7 +204,44 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
       }
     }
   }
-  t.joined.push_back(&p);
+  Trace::Joined* j = nullptr;
+  for (Trace::Joined& e : t.joined) {
+    if (e.program == &p) j = &e;
+  }
+  if (!j) {
+    t.joined.push_back({&p, 0, {}});
+    j = &t.joined.back();
+  }
+  ++j->calls;
+  j->after.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i]) {
+      j->after[i] = {inputs[i]->serial_, StateIn(t, *inputs[i])};
+    } else {
+      j->after[i] = {UINT64_MAX, JoinState{}};
+    }
+  }
+}
+
+Runtime::JoinState Runtime::StateIn(const Trace& t, const Storage& s) {
+  if (s.pending_ && s.epoch_ == t.epoch) return {s.value_, nullptr};
+  return {ir::Value{}, s.buffer_.get()};
+}
+
+bool Runtime::MayJoinAgain(const Trace& t, const ReplayProgram& p, const std::vector<Storage*>& inputs) const {
+  for (const Trace::Joined& j : t.joined) {
+    if (j.program != &p) continue;
+    if (j.calls >= kMaxJoins) return false;
+    // The same storage in the same place as in the last call (a parameter,
+    // a buffer the graph updates): it must hold what that call left in it.
+    // Another storage there is new data (the next micro-batch).
+    for (size_t i = 0; i < inputs.size() && i < j.after.size(); ++i) {
+      const Storage* s = inputs[i];
+      if (s && s->serial_ == j.after[i].first && !(StateIn(t, *s) == j.after[i].second)) return false;
+    }
+    return true;
+  }
+  return true;
 }
 
 bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh,
@@ -247,8 +284,8 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
   bool uses_rng = false;
   for (const ReplayProgram::Arg& a : p.args) uses_rng = uses_rng || a.source == ReplayProgram::Source::kRng;
   bool joins = p.body && t.mesh.empty() && join != ReplayJoin::kNever;
-  if (joins && std::find(t.joined.begin(), t.joined.end(), &p) != t.joined.end()) {
-    SyncDevice(p.device);  // joined once already: the trace so far is one call's worth
+  if (joins && !MayJoinAgain(t, p, inputs)) {
+    SyncDevice(p.device);  // a new step (Trace::joined): the trace so far is one step's work
     pending = false;
   }
   const bool busy = !t.idle();

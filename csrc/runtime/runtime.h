@@ -241,6 +241,13 @@ class Runtime {
     std::vector<DeviceBuffer> per_replica;  // replicated programs: one per replica; SPMD: one per mesh position
     std::shared_ptr<const Sharding> sharding;  // SPMD: of a storage's pieces
   };
+  // What a storage holds in a trace: its pending value there, or its buffer.
+  struct JoinState {
+    ir::Value value;
+    const pjrt::Buffer* buffer = nullptr;
+    bool operator==(const JoinState& o) const { return value == o.value && buffer == o.buffer; }
+  };
+  static constexpr int kMaxJoins = 16;
   struct Trace {
     std::unique_ptr<ir::Builder> builder;
     int64_t epoch = 0;
@@ -289,8 +296,20 @@ class Runtime {
     // Where this trace's checks were traced, at most 64; given to its Outcome.
     std::vector<std::pair<int32_t, std::string>> check_sites;
     void AddCheckSite(int32_t id, const std::string& where);
-    // Recorded graphs that joined this trace (Replay), until it is launched.
-    std::vector<const ReplayProgram*> joined;
+    // Recorded graphs that joined this trace (Replay), until it is launched:
+    // how many calls, and what each input storage of the last call held
+    // after it (JoinState). A graph called again joins again (gradient
+    // accumulation's micro-batches, a model applied to two inputs, a block
+    // shared by layers) unless something else wrote one of those storages
+    // since (the optimizer wrote the parameters: a new step of a loop that
+    // never syncs) or it joined kMaxJoins times: then the trace so far is
+    // launched first, and a trace holds one step's work.
+    struct Joined {
+      const ReplayProgram* program = nullptr;
+      int calls = 0;
+      std::vector<std::pair<uint64_t, JoinState>> after;  // per graph input: Storage::serial_, state
+    };
+    std::vector<Joined> joined;
     int replicas = 1;  // > 1: the trace is one program over this many devices
     std::vector<int> mesh;  // SPMD: non-empty, one program partitioned over these local devices
   };
@@ -398,6 +417,9 @@ class Runtime {
   void ForgetReportedFailures(const std::string& what);
   // Replay's joining path: `p`'s graph added to the trace (see Replay).
   void JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
+  // Whether `p` may join `t` once more (Trace::joined says when not).
+  bool MayJoinAgain(const Trace& t, const ReplayProgram& p, const std::vector<Storage*>& inputs) const;
+  static JoinState StateIn(const Trace& t, const Storage& s);
   SyncCapture* capture_ = nullptr;
   struct LoggedLaunch {
     std::shared_ptr<pjrt::Executable> executable;

@@ -4,6 +4,7 @@
 // its state goes through a Runtime method, under the runtime lock.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -80,7 +81,8 @@ std::shared_ptr<Outcome> LostToCurrentException(const char* stage);
 // computes the value may read it, or reuse (donate) its memory.
 class Storage {
  public:
-  Storage(int device, size_t nbytes) : device_(device), nbytes_(nbytes) {}
+  Storage(int device, size_t nbytes)
+      : serial_(next_serial_.fetch_add(1, std::memory_order_relaxed)), device_(device), nbytes_(nbytes) {}
   ~Storage();  // leaves the runtime's pending set
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -114,6 +116,10 @@ class Storage {
   // kTag while the storage lives; the destructor clears it, so a pointer to
   // a freed storage is refused unless its memory was reused for a new one
   uint64_t tag_ = kTag;
+  // Distinct for each storage of the process (an address is reused by the
+  // next storage): Runtime::MayJoinAgain tells a storage from its successor.
+  static inline std::atomic<uint64_t> next_serial_{0};
+  const uint64_t serial_;
   const int device_;
   size_t nbytes_;
   std::optional<ir::DType> dtype_;

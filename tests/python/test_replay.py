@@ -232,14 +232,74 @@ def _loop(sync_each_step, steps=8):
 
 def test_a_loop_that_never_syncs_launches_each_step_at_the_next_forward():
     state, c, sizes = _loop(sync_each_step=False)
-    # A graph joins a trace once: the next step's forward launches the step
-    # before, so the trace holds one step and no more.
+    # The optimizer wrote the parameters since the forward graph joined: the
+    # next step's forward launches the step before, so the trace holds one
+    # step and no more.
     assert c["executions"] == 3 and c["replays_joined"] == 8
     assert sizes[-1] == sizes[-2] == sizes[-3] > 0
     ref_state, _, ref_sizes = _loop(sync_each_step=True)
     assert ref_sizes[-1] == 0
     for k in ref_state:  # the same programs' work, launched at other points
         assert torch.allclose(state[k], ref_state[k], rtol=1e-5, atol=1e-6), k
+
+
+def _accumulate(micro, join=True, siamese=False, steps=6):
+    """Weights after a compiled training loop of `micro` micro-batches per
+    optimizer step (or a model applied to two inputs per step), and the
+    counters of its last 3 steps."""
+    torch._dynamo.reset()
+    pjrt_dynamo.join = join
+    torch.manual_seed(0)
+    model = Net().to(DEV)
+    torch_pjrt.manual_seed(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    cm = torch.compile(model, backend="pjrt")
+    data = [(x.to(DEV), y.to(DEV)) for x, y in _data(max(micro, 2))]
+    for step in range(steps):
+        if step == steps - 3:
+            torch_pjrt.sync(wait=True)
+            torch_pjrt.metrics.reset()
+        if siamese:
+            (cm(data[0][0]) - cm(data[1][0])).square().mean().backward()
+        for x, y in data[:micro]:
+            (F.cross_entropy(cm(x), y) / micro).backward()
+        opt.step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+    torch_pjrt.sync(wait=True)
+    c = torch_pjrt.metrics.counters()
+    return {k: v.cpu() for k, v in model.state_dict().items()}, c
+
+
+@pytest.mark.parametrize("micro,siamese", [(3, False), (0, True)])
+def test_a_graph_called_several_times_in_a_step_joins_each_time(micro, siamese):
+    # Gradient accumulation's micro-batches, a model applied to two inputs:
+    # no input of the graph was written since its last call, so each call
+    # joins the trace and the step is one program (it was one per call).
+    state, c = _accumulate(micro, siamese=siamese)
+    calls = 2 * (micro + 2 * siamese)  # forward and backward per call
+    assert c["executions"] == 3 and c["replays_joined"] == 3 * calls and c.get("compiles", 0) == 0
+    ref_state, ref = _accumulate(micro, siamese=siamese, join=False)
+    assert ref["executions"] > 3 * calls
+    for k in ref_state:  # BatchNorm's statistics and dropout's stream included
+        assert torch.allclose(state[k], ref_state[k], rtol=1e-5, atol=1e-6), k
+
+
+def test_a_graph_joins_a_trace_at_most_kMaxJoins_times():
+    f = torch.compile(lambda a: a * 1.5 + 1, backend="pjrt")
+    x = torch.linspace(-1, 1, 7)
+    y, ref = x.to(DEV), x
+    for _ in range(3):  # recorded and replayed
+        y, ref = f(y - 0.5), (ref - 0.5) * 1.5 + 1
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    for _ in range(20):  # each call's input is pending: the calls join the trace
+        y, ref = f(y - 0.5), (ref - 0.5) * 1.5 + 1
+    torch.testing.assert_close(y.cpu(), ref, rtol=1e-5, atol=1e-4)
+    c = torch_pjrt.metrics.counters()
+    # 16 calls joined; the 17th launched them (and the subtractions) first,
+    # then found nothing pending and launched itself; the last 3 joined
+    assert c["replays_joined"] == 19 and c["executions"] == 3
 
 
 def test_inference_calls_read_at_once_are_launched():
