@@ -362,6 +362,12 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
   return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
 }
 
+// set_() without a source: a new empty storage of the device, as on the CPU
+// (views of the old storage keep it).
+at::Tensor& set_empty(at::Tensor& self) {
+  return set_storage(self, at::empty({0}, self.options()).storage(), 0, {0}, {});
+}
+
 // The CPU's is_set_to: the same storage, offset, sizes and strides (the CPU
 // fallback compared copies, always False).
 bool is_set_to(const at::Tensor& self, const at::Tensor& other) {
@@ -743,6 +749,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpj::aten::set_storage));
   m.impl("set_.source_Storage", TORCH_FN(tpj::aten::set_source_storage));
   m.impl("set_.source_Tensor", TORCH_FN(tpj::aten::set_source_tensor));
+  m.impl("set_", TORCH_FN(tpj::aten::set_empty));
   m.impl("is_set_to", TORCH_FN(tpj::aten::is_set_to));
   m.impl("copy_", TORCH_FN(tpj::aten::copy_));
   m.impl("_to_copy", TORCH_FN(tpj::aten::to_copy));

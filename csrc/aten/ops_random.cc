@@ -4,6 +4,9 @@
 // (seeded by torch_pjrt.manual_seed / torch.manual_seed), or from a
 // torch.Generator(device="pjrt") passed to the op (aten/generator.h).
 #include <ATen/Dispatch.h>
+#include <ATen/Dispatch_v2.h>
+#include <ATen/native/DistributionTemplates.h>
+#include <ATen/native/Resize.h>
 
 #include <cmath>
 #include <limits>
@@ -201,6 +204,18 @@ at::Tensor randperm_generator(c10::SymInt n, std::optional<at::Generator> gen, s
   return randperm(std::move(n), dtype, layout, device, pin_memory);
 }
 
+// randperm(out=): the permutation in out's dtype, out resized to n
+at::Tensor& randperm_generator_out(c10::SymInt n, std::optional<at::Generator> gen, at::Tensor& out) {
+  at::Tensor r = randperm_generator(std::move(n), std::move(gen), out.scalar_type(), std::nullopt, out.device(),
+                                    std::nullopt);
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+
+at::Tensor& randperm_out(c10::SymInt n, at::Tensor& out) {
+  return randperm_generator_out(std::move(n), std::nullopt, out);
+}
+
 at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
   GeneratorScope scope(gen, self);
   TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
@@ -246,25 +261,74 @@ at::Tensor bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
   return Wrap(b.Convert(b.Compare(ir::CompareDir::LT, u, Probabilities(d, self)), ToIr(self.scalar_type())), d);
 }
 
-at::Tensor& RandomRange(at::Tensor& self, double from, double to) {
-  TORCH_CHECK(to > from, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", to);
+// random_(from, to) and randint: from + bits % range in 64-bit integers
+// (range 0: all 2^64), converted to the tensor's dtype (the CPU takes 32
+// random bits where the range fits them: the same distribution, but for its
+// modulo bias). The bounds were checked as the CPU checks them.
+at::Tensor& RandomFromTo(at::Tensor& self, uint64_t range, int64_t from) {
+  if (self.numel() == 0) return self;
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
   const auto shape = self.sizes().vec();
-  ir::Value u = Uniform01(d, shape, at::kDouble);
-  ir::Value v = b.Unary(Op::Floor, b.Binary(Op::Mul, u, Number(d, to - from, at::kDouble, shape)));
-  v = b.Binary(Op::Add, v, Number(d, from, at::kDouble, shape));
-  Assign(self, v);
+  auto u64 = [&](uint64_t v) {  // exact, as a host-fed number (no recompile per bound)
+    return b.Bitcast(Number(d, at::Scalar(static_cast<int64_t>(v)), at::kLong, shape), ir::DType::U64);
+  };
+  ir::Value r = RandomBits(d, {ir::DType::U64, shape});
+  if (range != 0) r = b.Binary(Op::Rem, r, u64(range));
+  if (from != 0) r = b.Binary(Op::Add, r, u64(static_cast<uint64_t>(from)));  // wraps, as the CPU's int64 sum
+  Assign(self, b.Convert(b.Bitcast(r, ir::DType::I64), ToIr(self.scalar_type())));
   return self;
 }
 
+// The CPU's bounds (random_from_to_impl): for floating types the nearest
+// bounds the type holds, each bound within the dtype, its messages.
 at::Tensor& random_from_(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
   GeneratorScope scope(gen, self);
-  const double hi = to ? static_cast<double>(*to)
-                       : (at::isFloatingType(self.scalar_type()) ? std::ldexp(1.0, std::numeric_limits<float>::digits)
-                                                                  : 9.2e18);
-  return RandomRange(self, static_cast<double>(from), hi);
+  namespace tm = at::native::templates;
+  const at::ScalarType t = self.scalar_type();
+  if (to) {  // [from, to)
+    int64_t hi = *to;
+    TORCH_CHECK(from < hi, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", hi);
+    if (at::isFloatingType(t)) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t, "random_update_from_to", [&] {
+        from = tm::update_from<scalar_t>(from);
+        hi = tm::update_to<scalar_t>(hi);
+        TORCH_CHECK(from < hi, "random_ expects 'from' casted to dtype to be less than 'to' casted to dtype, but got from=",
+                    from, " >= to=", hi);
+      });
+    }
+    tm::check_from_to_in_range(from, hi - 1, self.dtype());
+    return RandomFromTo(self, static_cast<uint64_t>(hi) - static_cast<uint64_t>(from), from);
+  }
+  if (from != std::numeric_limits<int64_t>::lowest()) {  // [from, the largest value of the dtype]
+    int64_t to_inc = 0;
+    if (at::isFloatingType(t)) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t, "random_from_to_range_calc", [&] {
+        constexpr int digits = std::numeric_limits<scalar_t>::digits;
+        to_inc = digits >= 63 ? std::numeric_limits<int64_t>::max() : int64_t{1} << digits;
+        from = tm::update_from<scalar_t>(from);
+        TORCH_CHECK(from < to_inc, "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted to "
+                    "dtype, but got from=", from, " > to_inc=", to_inc);
+      });
+    } else if (at::isIntegralType(t, /*includeBool=*/true)) {
+      AT_DISPATCH_V2(t, "random_from_to_range_calc", AT_WRAP([&] {
+        if constexpr (std::is_same_v<scalar_t, bool>) {
+          to_inc = 1;
+        } else {
+          to_inc = static_cast<int64_t>(std::numeric_limits<scalar_t>::max());
+        }
+      }), AT_EXPAND(AT_INTEGRAL_TYPES_V2), at::kBool);
+    } else {
+      TORCH_CHECK(false, "random_from_to_impl handles only integral, floating-point and boolean types");
+    }
+    tm::check_from_to_in_range(from, to_inc, self.dtype());
+    return RandomFromTo(self, static_cast<uint64_t>(to_inc) - static_cast<uint64_t>(from) + 1, from);
+  }
+  // all of int64
+  TORCH_CHECK(t == at::kLong || t == at::kDouble || t == at::kFloat || t == at::kBFloat16,
+              "random_full_64_bits_range_kernel_cpu handles only int64, double, float and bfloat16");
+  return RandomFromTo(self, 0, 0);
 }
 
 // random_() without bounds, as the CPU: [0, 2^digits] for floating types
@@ -274,7 +338,7 @@ at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
   const at::ScalarType t = self.scalar_type();
   if (at::isFloatingType(t) && t != at::kDouble) {
     const int digits = t == at::kFloat ? std::numeric_limits<float>::digits : t == at::kHalf ? 11 : 8;  // bfloat16
-    return RandomRange(self, 0, std::ldexp(1.0, digits) + 1);
+    return RandomFromTo(self, (uint64_t{1} << digits) + 1, 0);
   }
   TORCH_CHECK_NOT_IMPLEMENTED(t == at::kDouble || at::isIntegralType(t, /*includeBool=*/true),
                               "\"random_kernel_cpu\" not implemented for '", t, "'");
@@ -297,8 +361,7 @@ at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
 }
 
 at::Tensor& random_to_(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
-  GeneratorScope scope(gen, self);
-  return RandomRange(self, 0, static_cast<double>(to));
+  return random_from_(self, 0, to, std::move(gen));
 }
 
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
@@ -311,6 +374,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   if (train.has_value() && !*train) {
     return {Wrap(Val(input), d), Wrap(Fill(d, 1, at::kBool, shape), d)};
   }
+  // The CPU scales by a float number in place: an integer input is its error
+  TORCH_CHECK(input.numel() == 0 || at::isFloatingType(t) || at::isComplexType(t),
+              "result type Float can't be cast to the desired output type ", t);
   if (p == 1) return {Wrap(Fill(d, 0, t, shape), d), Wrap(Fill(d, 0, at::kBool, shape), d)};
   ir::Value keep = b.Compare(ir::CompareDir::GE, Uniform01(d, shape, at::kFloat), Number(d, p, at::kFloat, shape));
   ir::Value scale = Number(d, 1.0 / (1.0 - p), t, shape);
@@ -385,6 +451,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("normal.Tensor_Tensor", normal_tensor_tensor);
   K("randperm", randperm);
   K("randperm.generator", randperm_generator);
+  K("randperm.out", randperm_out);
+  K("randperm.generator_out", randperm_generator_out);
   K("bernoulli_.float", bernoulli_float_);
   K("bernoulli_.Tensor", bernoulli_tensor_);
   K("bernoulli", bernoulli);

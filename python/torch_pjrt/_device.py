@@ -8,6 +8,7 @@ import functools
 import inspect
 import os
 import re
+import secrets
 import signal
 import struct
 import sys
@@ -500,6 +501,15 @@ def _make_device_module() -> types.ModuleType:
         device_count()
         return _C._initial_seed(current_device())
 
+    def seed() -> None:
+        """Seeds the current device's generator with a non-deterministic
+        number (``initial_seed`` says which), as ``torch.cuda.seed``."""
+        manual_seed_one(int.from_bytes(secrets.token_bytes(8), "little"))
+
+    def seed_all() -> None:
+        """One non-deterministic seed for every device, as ``torch.cuda.seed_all``."""
+        manual_seed(int.from_bytes(secrets.token_bytes(8), "little"))
+
     def get_rng_state(device=None) -> torch.Tensor:
         """The device's random stream position: its Threefry key and counter
         as 16 bytes, little-endian (a uint8 CPU tensor, as CUDA's is)."""
@@ -546,6 +556,8 @@ def _make_device_module() -> types.ModuleType:
     m.manual_seed = manual_seed_one
     m.manual_seed_all = manual_seed
     m.initial_seed = initial_seed
+    m.seed = seed
+    m.seed_all = seed_all
     m.get_rng_state = get_rng_state
     m.set_rng_state = set_rng_state
     m.get_rng_state_all = get_rng_state_all

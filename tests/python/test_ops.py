@@ -1252,6 +1252,70 @@ def test_unbounded_random_draws_the_cpus_range_on_the_device(dtype, high):
         assert 0.4 < (x.long() % 2 if dtype != torch.int64 else x % 2).float().mean() < 0.6
 
 
+@pytest.mark.parametrize("dtype,low,high", [
+    (torch.int64, 2**60, 2**60 + 10), (torch.int64, 2**53, 2**53 + 4), (torch.int64, -2**62, -2**62 + 1000),
+    (torch.int64, 0, 2**62), (torch.int64, 1, None), (torch.int64, -2**63, None), (torch.int32, 1, None),
+    (torch.int16, -5, None), (torch.uint8, 1, None), (torch.bool, 0, None), (torch.int8, -128, 128),
+    (torch.float16, 1, None), (torch.bfloat16, 1, None), (torch.float64, 1, None), (torch.float32, -7, 9)])
+def test_bounded_random_draws_every_value_of_the_range(dtype, low, high):
+    """random_(from, to) and randint drew from + floor(u * range) in double:
+    values outside the range past 2^53, even values only, a few values of a
+    wide range, and the top of the dtype for random_(from, None) of small
+    types; now in 64-bit integers, from the CPU's range."""
+    torch_pjrt.manual_seed(0)
+    x = torch.empty(4096, dtype=dtype, device=DEV).random_(low, high).cpu()
+    ref = torch.empty(4096, dtype=dtype).random_(low, high)
+    as_int = lambda t: t.long() if dtype != torch.float64 else t.double()
+    v, r = as_int(x), as_int(ref)
+    if high is not None:
+        assert v.min() >= low and v.max() < high
+    else:  # [low, the dtype's top]: 2^digits for floating types
+        tops = {torch.float16: 2**11, torch.bfloat16: 2**8, torch.float64: 2**53, torch.bool: 1}
+        top = tops[dtype] if dtype in tops else torch.iinfo(dtype).max
+        assert v.min() >= low and v.max() <= top
+    if len(torch.unique(r)) <= 16:  # every value of a short range
+        assert torch.equal(torch.unique(v), torch.unique(r)), (torch.unique(v), torch.unique(r))
+    else:  # spread over the range like the CPU's draws, low bits drawn
+        spread = lambda t: t.max().double() - t.min().double()  # all of int64 overflows an int64 difference
+        assert spread(v) >= 0.9 * spread(r)
+        assert len(torch.unique(x)) >= 0.9 * len(torch.unique(ref))
+        assert 0.4 < (v % 2).double().mean() < 0.6
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.randint(0, 300, (4,), dtype=torch.uint8, device=d),
+    lambda d: torch.randint(-200, 10, (4,), dtype=torch.int8, device=d),
+    lambda d: torch.empty(4, dtype=torch.int16, device=d).random_(0, 40000),
+    lambda d: torch.randint(0, 3, (4,), dtype=torch.bool, device=d),
+    lambda d: torch.empty(4, dtype=torch.float16, device=d).random_(0, 70000),
+    lambda d: torch.empty(4, dtype=torch.int32, device=d).random_(-2**63, None),
+    lambda d: torch.empty(4, device=d).random_(5, 5),
+    lambda d: F.dropout(torch.ones(8, dtype=torch.long, device=d), 0.5),
+    lambda d: F.dropout(torch.ones(8, dtype=torch.bool, device=d), 0.5)])
+def test_random_bounds_and_dtypes_the_cpu_refuses_are_refused(make):
+    with pytest.raises(RuntimeError) as cpu:
+        make("cpu")
+    with pytest.raises(RuntimeError) as dev:
+        make(DEV).cpu()
+    assert str(dev.value) == str(cpu.value)
+
+
+def test_randperm_out_draws_on_the_device_from_its_generator():
+    # randperm(out=) ran on the CPU's generator (a fallback); with a pjrt
+    # generator it raised "Expected a 'cpu' generator"
+    torch_pjrt.metrics.reset()
+    out = torch.empty(3, dtype=torch.int32, device=DEV)
+    cpu_state = torch.get_rng_state()
+    torch.randperm(10, out=out)
+    assert torch.equal(torch.get_rng_state(), cpu_state) and out.dtype == torch.int32
+    assert sorted(out.cpu().tolist()) == list(range(10))
+    g = torch.Generator(device=DEV).manual_seed(3)
+    torch.randperm(7, generator=g, out=out)
+    again = torch.randperm(7, generator=torch.Generator(device=DEV).manual_seed(3), device=DEV, dtype=torch.int32)
+    assert torch.equal(out.cpu(), again.cpu()) and sorted(out.cpu().tolist()) == list(range(7))
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def test_randperm_and_normal_with_tensor_arguments_draw_on_the_device():
     torch_pjrt.manual_seed(0)
     torch_pjrt.metrics.reset()

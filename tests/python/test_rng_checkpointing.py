@@ -47,6 +47,20 @@ def test_device_context_and_state_per_device():
     assert len(torch.pjrt.get_rng_state_all()) == torch.pjrt.device_count()
 
 
+def test_seed_and_seed_all_draw_a_new_seed_as_cudas():
+    torch.pjrt.manual_seed_all(5)
+    torch.pjrt.seed()
+    first = torch.pjrt.initial_seed()
+    a = torch.rand(4, device=DEV).cpu()
+    torch.pjrt.seed_all()
+    every = torch.pjrt.initial_seed()
+    assert every not in (5, first)
+    with torch.pjrt.device(1):  # one seed for every device
+        assert torch.pjrt.initial_seed() == every
+    torch.pjrt.manual_seed(first)  # the seed says the stream
+    assert torch.equal(torch.rand(4, device=DEV).cpu(), a)
+
+
 def _block(x, w):
     h = torch.nn.functional.dropout(torch.tanh(x @ w), 0.5, training=True)
     return torch.nn.functional.dropout(h @ w, 0.3, training=True)

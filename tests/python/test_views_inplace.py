@@ -632,6 +632,20 @@ def test_is_set_to_compares_storage_and_geometry_as_the_cpu():
     assert torch_pjrt.metrics.fallbacks().get("aten::is_set_to", 0) == 0
 
 
+def test_set_without_a_source_gives_a_new_empty_storage():
+    # set_() ran on the CPU (a fallback) and kept the old storage: a later
+    # resize_ and fill_ overwrote the views of it
+    torch_pjrt.metrics.reset()
+    for dev in ("cpu", DEV):
+        x = torch.arange(6.0).to(dev)
+        v = x.view(2, 3)
+        x.set_()
+        assert x.shape == (0,) and x.untyped_storage().nbytes() == 0 and not x.is_set_to(v)
+        x.resize_(6).fill_(-1)
+        assert v.cpu().flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and x.cpu().tolist() == [-1.0] * 6
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def _random_view(rng, n):
     nd = rng.choice([1, 2, 2, 3])
     sizes = [rng.randint(1, 4) for _ in range(nd)]
