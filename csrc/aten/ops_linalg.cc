@@ -300,7 +300,10 @@ Lu LuFactor(ir::Builder& b, Value a) {
     Value below = b.Compare(CompareDir::GE, row_idx, i64(col, j));
     Value mag = b.Select(below, b.Unary(Op::Abs, c), b.Full(t, col, -1));
     Value top = b.Reduce(mag, b.ScalarConstant(t, -1), {1}, ir::ReduceKind::Max);
-    Value hit = b.Compare(CompareDir::EQ, mag, b.BroadcastInDim(top, col, {0}));
+    // (a NaN is the largest, as LAPACK's idamax takes the first NaN it meets
+    // before anything larger: the factors are NaN, not a zero pivot)
+    Value hit = b.Binary(Op::Or, b.Compare(CompareDir::EQ, mag, b.BroadcastInDim(top, col, {0})),
+                         b.Compare(CompareDir::NE, mag, mag));
     Value cand = b.Select(hit, row_idx, i64(col, static_cast<double>(m)));
     Value p = b.Reduce(cand, b.ScalarConstant(ir::DType::I64, static_cast<double>(m)), {1}, ir::ReduceKind::Min);
     p = b.Select(b.Compare(CompareDir::EQ, p, i64(vec, static_cast<double>(m))), i64(vec, static_cast<double>(j)), p);  // NaN column
@@ -749,16 +752,79 @@ std::tuple<at::Tensor, at::Tensor> linalg_qr(const at::Tensor& A, c10::string_vi
   return {Wrap(HouseholderProduct(b, h, qr[1]), d), Wrap(R, d)};
 }
 
+// One step of Ogita and Aishima's refinement of approximate eigenvectors X
+// of the symmetric A (SIAM J. Matrix Anal. Appl. 2018; quadratic: errors of
+// 1e-8 become rounding's): R = I - X^T X, S = X^T A X, eigenvalues
+// s_ii / (1 - r_ii), X + X E with E_ij = (s_ij + l_j r_ij) / (l_j - l_i)
+// where eigenvalues are apart, r_ij / 2 within clusters (whose vectors need
+// only span their space). Sorted ascending again.
+std::pair<Value, Value> RefineEigh(ir::Builder& b, Value a, Value x) {
+  const ir::Shape s = b.shape(a);
+  const int64_t r = s.rank();
+  const std::vector<int64_t> all = s.dims, batch = BatchOf(s.dims);
+  std::vector<int64_t> wdims(all.begin(), all.end() - 1), bmap, rows, cols;
+  for (int64_t i = 0; i < r - 2; ++i) bmap.push_back(i);
+  rows = cols = bmap;
+  rows.push_back(r - 2);
+  cols.push_back(r - 1);
+  Value R = b.Binary(Op::Sub, Identity(b, s.dtype, all), Matmul(b, MT(b, x), x));
+  Value S = Matmul(b, MT(b, x), Matmul(b, a, x));
+  Value lam = b.Binary(Op::Div, Diagonal(b, S), b.Binary(Op::Sub, b.Full(s.dtype, wdims, 1), Diagonal(b, R)));
+  Value lam_i = b.BroadcastInDim(lam, all, rows), lam_j = b.BroadcastInDim(lam, all, cols);
+  auto fro = [&](Value m) {
+    return b.Unary(Op::Sqrt, b.Reduce(b.Binary(Op::Mul, m, m), b.ScalarConstant(s.dtype, 0), {r - 2, r - 1},
+                                      ir::ReduceKind::Sum));
+  };
+  Value is_diag = b.Compare(CompareDir::EQ, b.Iota({ir::DType::I64, all}, r - 2), b.Iota({ir::DType::I64, all}, r - 1));
+  Value off = b.Select(is_diag, b.Binary(Op::Sub, S, lam_j), S);  // S - diag(lam)
+  // Eigenvalues closer than delta form a cluster (the paper's 2 (|S - D| + |A| |R|), in Frobenius norms)
+  Value delta = b.Binary(Op::Mul, b.Full(s.dtype, batch, 2),
+                         b.Binary(Op::Add, fro(off), b.Binary(Op::Mul, fro(a), fro(R))));
+  Value gap = b.Binary(Op::Sub, lam_j, lam_i);
+  Value apart = b.Compare(CompareDir::GT, b.Unary(Op::Abs, gap), b.BroadcastInDim(delta, all, bmap));
+  Value half_r = b.Binary(Op::Mul, R, b.Full(s.dtype, all, 0.5));
+  Value safe_gap = b.Select(apart, gap, b.Full(s.dtype, all, 1));
+  Value e = b.Select(apart, b.Binary(Op::Div, b.Binary(Op::Add, S, b.Binary(Op::Mul, lam_j, R)), safe_gap), half_r);
+  Value refined = b.Binary(Op::Add, x, Matmul(b, x, e));
+  auto sorted = b.Sort({b.BroadcastInDim(lam, all, cols), refined}, r - 1, false);
+  return {Diagonal(b, sorted[0]), sorted[1]};
+}
+
 // Eigenvalues ascending [..., n] and eigenvectors [..., n, n] (columns) of
-// symmetric matrices read from one triangle, by XLA's Jacobi expander.
+// symmetric matrices read from one triangle, by XLA's Jacobi expander. Its
+// sweeps stop when the off-diagonal norm, computed as the square root of
+// |A|_F^2 - |diag A|^2, is under eps |A|_F; that difference cancels to noise
+// near sqrt(eps) |A|_F, so float64 stopped with errors of about 1e-8 |A|
+// (the CPU's: 1e-15), and more sweeps on X^T A X cannot start for the same
+// reason: float64 takes two refinement steps (RefineEigh) instead.
+// XLA's sweeps stop at once on a NaN norm and return the diagonal: a
+// non-finite element in the triangle read makes its matrix's eigenvalues
+// and vectors NaN (LAPACK's are NaN where the NaN reaches, as for inf).
 std::pair<Value, Value> Eigh(ir::Builder& b, Value a, bool lower) {
   const ir::Shape s = b.shape(a);
+  const int64_t r = s.rank();
   std::vector<int64_t> wdims(s.dims.begin(), s.dims.end() - 1);
-  const double eps = s.dtype == ir::DType::F64 ? DBL_EPSILON : FLT_EPSILON;
+  const bool f64 = s.dtype == ir::DType::F64;
   char cfg[64];
-  std::snprintf(cfg, sizeof(cfg), "%d,1,100,%g", lower ? 1 : 0, eps);
-  auto r = b.CustomCall("Eigh", {a}, {s, {s.dtype, wdims}}, cfg);
-  return {r[1], r[0]};
+  std::snprintf(cfg, sizeof(cfg), "%d,1,100,%g", lower ? 1 : 0, f64 ? DBL_EPSILON : FLT_EPSILON);
+  auto out = b.CustomCall("Eigh", {a}, {s, {s.dtype, wdims}}, cfg);
+  Value w = out[1], v = out[0];
+  Value tri = Triangle(b, a, lower);
+  if (f64 && s.dims[r - 1] > 1) {
+    Value diag = b.Select(b.Compare(CompareDir::EQ, b.Iota({ir::DType::I64, s.dims}, r - 2),
+                                    b.Iota({ir::DType::I64, s.dims}, r - 1)),
+                          tri, b.Full(s.dtype, s.dims, 0));
+    const Value full = b.Binary(Op::Sub, b.Binary(Op::Add, tri, MT(b, tri)), diag);
+    std::tie(w, v) = RefineEigh(b, full, v);
+    std::tie(w, v) = RefineEigh(b, full, v);  // clusters the first step could not tell apart (gaps under 1e-8 |A|)
+  }
+  std::vector<int64_t> all(s.dims.begin(), s.dims.end()), keep;
+  for (int64_t i = 0; i < r - 2; ++i) keep.push_back(i);
+  Value finite = b.Reduce(b.IsFinite(tri), b.ScalarConstant(ir::DType::Bool, 1), {r - 2, r - 1},
+                          ir::ReduceKind::And);
+  w = b.Select(b.BroadcastInDim(finite, wdims, keep), w, b.Full(s.dtype, wdims, std::nan("")));
+  v = b.Select(b.BroadcastInDim(finite, all, keep), v, b.Full(s.dtype, all, std::nan("")));
+  return {w, v};
 }
 
 std::tuple<at::Tensor, at::Tensor> _linalg_eigh(const at::Tensor& A, c10::string_view uplo, bool compute_v) {
@@ -789,6 +855,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> _linalg_svd(const at::Tensor& A, 
   const std::vector<int64_t> dims = A.sizes().vec(), batch = BatchOf(dims);
   const int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n), r = A.dim(), N = m + n;
   Value a = Val(A);
+  // The CPU's LAPACK refuses NaN (inf gives NaN factors, as Eigh does here)
+  CheckNone(d, b.Compare(CompareDir::NE, a, a), runtime::ErrorKind::kLinAlg,
+            "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite values.");
   std::vector<int64_t> lo(r, 0), in(r, 0);
   std::vector<int64_t> lo_top(r, 0), hi_top(r, 0);
   lo_top[r - 1] = m;

@@ -196,6 +196,47 @@ def test_eigh_and_eigvalsh():
     compare(invariant, a, rtol=2e-4, atol=2e-4)
 
 
+def test_float64_eigh_and_svd_reach_float64_accuracy():
+    # XLA's Jacobi sweeps stop at about 1e-8 |A| in float64 (their
+    # off-diagonal norm cancels); two refinement steps bring it to rounding
+    a = torch.randn(2, 32, 32, generator=gen(21), dtype=torch.float64)
+    a = a + a.mT
+    w, v = (t.cpu() for t in torch.linalg.eigh(a.to(DEV)))
+    assert (v @ torch.diag_embed(w) @ v.mT - a).abs().max() < 1e-12
+    assert (v.mT @ v - torch.eye(32, dtype=torch.float64)).abs().max() < 1e-13
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(a), rtol=0, atol=1e-12)
+    u, sv, vh = (t.cpu() for t in torch.linalg.svd(a[0].to(DEV)))
+    assert (u @ torch.diag(sv) @ vh - a[0]).abs().max() < 1e-12
+    # eigenvalues 1e-6 apart
+    q = torch.linalg.qr(torch.randn(16, 16, generator=gen(22), dtype=torch.float64)).Q
+    ev = 1 + torch.arange(16, dtype=torch.float64) * 1e-6
+    c = q @ torch.diag(ev) @ q.T
+    assert (torch.linalg.eigvalsh(((c + c.T) / 2).to(DEV)).cpu() - ev).abs().max() < 1e-13
+
+
+def test_non_finite_inputs_give_nan_or_the_cpus_error():
+    # XLA's sweeps stop at once on a NaN norm: eigvalsh of a NaN matrix was
+    # its sorted diagonal, svdvals zeros; inv of a NaN matrix said "singular"
+    nan, inf = float("nan"), float("inf")
+    a = torch.tensor([[1.0, nan, 0.0], [nan, 2.0, 0.0], [0.0, 0.0, 3.0]])
+    for x in (a, a.nan_to_num(nan=inf)):
+        w, v = torch.linalg.eigh(x.to(DEV))
+        assert w.cpu().isnan().all() and v.cpu().isnan().all()  # the CPU's: NaN where the NaN reaches
+    upper_only = torch.tensor([[1.0, nan, 0.0], [0.5, 2.0, 0.0], [0.0, 0.0, 3.0]])  # UPLO="L" does not read it
+    torch.testing.assert_close(torch.linalg.eigvalsh(upper_only.to(DEV)).cpu(), torch.linalg.eigvalsh(upper_only))
+    assert torch.linalg.eigvalsh(upper_only.to(DEV), UPLO="U").cpu().isnan().all()
+    for fn in (torch.linalg.svdvals, torch.linalg.pinv, torch.linalg.matrix_rank, lambda x: torch.linalg.matrix_norm(x, 2)):
+        with pytest.raises(torch.linalg.LinAlgError) as cpu:
+            fn(a)
+        with pytest.raises(torch.linalg.LinAlgError) as dev:
+            fn(a.to(DEV)).cpu()
+        assert str(dev.value).startswith(str(cpu.value)), (str(dev.value), str(cpu.value))
+        got, want = fn(a.nan_to_num(nan=inf).to(DEV)).cpu(), fn(a.nan_to_num(nan=inf))
+        torch.testing.assert_close(got, want, equal_nan=True)  # inf: NaN (rank 0), as the CPU
+    for fn in (torch.linalg.inv, lambda x: torch.linalg.solve(x, torch.ones(3, 1, device=x.device))):
+        torch.testing.assert_close(fn(a.to(DEV)).cpu(), fn(a), equal_nan=True)
+
+
 @pytest.mark.parametrize("shape", [(2, 6, 4)])
 def test_svd_and_svdvals(shape):
     a = torch.randn(*shape, generator=gen(20)) + 2 * torch.eye(*shape[-2:])
