@@ -425,8 +425,8 @@ ir::Value Divisor(int d, double v, at::ScalarType t, const std::vector<int64_t>&
 // round to `decimals` places as the CPU: nearbyint(x * 10^d) / 10^d, or
 // nearbyint(x / 10^-d) * 10^-d for negative d
 at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
-  TORCH_CHECK(!at::isIntegralType(a.scalar_type(), true) || decimals == 0,
-              "round_cpu not implemented for integer dtypes with decimals != 0");
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isIntegralType(a.scalar_type(), true) || decimals == 0,
+                              "\"round_cpu\" not implemented for '", a.scalar_type(), "'");
   if (decimals == 0) return IntegerSafe(a, Op::Round);
   TraceScope s;
   const int d = DeviceIndex(a);

@@ -151,9 +151,10 @@ runtime::Storage& StorageOf(const at::Tensor& t) {
               " among pjrt tensors (as on CUDA, one op does not mix devices, e.g. a CPU tensor updated in place "
               "with a pjrt operand); move one side: t.to('pjrt') or t.cpu()");
   runtime::Storage* s = PjrtStorage(t.storage().data_ptr());
-  TORCH_CHECK(s != nullptr, "a pjrt tensor whose memory torch-pjrt did not allocate (imported through DLPack, or made "
-              "by from_blob): pjrt memory is reached only through the tensors torch-pjrt makes; move data with "
-              ".to('pjrt') and .cpu()");
+  TORCH_CHECK(s != nullptr, "a pjrt tensor whose memory torch-pjrt did not allocate (imported through DLPack, made "
+              "by from_blob, or a slice of a pjrt storage, untyped_storage()[a:b], which points inside it): pjrt "
+              "memory is reached only through the tensors torch-pjrt makes; slice the tensor instead, and move "
+              "data with .to('pjrt') and .cpu()");
   return *s;
 }
 

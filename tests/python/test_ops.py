@@ -1300,6 +1300,15 @@ def test_random_bounds_and_dtypes_the_cpu_refuses_are_refused(make):
     assert str(dev.value) == str(cpu.value)
 
 
+def test_round_with_decimals_of_integers_raises_the_cpus_error():
+    errors = []
+    for dev in ("cpu", DEV):
+        with pytest.raises(NotImplementedError) as e:
+            torch.round(torch.arange(3, device=dev), decimals=1)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+
+
 def test_randperm_out_draws_on_the_device_from_its_generator():
     # randperm(out=) ran on the CPU's generator (a fallback); with a pjrt
     # generator it raised "Expected a 'cpu' generator"
