@@ -114,18 +114,19 @@ ir::Value Coordinates(int d, ir::Value idx, const std::vector<int64_t>& ishape, 
 }
 
 at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad) {
-  // the CPU's own checks: index dtype, rank, and no larger than self but along dim
+  // the CPU's own checks, for a non-empty index: its dtype, rank, and no
+  // larger than self but along dim
   const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
-  at::native::scatter_gather_dtype_check("gather", self, index);
-  at::native::gather_shape_check(self, w, index);
   TraceScope s;
   const int d = CommonDevice({&self, &index});
+  if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), index.sizes().vec()), d);
+  at::native::scatter_gather_dtype_check("gather", self, index);
+  at::native::gather_shape_check(self, w, index);
   ir::Builder& b = B(d);
   if (self.dim() == 0 || index.dim() == 0) {  // a 0-d tensor is a 1-element vector for indexing purposes
     return Wrap(b.Reshape(Val(tpj::aten::gather(self.reshape({-1}), w, index.reshape({-1}), sparse_grad)), index.sizes().vec()), d);
   }
   const auto ishape = index.sizes().vec();
-  if (index.numel() == 0) return Wrap(Fill(d, 0, self.scalar_type(), ishape), d);
   ir::Value coords = Coordinates(d, CheckedIndex(d, Val(index), self.size(w), false, "gather()", runtime::ErrorKind::kValue), ishape, w);
   ir::GatherDims g;
   for (int64_t i = 0; i < self.dim(); ++i) {

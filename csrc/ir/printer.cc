@@ -237,12 +237,15 @@ class Printer {
     }
     os_ << ") {\n";
     constant_.assign(g_.nodes.size(), false);
+    MarkRecomputed();
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const ::tpj::ir::Node& node = g_.nodes[n];
       bool c = Foldable(node.op);
       for (Value v : node.operands) c = c && constant_[static_cast<size_t>(v.node)];
       constant_[n] = c;
-      if (node.op != Op::Parameter) Node(static_cast<int32_t>(n));
+      if (node.op == Op::Parameter) continue;
+      Node(static_cast<int32_t>(n));
+      if (stored_[n]) Store(n);
     }
     os_ << "    \"func.return\"(";
     for (size_t i = 0; i < g_.outputs.size(); ++i) os_ << (i ? ", " : "") << Name(g_.outputs[i]);
@@ -253,9 +256,118 @@ class Printer {
     os_ << ") -> ()\n  }\n";
   }
 
+  // How an op reads its operands when XLA fuses it into its consumers:
+  // element for element (each output element reads the same element of each
+  // operand), through another index (a reverse, slice, gather, broadcast...),
+  // or not fused (its operands are computed into memory first).
+  enum class Reads { kSameIndex, kOtherIndex, kMemory };
+  static Reads HowReads(Op op) {
+    switch (Form(op)) {
+      case OpForm::kSpecial:
+        break;
+      default:
+        return Reads::kSameIndex;
+    }
+    switch (op) {
+      // (a reshape or broadcast reads the same elements in the same order:
+      // counted as element for element, as the residual stream read by a
+      // block's three projections, or layer norm's statistics by its
+      // backward, are stored anyway where XLA sees fit)
+      case Op::Convert: case Op::IsFinite: case Op::Compare: case Op::Select: case Op::Clamp: case Op::Real:
+      case Op::Imag: case Op::Complex: case Op::Reshape: case Op::BroadcastInDim:
+        return Reads::kSameIndex;
+      case Op::BitcastConvert: case Op::Transpose: case Op::Reverse: case Op::Slice: case Op::DynamicSlice:
+      case Op::Concatenate: case Op::Pad: case Op::Gather:
+        return Reads::kOtherIndex;
+      default:
+        return Reads::kMemory;
+    }
+  }
+
+  // XLA's CPU fusion evaluates a fused value once per index it is read at:
+  // a chain where each step reads the last one at two indices
+  // (`x = 0.9 * x + 0.1 * x.flip(1)`, a stencil, a gather of x next to x)
+  // fused whole evaluates step k 2^k times (44 steps of that flip chain ran
+  // 2.75 s, 46 steps 14 s; a gather chain compiled for 15 s). Counted from
+  // the outputs back (consumers come after their operands): a value's
+  // evaluations are the most of its element-for-element consumers' plus the
+  // sum of those that read it at another index. One evaluated more than
+  // kMaxEvaluations times whose fused producers (counted with repeats, an
+  // upper bound) times its evaluations exceed kMaxWork is stored (Store)
+  // and counts as evaluated once; a value read a few times over its own
+  // small producers (a padded input read by a convolution's 9 taps) is
+  // left to XLA's fusion.
+  static constexpr int64_t kMaxEvaluations = 8;
+  static constexpr int64_t kMaxWork = 256;
+  void MarkRecomputed() {
+    const size_t n = g_.nodes.size();
+    stored_.assign(n, false);
+    constexpr int64_t kCap = int64_t{1} << 40;
+    std::vector<int64_t> work(n, 0);  // fused ops that computing one element evaluates
+    for (size_t k = 0; k < n; ++k) {
+      const ::tpj::ir::Node& node = g_.nodes[k];
+      if (HowReads(node.op) == Reads::kMemory) continue;
+      int64_t w = 1;
+      for (size_t i = 0; i < node.operands.size(); ++i) {
+        bool seen = false;
+        for (size_t j = 0; j < i; ++j) seen = seen || node.operands[j].node == node.operands[i].node;
+        if (!seen) w = std::min(kCap, w + work[static_cast<size_t>(node.operands[i].node)]);
+      }
+      work[k] = w;
+    }
+    std::vector<int64_t> same(n, 0), other(n, 0);
+    for (Value v : g_.outputs) same[static_cast<size_t>(v.node)] = std::max<int64_t>(same[static_cast<size_t>(v.node)], 1);
+    for (size_t k = n; k-- > 0;) {
+      const ::tpj::ir::Node& node = g_.nodes[k];
+      const Reads reads = HowReads(node.op);
+      int64_t evals = std::min<int64_t>(same[k] + other[k], kCap);
+      if (reads != Reads::kMemory && node.results.size() == 1 && evals > kMaxEvaluations &&
+          evals > kMaxWork / std::max<int64_t>(work[k], 1) && node.results[0].numel() > 1) {
+        stored_[k] = true;
+        evals = 1;
+      }
+      if (reads == Reads::kMemory || evals == 0) evals = 1;  // read from memory once (or dead: printed, unused)
+      for (size_t i = 0; i < node.operands.size(); ++i) {
+        const auto u = static_cast<size_t>(node.operands[i].node);
+        bool seen = false;  // an operand read twice by one op (x * x) is read at one index
+        for (size_t j = 0; j < i; ++j) seen = seen || node.operands[j].node == node.operands[i].node;
+        if (seen) continue;
+        if (reads == Reads::kOtherIndex) {
+          other[u] += evals;
+        } else {
+          same[u] = std::max(same[u], evals);
+        }
+      }
+    }
+  }
+
+  // %s<n>: node n computed into memory, never fused into its consumers: a
+  // scatter of its first element over itself (XLA removes optimization
+  // barriers before fusing; lowering.h's InMemory does the same in the IR).
+  void Store(size_t n) {
+    const Shape& shape = g_.nodes[n].results[0];
+    const std::string p = "%s" + std::to_string(n) + "_";
+    const Shape flat{shape.dtype, {shape.numel(), 1}}, one{shape.dtype, {1, 1}}, at{DType::I64, {1, 1}};
+    os_ << "    " << p << "f = \"stablehlo.reshape\"(%" << n << ") : (" << shape.ToString() << ") -> "
+        << flat.ToString() << "\n";
+    os_ << "    " << p << "e = \"stablehlo.slice\"(" << p << "f) {limit_indices = array<i64: 1, 1>, "
+        << "start_indices = array<i64: 0, 0>, strides = array<i64: 1, 1>} : (" << flat.ToString() << ") -> "
+        << one.ToString() << "\n";
+    os_ << "    " << p << "i = \"stablehlo.constant\"() {value = dense<0> : " << at.ToString() << "} : () -> "
+        << at.ToString() << "\n";
+    os_ << "    " << p << "c = \"stablehlo.scatter\"(" << p << "f, " << p << "i, " << p << "e) ("
+        << TakeUpdate(shape.dtype) << ") {indices_are_sorted = true, scatter_dimension_numbers = "
+        << "#stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], "
+        << "scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = true} : ("
+        << flat.ToString() << ", " << at.ToString() << ", " << one.ToString() << ") -> " << flat.ToString() << "\n";
+    os_ << "    %s" << n << " = \"stablehlo.reshape\"(" << p << "c) : (" << flat.ToString() << ") -> "
+        << shape.ToString() << "\n";
+  }
+
   std::string Name(Value v) const {
     const ::tpj::ir::Node& n = g_.nodes[v.node];
     if (n.op == Op::Parameter) return "%arg" + std::to_string(ParamIndex(n));
+    if (stored_[static_cast<size_t>(v.node)]) return "%s" + std::to_string(v.node);
     std::string s = "%" + std::to_string(v.node);
     if (n.results.size() > 1) s += "#" + std::to_string(v.index);
     return s;
@@ -573,6 +685,7 @@ class Printer {
   int regions_ = 0;
   int barriers_ = 0;
   std::vector<bool> constant_;  // per node: computed from constants only (Foldable ops)
+  std::vector<bool> stored_;    // per node: behind an optimization barrier (MarkRecomputed)
 };
 
 }  // namespace

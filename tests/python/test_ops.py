@@ -1300,6 +1300,16 @@ def test_random_bounds_and_dtypes_the_cpu_refuses_are_refused(make):
     assert str(dev.value) == str(cpu.value)
 
 
+def test_gather_with_an_empty_index_is_empty_whatever_its_rank():
+    # the index's rank was checked first: an empty [2, 0] index of a 1-d
+    # input raised where the CPU returns an empty result (and its gradient)
+    for dev in ("cpu", DEV):
+        x = torch.arange(5.0, device=dev, requires_grad=True)
+        y = torch.gather(x, 0, torch.zeros(2, 0, dtype=torch.long, device=dev))
+        y.sum().backward()
+        assert y.shape == (2, 0) and x.grad.cpu().tolist() == [0.0] * 5
+
+
 def test_round_with_decimals_of_integers_raises_the_cpus_error():
     errors = []
     for dev in ("cpu", DEV):
@@ -1806,6 +1816,38 @@ for make in ("torch.zeros(400, 1000, device='pjrt').sum()", "torch.ones(400, 100
     got = [json.loads(line) for line in r.stdout.splitlines()]
     # small ones still fold; the 3 is the program's argument, so nothing is known to fold there
     assert got == [[[0.0], True], [[400.0] * 3, True], [[500.0], False], [[1200.0] * 3, False]]
+
+
+def test_chains_that_read_each_step_at_two_indices_store_their_steps(tmp_path):
+    # XLA's CPU fusion evaluated step k of `x = 0.9 * x + 0.1 * x.flip(1)`
+    # 2^k times (44 steps ran 3 s, 60 did not finish in 90 s; a gather chain
+    # compiled for 15 s); every few steps is now stored (ir/printer.cc)
+    import json
+
+    from conftest import run_python
+    code = """
+import json, os, time, torch, torch_pjrt
+d = os.environ["TORCH_PJRT_DUMP_DIR"]
+idx = torch.arange(32).roll(3)
+for name, step in [("flip", lambda x: 0.9 * x + 0.1 * x.flip(1)), ("gather", lambda x: x.sin() + x[:, idx].cos() * 0.1),
+                   ("residual", lambda x: x + 0.1 * torch.tanh(x.reshape(-1)).reshape(x.shape))]:
+    before = set(os.listdir(d))
+    xc = torch.randn(32, 32); x, ref = xc.to("pjrt"), xc
+    for _ in range(60):
+        x, ref = step(x), step(ref)
+    t = time.time()
+    got = x.cpu()
+    new = [f for f in os.listdir(d) if f not in before and f.endswith(".mlir")]
+    text = "".join(open(os.path.join(d, f)).read() for f in new)
+    print(json.dumps([name, time.time() - t, ((got - ref).abs().max() / ref.abs().max()).item(), text.count("stablehlo.scatter")]))
+"""
+    r = run_python(code, TORCH_PJRT_DUMP_DIR=tmp_path, TORCH_PJRT_CACHE_DIR=None)
+    assert r.returncode == 0, r.stderr
+    got = {name: (seconds, err, stores) for name, seconds, err, stores in map(json.loads, r.stdout.splitlines())}
+    for name, (seconds, err, stores) in got.items():
+        assert err < 1e-5 and seconds < 30, (name, seconds, err)
+    assert got["flip"][2] >= 10 and got["gather"][2] >= 10  # a store every 3-4 steps
+    assert got["residual"][2] == 0  # read at one index per step: fused whole, as before
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
