@@ -10,6 +10,7 @@
 // Their gradients are PyTorch's own formulas (derivatives.yaml) over lowered
 // ops, except logit's backward, which is an op of its own.
 #include <ATen/native/Math.h>
+#include <ATen/native/Resize.h>
 
 #include <cmath>
 #include <limits>
@@ -690,6 +691,19 @@ at::Tensor clamp_max_t(const at::Tensor& a, const at::Tensor& hi) {
   return at::clamp(a, std::nullopt, std::optional<at::Tensor>(hi));
 }
 
+// mvlgamma's in-place and out= forms (the functional form is composite and
+// traces through lgamma), as the CPU's: the result into self, or into out
+// when its dtype can hold the result's.
+at::Tensor& mvlgamma_out(const at::Tensor& self, int64_t p, at::Tensor& out) {
+  at::Tensor r = at::mvlgamma(self, p);
+  TORCH_CHECK(at::can_cast(r.scalar_type(), out.scalar_type()), "mvlgamma: result type ", self.scalar_type(),
+              " can't be cast to the desired output type ", r.scalar_type());
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+
+at::Tensor& mvlgamma_(at::Tensor& self, int64_t p) { return mvlgamma_out(self, p, self); }
+
 }  // namespace
 }  // namespace tpj::aten
 
@@ -698,6 +712,8 @@ at::Tensor clamp_max_t(const at::Tensor& a, const at::Tensor& hi) {
 #define KN(name, fn) TPJ_LAID(m, name, kOperandsAndNumber, fn)  // a number operand TensorIterator counts (ops_elementwise.cc)
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mvlgamma_", TORCH_FN(tpj::aten::mvlgamma_));  // not elementwise: no layout rule
+  m.impl("mvlgamma.out", TORCH_FN(tpj::aten::mvlgamma_out));
   K("asin", asin);
   K("acos", acos);
   K("atan", atan);

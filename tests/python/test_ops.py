@@ -1310,6 +1310,24 @@ def test_gather_with_an_empty_index_is_empty_whatever_its_rank():
         assert y.shape == (2, 0) and x.grad.cpu().tolist() == [0.0] * 5
 
 
+def test_mvlgamma_in_place_and_out_run_on_the_device():
+    # mvlgamma_ and mvlgamma(out=) ran on the CPU (fallbacks)
+    torch_pjrt.metrics.reset()
+    x = torch.rand(6) * 3 + 2
+    a, o = x.to(DEV).clone(), torch.empty(6, device=DEV)
+    a.mvlgamma_(3)
+    torch.mvlgamma(x.to(DEV), 3, out=o)
+    torch.testing.assert_close(a.cpu(), torch.mvlgamma(x, 3))
+    torch.testing.assert_close(o.cpu(), torch.mvlgamma(x, 3))
+    errors = []
+    for dev in ("cpu", DEV):  # an integer tensor cannot hold the result
+        with pytest.raises(RuntimeError) as e:
+            (torch.arange(4, device=dev) + 3).mvlgamma_(2)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def test_round_with_decimals_of_integers_raises_the_cpus_error():
     errors = []
     for dev in ("cpu", DEV):
