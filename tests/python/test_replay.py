@@ -44,8 +44,8 @@ def _data(n=4):
     return [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(n)]
 
 
-def _train(replay, steps=6, compile_step=False, join=True):
-    """Losses, final weights and BN statistics of a compiled training loop."""
+def _compiled_net(replay=True, join=True):
+    """A seeded Net, its SGD optimizer (momentum) and the compiled model."""
     torch._dynamo.reset()
     pjrt_dynamo.replay = replay
     pjrt_dynamo.join = join
@@ -53,7 +53,12 @@ def _train(replay, steps=6, compile_step=False, join=True):
     model = Net().to(DEV)
     torch_pjrt.manual_seed(1)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    cm = torch.compile(model, backend="pjrt")
+    return model, opt, torch.compile(model, backend="pjrt")
+
+
+def _train(replay, steps=6, compile_step=False, join=True):
+    """Losses, final weights and BN statistics of a compiled training loop."""
+    model, opt, cm = _compiled_net(replay, join)
     opt_step = torch.compile(opt.step, backend="pjrt") if compile_step else opt.step
     data = [(x.to(DEV), y.to(DEV)) for x, y in _data()]
     losses = []
@@ -247,13 +252,7 @@ def _accumulate(micro, join=True, siamese=False, steps=6):
     """Weights after a compiled training loop of `micro` micro-batches per
     optimizer step (or a model applied to two inputs per step), and the
     counters of its last 3 steps."""
-    torch._dynamo.reset()
-    pjrt_dynamo.join = join
-    torch.manual_seed(0)
-    model = Net().to(DEV)
-    torch_pjrt.manual_seed(1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    cm = torch.compile(model, backend="pjrt")
+    model, opt, cm = _compiled_net(join=join)
     data = [(x.to(DEV), y.to(DEV)) for x, y in _data(max(micro, 2))]
     for step in range(steps):
         if step == steps - 3:
