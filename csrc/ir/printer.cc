@@ -258,7 +258,7 @@ class Printer {
 
   // How an op reads its operands when XLA fuses it into its consumers:
   // element for element (each output element reads the same element of each
-  // operand), through another index (a reverse, slice, gather, broadcast...),
+  // operand), through another index (a reverse, slice, transpose, gather...),
   // or not fused (its operands are computed into memory first).
   enum class Reads { kSameIndex, kOtherIndex, kMemory };
   static Reads HowReads(Op op) {
@@ -303,15 +303,20 @@ class Printer {
     const size_t n = g_.nodes.size();
     stored_.assign(n, false);
     constexpr int64_t kCap = int64_t{1} << 40;
+    // an operand read twice by one op (x * x) is read at one index
+    auto first_use = [](const ::tpj::ir::Node& node, size_t i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (node.operands[j].node == node.operands[i].node) return false;
+      }
+      return true;
+    };
     std::vector<int64_t> work(n, 0);  // fused ops that computing one element evaluates
     for (size_t k = 0; k < n; ++k) {
       const ::tpj::ir::Node& node = g_.nodes[k];
       if (HowReads(node.op) == Reads::kMemory) continue;
       int64_t w = 1;
       for (size_t i = 0; i < node.operands.size(); ++i) {
-        bool seen = false;
-        for (size_t j = 0; j < i; ++j) seen = seen || node.operands[j].node == node.operands[i].node;
-        if (!seen) w = std::min(kCap, w + work[static_cast<size_t>(node.operands[i].node)]);
+        if (first_use(node, i)) w = std::min(kCap, w + work[static_cast<size_t>(node.operands[i].node)]);
       }
       work[k] = w;
     }
@@ -328,10 +333,8 @@ class Printer {
       }
       if (reads == Reads::kMemory || evals == 0) evals = 1;  // read from memory once (or dead: printed, unused)
       for (size_t i = 0; i < node.operands.size(); ++i) {
+        if (!first_use(node, i)) continue;
         const auto u = static_cast<size_t>(node.operands[i].node);
-        bool seen = false;  // an operand read twice by one op (x * x) is read at one index
-        for (size_t j = 0; j < i; ++j) seen = seen || node.operands[j].node == node.operands[i].node;
-        if (seen) continue;
         if (reads == Reads::kOtherIndex) {
           other[u] += evals;
         } else {
@@ -685,7 +688,7 @@ class Printer {
   int regions_ = 0;
   int barriers_ = 0;
   std::vector<bool> constant_;  // per node: computed from constants only (Foldable ops)
-  std::vector<bool> stored_;    // per node: behind an optimization barrier (MarkRecomputed)
+  std::vector<bool> stored_;    // per node: computed into memory (MarkRecomputed, Store)
 };
 
 }  // namespace
