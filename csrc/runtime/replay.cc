@@ -232,6 +232,13 @@ bool Runtime::MayJoinAgain(const Trace& t, const ReplayProgram& p, const std::ve
   for (const Trace::Joined& j : t.joined) {
     if (j.program != &p) continue;
     if (j.calls >= kMaxJoins) return false;
+    // Programs in which it joined more than once kept compiling (calls
+    // that Python control flow orders differently each step, e.g. random
+    // teacher forcing: a step of 6 calls has up to 64 such programs): it
+    // joins once per trace from then on, a program per call, each cached.
+    if (auto it = multi_join_compiles_.find(&p); it != multi_join_compiles_.end() && it->second >= kMaxJoinCompiles) {
+      return false;
+    }
     // The same storage in the same place as in the last call (a parameter,
     // a buffer the graph updates): it must hold what that call left in it.
     // Another storage there is new data (the next micro-batch).

@@ -248,6 +248,7 @@ class Runtime {
     bool operator==(const JoinState& o) const { return value == o.value && buffer == o.buffer; }
   };
   static constexpr int kMaxJoins = 16;
+  static constexpr int kMaxJoinCompiles = 4;
   struct Trace {
     std::unique_ptr<ir::Builder> builder;
     int64_t epoch = 0;
@@ -302,8 +303,10 @@ class Runtime {
     // accumulation's micro-batches, a model applied to two inputs, a block
     // shared by layers) unless something else wrote one of those storages
     // since (the optimizer wrote the parameters: a new step of a loop that
-    // never syncs) or it joined kMaxJoins times: then the trace so far is
-    // launched first, and a trace holds one step's work.
+    // never syncs) or it joined kMaxJoins times, or programs in which it
+    // joined more than once compiled kMaxJoinCompiles times already (calls
+    // whose order Python control flow changes every step): then the trace
+    // so far is launched first, and a trace holds one step's work.
     struct Joined {
       const ReplayProgram* program = nullptr;
       int calls = 0;
@@ -419,6 +422,8 @@ class Runtime {
   void JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
   // Whether `p` may join `t` once more (Trace::joined says when not).
   bool MayJoinAgain(const Trace& t, const ReplayProgram& p, const std::vector<Storage*>& inputs) const;
+  // Per recorded program: programs compiled in which it had joined more than once.
+  std::unordered_map<const ReplayProgram*, int> multi_join_compiles_;
   static JoinState StateIn(const Trace& t, const Storage& s);
   SyncCapture* capture_ = nullptr;
   struct LoggedLaunch {

@@ -190,6 +190,9 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   }
   m.AddTime("compile", Seconds(t0));
   m.Add("compiles");
+  for (const Trace::Joined& j : trace.joined) {
+    if (j.calls > 1) ++multi_join_compiles_[j.program];  // MayJoinAgain
+  }
   RecordProgramMemory(*exe);
   cache_.Insert(key, exe);
   cache_.StoreDisk(key, *exe);

@@ -69,22 +69,24 @@ process_group.register()  # torch.distributed's backend "pjrt"
 
 
 def _register_dynamo() -> None:
-    """Makes ``torch.compile(backend="pjrt")`` work. An installed package
-    needs nothing here: Dynamo finds the ``torch_dynamo_backends`` entry point
-    when asked for the name, and importing ``torch._dynamo`` now would add
-    more than a second to every ``import torch``. Only a package run from a
-    source tree without being installed registers eagerly."""
-    import sys
-    from importlib.metadata import entry_points
+    """Makes ``torch.compile(backend="pjrt")`` work: registers the backend by
+    name as soon as ``torch._dynamo`` is imported (at once if it is;
+    importing it here would add more than a second to every ``import
+    torch``). Dynamo would also find the installed package's
+    ``torch_dynamo_backends`` entry point when first asked for the name, but
+    it registers an entry point's backend after a check of its own, so that
+    threads compiling for the first time at once raised "duplicate name:
+    pjrt"; registered during the import, the name is there before any
+    thread asks."""
+    def register() -> None:
+        try:
+            from torch_pjrt import dynamo
 
-    if "torch._dynamo" not in sys.modules and "pjrt" in entry_points(group="torch_dynamo_backends").names:
-        return
-    try:
-        from torch_pjrt import dynamo
+            dynamo.register()
+        except ImportError:  # torch built without Dynamo, or imported midway: the entry point remains
+            pass
 
-        dynamo.register()
-    except ImportError:  # torch built without Dynamo
-        pass
+    _device._after_import("torch._dynamo", register)
 
 
 _register_dynamo()

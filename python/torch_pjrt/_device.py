@@ -261,32 +261,23 @@ def _guard(owner, name: str, check: Callable) -> None:
     setattr(owner, name, guarded)
 
 
-def _register_with_lightning_when_imported() -> None:
-    """``Trainer(accelerator="pjrt")`` and ``Fabric(accelerator="pjrt")``
-    need the accelerator registered, and Lightning has no entry point for
-    accelerators: once ``lightning.pytorch`` is imported in this process
-    (before or after torch_pjrt; ``import lightning`` imports it, and its
-    import of torch is what loads torch_pjrt when torch autoloads it),
-    ``torch_pjrt.lightning`` registers it, so that ``import
-    torch_pjrt.lightning`` is not needed (docs/lightning.md). A failure there
-    (another Lightning version) is a warning, never a failed import."""
+def _after_import(target_name: str, callback: Callable[[], None],
+                  imported: Callable[[types.ModuleType], bool] = lambda module: True) -> None:
+    """Runs `callback` once module `target_name` is imported in this
+    process: at once if it is (and `imported` says it is whole), else right
+    after its code has run, inside that import (a finder in front of
+    ``sys.meta_path`` wraps its loader, then removes itself)."""
     import importlib.abc
     import importlib.util
 
-    def register() -> None:
-        try:
-            importlib.import_module("torch_pjrt.lightning")
-        except Exception as error:  # noqa: BLE001 - Lightning must still import
-            warnings.warn(f"torch_pjrt could not register its Lightning accelerator ({type(error).__name__}: "
-                          f"{error}); Trainer(accelerator='pjrt') will not be available", PjrtWarning, stacklevel=2)
-
-    target_name = "lightning.pytorch"
     if target_name in sys.modules:
-        if hasattr(sys.modules[target_name], "Trainer"):  # fully imported
-            register()
+        if imported(sys.modules[target_name]):
+            callback()
         return
 
-    class AfterLightning(importlib.abc.MetaPathFinder):
+    class AfterImport(importlib.abc.MetaPathFinder):
+        target = target_name
+
         def find_spec(self, fullname, path=None, target=None):
             if fullname != target_name:
                 return None
@@ -298,13 +289,34 @@ def _register_with_lightning_when_imported() -> None:
 
             def exec_module(module):
                 run(module)
-                register()
+                callback()
 
             spec.loader.exec_module = exec_module
             return spec
 
-    if not any(type(f).__name__ == "AfterLightning" for f in sys.meta_path):
-        sys.meta_path.insert(0, AfterLightning())
+    if not any(getattr(f, "target", None) == target_name for f in sys.meta_path):
+        sys.meta_path.insert(0, AfterImport())
+
+
+def _register_with_lightning_when_imported() -> None:
+    """``Trainer(accelerator="pjrt")`` and ``Fabric(accelerator="pjrt")``
+    need the accelerator registered, and Lightning has no entry point for
+    accelerators: once ``lightning.pytorch`` is imported in this process
+    (before or after torch_pjrt; ``import lightning`` imports it, and its
+    import of torch is what loads torch_pjrt when torch autoloads it),
+    ``torch_pjrt.lightning`` registers it, so that ``import
+    torch_pjrt.lightning`` is not needed (docs/lightning.md). A failure there
+    (another Lightning version) is a warning, never a failed import."""
+    import importlib
+
+    def register() -> None:
+        try:
+            importlib.import_module("torch_pjrt.lightning")
+        except Exception as error:  # noqa: BLE001 - Lightning must still import
+            warnings.warn(f"torch_pjrt could not register its Lightning accelerator ({type(error).__name__}: "
+                          f"{error}); Trainer(accelerator='pjrt') will not be available", PjrtWarning, stacklevel=2)
+
+    _after_import("lightning.pytorch", register, lambda module: hasattr(module, "Trainer"))
 
 
 def _refuse_strided_nested_on_pjrt() -> None:

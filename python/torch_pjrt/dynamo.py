@@ -733,7 +733,9 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
 
 
 def register() -> None:
-    from torch._dynamo import list_backends, register_backend
+    """Registers the backend as "pjrt" unless it is (list_backends also
+    lists entry points not yet loaded: the registry's own table says)."""
+    from torch._dynamo.backends import registry
 
-    if "pjrt" not in list_backends(exclude_tags=()):
-        register_backend(name="pjrt")(pjrt_backend)
+    if "pjrt" not in registry._COMPILER_FNS:
+        registry.register_backend(name="pjrt")(pjrt_backend)

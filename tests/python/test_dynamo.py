@@ -29,6 +29,36 @@ def test_backend_is_registered_by_name():
     assert "pjrt" in names
 
 
+@pytest.mark.parametrize("dynamo_first", [False, True])
+def test_threads_compiling_first_at_once_all_get_the_backend(dynamo_first):
+    # Dynamo registers an entry point's backend after a check of its own:
+    # threads asking for "pjrt" at once raised "duplicate name: pjrt". It is
+    # registered when torch._dynamo is imported (before or after torch_pjrt).
+    from conftest import run_python
+    code = f"""
+import threading, torch
+{"import torch._dynamo" if dynamo_first else ""}
+import torch_pjrt
+from torch._dynamo.backends import registry
+assert "pjrt" in registry._COMPILER_FNS  # since torch._dynamo was imported, before any thread asks
+bar, errors, outs = threading.Barrier(4), [], []
+def work(i):
+    bar.wait()
+    try:
+        outs.append(torch.compile(lambda x: x + i, backend="pjrt")(torch.ones(2, device="pjrt")).cpu().sum().item())
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors, sorted(outs))
+"""
+    for _ in range(3):
+        r = run_python(code, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split("\n")[-2] == "[] [2.0, 4.0, 6.0, 8.0]", r.stdout
+
+
 @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
 def test_training_matches_eager_cpu(name):
     steps = 12
