@@ -733,9 +733,11 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
 
 
 def register() -> None:
-    """Registers the backend as "pjrt" unless it is (list_backends also
-    lists entry points not yet loaded: the registry's own table says)."""
+    """Registers the backend as "pjrt" unless the registry knows the name:
+    registered, or the entry point Dynamo found when first asked for a
+    backend, which Dynamo registers itself when it loads it (this import
+    may be that load: registering here too raised "duplicate name")."""
     from torch._dynamo.backends import registry
 
-    if "pjrt" not in registry._COMPILER_FNS:
+    if "pjrt" not in registry._BACKENDS:
         registry.register_backend(name="pjrt")(pjrt_backend)

@@ -59,6 +59,20 @@ print(errors, sorted(outs))
         assert r.stdout.split("\n")[-2] == "[] [2.0, 4.0, 6.0, 8.0]", r.stdout
 
 
+def test_the_entry_point_alone_gives_the_backend():
+    # torch_pjrt not imported (no autoload): Dynamo loads the entry point,
+    # whose import of torch_pjrt must not register the name a second time
+    from conftest import run_python
+    code = """
+import sys, torch
+assert "torch_pjrt" not in sys.modules
+print(torch.compile(lambda x: x * 2, backend="pjrt")(torch.ones(2)).tolist())
+"""
+    r = run_python(code, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[-2] == "[2.0, 2.0]", r.stdout
+
+
 @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
 def test_training_matches_eager_cpu(name):
     steps = 12
