@@ -380,8 +380,18 @@ def device_count() -> int:
     return n
 
 
+def _graph_break_here(reason: str) -> None:
+    """Under Dynamo, end the compiled graph before a call that talks to the
+    runtime, with our reason instead of Dynamo's complaint about a C
+    extension function (the call then runs eagerly)."""
+    if torch.compiler.is_compiling():
+        torch._dynamo.graph_break(msg=reason)
+
+
 def device(index: Optional[int] = None) -> torch.device:
     """``torch.device("pjrt:<index>")``; the current device when index is None."""
+    _graph_break_here("torch_pjrt.device() reads the runtime's device list and current device "
+                      "(set_device changes it): call it outside the compiled function")
     n = device_count()
     if index is None:
         index = _C._current_device()
@@ -394,6 +404,8 @@ def device(index: Optional[int] = None) -> torch.device:
 def sync(wait: bool = False, devices: Optional[List[Union[int, torch.device]]] = None) -> None:
     """Compile (once, cached) and launch the pending work of every device, one
     program per device. Returns once launched; ``wait=True`` blocks until done."""
+    _graph_break_here("torch_pjrt.sync() launches the pending work: a compiled graph is one "
+                      "program already, and the call ends it")
     _configure_once()
     idx = [d.index if isinstance(d, torch.device) else int(d) for d in (devices or [])]
     if not _C._initialized() and not idx:
@@ -497,6 +509,8 @@ def _make_device_module() -> types.ModuleType:
             return False
 
     def current_device() -> int:
+        _graph_break_here("torch.pjrt.current_device() changes with set_device: "
+                          "call it outside the compiled function")
         return _C._current_device()
 
     def set_device(d) -> None:

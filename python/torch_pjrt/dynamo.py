@@ -741,3 +741,10 @@ def register() -> None:
 
     if "pjrt" not in registry._BACKENDS:
         registry.register_backend(name="pjrt")(pjrt_backend)
+    # sync(), device() and current_device() end a compiled graph with our reason
+    # (_device._graph_break_here); their own frames then run eagerly rather
+    # than being compiled from the break on (which warned about each _C call).
+    skip = getattr(torch._dynamo.eval_frame, "skip_code", None)
+    if skip is not None:
+        for fn in (_device.sync, _device.device, torch.pjrt.current_device):
+            skip(fn.__code__)

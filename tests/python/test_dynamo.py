@@ -567,3 +567,37 @@ def test_a_check_in_a_compiled_graph_names_the_users_line():
         with pytest.raises(IndexError, match=rf"traced at {__file__}:{line}\)"):
             g(torch.randn(5, device=DEV), torch.tensor([1, bad], device=DEV)).cpu()
     assert torch_pjrt.metrics.counters().get("replays", 0) > replays
+
+
+def test_sync_and_the_current_device_end_a_compiled_graph_with_our_reason():
+    """torch_pjrt.sync(), torch_pjrt.device() and torch.pjrt.current_device()
+    inside a compiled function are graph breaks that say why (they named a
+    pybind11 internal and warned about each _C call); the results are
+    eager's."""
+    import warnings
+
+    import torch._dynamo
+
+    def f(a):
+        b = a.sin()
+        torch_pjrt.sync()
+        return b + a.new_ones(()) * torch.pjrt.current_device() + 1
+
+    def g(a):
+        return a.to(torch_pjrt.device()).cos()
+
+    x = torch.randn(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reasons = " ".join(r.reason for r in torch._dynamo.explain(f)(x.to(DEV)).break_reasons)
+        assert "torch_pjrt.sync() launches the pending work" in reasons, reasons
+        assert "pybind11" not in reasons
+        torch.testing.assert_close(torch.compile(f, backend="pjrt")(x.to(DEV)).cpu(),
+                                   x.sin() + torch.pjrt.current_device() + 1)
+        torch.testing.assert_close(torch.compile(g, backend="pjrt")(x).cpu(), x.cos())
+
+    def h(a):  # a new function: Dynamo's cache of f would answer without tracing
+        torch_pjrt.sync()
+        return a + 1
+    with pytest.raises(Exception, match="torch_pjrt.sync.. launches the pending work"):
+        torch.compile(h, backend="pjrt", fullgraph=True)(x.to(DEV))
