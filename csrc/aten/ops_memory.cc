@@ -404,7 +404,7 @@ at::Tensor ToCpu(const at::Tensor& self) {
   const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));
   at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(storage_type));
   RaisingTensorErrors([&] { rt.Download(s, flat.data_ptr()); });
-  if (storage_type != self.scalar_type()) flat = flat.view(self.scalar_type());
+  if (storage_type != self.scalar_type()) flat = FlatAs(flat, self.scalar_type());
   at::Tensor view = flat.as_strided(self.sizes(), self.strides(), self.storage_offset());
   // Lazy conjugate / negative views keep their bit: the values they mean
   // are conj(memory) / -memory.

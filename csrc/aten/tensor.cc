@@ -733,6 +733,13 @@ at::Tensor ReplicatedFromParts(const std::vector<at::Tensor>& parts) {
   return out;
 }
 
+at::Tensor FlatAs(const at::Tensor& flat, at::ScalarType type) {
+  const int64_t width = static_cast<int64_t>(c10::elementSize(type));
+  const int64_t bytes = flat.numel() * static_cast<int64_t>(flat.element_size());
+  if (bytes % width == 0) return flat.view(type);
+  return flat.narrow(0, 0, bytes / width * width / static_cast<int64_t>(flat.element_size())).view(type);
+}
+
 std::vector<at::Tensor> ReplicaValues(const at::Tensor& t) {
   auto& rt = runtime::Runtime::Get();
   runtime::Storage& s = StorageOf(t);
@@ -747,7 +754,7 @@ std::vector<at::Tensor> ReplicaValues(const at::Tensor& t) {
   RaisingTensorErrors([&] { rt.DownloadReplicas(s, dsts); });
   std::vector<at::Tensor> out;
   for (at::Tensor& flat : flats) {
-    if (storage_type != t.scalar_type()) flat = flat.view(t.scalar_type());
+    if (storage_type != t.scalar_type()) flat = FlatAs(flat, t.scalar_type());
     out.push_back(flat.as_strided(t.sizes(), t.strides(), t.storage_offset()).clone());
   }
   return out;

@@ -147,6 +147,9 @@ std::string StableHloOf(const std::vector<at::Tensor>& ts);
 at::Tensor ReplicatedFromParts(const std::vector<at::Tensor>& parts);
 // The tensor's value on every replica, as CPU tensors.
 std::vector<at::Tensor> ReplicaValues(const at::Tensor& t);
+// A host copy of a whole storage (1-d) viewed as `type`, as torch's
+// view(dtype), without the bytes past its last whole element of a wider type.
+at::Tensor FlatAs(const at::Tensor& flat, at::ScalarType type);
 int64_t WrapDim(int64_t dim, int64_t rank);
 
 }  // namespace tpj::aten

@@ -119,6 +119,14 @@ ir::Value Runtime::ReadFlat(Storage& s, ir::DType dtype) {
     v = t.builder->Full(have, {numel}, 0);
   }
   if (have == dtype) return v;
+  // A view of a wider type on a storage whose bytes are no whole number of
+  // its elements (u[:4].view(torch.int32) of 7 bytes, a storage resized to
+  // 6 bytes under a float view): the bytes past its last whole element are
+  // in no element of it.
+  const size_t width = ir::ByteSize(dtype);
+  if (width > ir::ByteSize(have) && s.nbytes_ % width != 0) {
+    v = t.builder->Slice(v, {0}, {static_cast<int64_t>(s.nbytes_ / width * width / ir::ByteSize(have))}, {1});
+  }
   // Of another element size too: torch.load uploads bytes, view_as_real
   // reads complex storage as floats (Bitcast takes complex values apart).
   return t.builder->Bitcast(v, dtype);
@@ -148,7 +156,17 @@ void Runtime::AssignFlat(Storage& s, ir::Value flat) {
   // so later programs read them without a bitcast, the same programs as in
   // training that was never interrupted.
   if (!s.dtype_ || (shape.dtype != *s.dtype_ && shape.bytes() == s.nbytes_)) s.dtype_ = shape.dtype;
-  if (shape.dtype != *s.dtype_) flat = t.builder->Bitcast(flat, *s.dtype_);
+  if (shape.dtype != *s.dtype_) {
+    flat = t.builder->Bitcast(flat, *s.dtype_);
+    // A value of a wider type leaves out the bytes past its last whole
+    // element (ReadFlat): they keep their value.
+    const int64_t got = t.builder->shape(flat).dims.at(0);
+    const int64_t numel = static_cast<int64_t>(s.nbytes_ / ir::ByteSize(*s.dtype_));
+    if (got < numel) {
+      const ir::Value tail = t.builder->Slice(ReadFlat(s, *s.dtype_), {got}, {numel}, {1});
+      flat = t.builder->Concatenate({flat, tail}, 0);
+    }
+  }
   s.value_ = flat;
   s.epoch_ = t.epoch;
   s.outcome_.reset();  // the outcomes of what the value read are in t.read

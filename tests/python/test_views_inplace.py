@@ -324,6 +324,34 @@ def test_dtype_views_of_another_element_size_share_the_bytes(to):
     assert torch.equal(d.cpu(), x)  # written through the view, to the same bytes
 
 
+@pytest.mark.parametrize("pending", [False, True], ids=["stored", "pending"])
+def test_a_wider_dtype_view_of_a_storage_with_left_over_bytes(pending):
+    """A view of a wider type on part of a storage whose bytes are no whole
+    number of its elements (7 bytes as int32, 10 as int64, a float storage
+    resized to 6 bytes) reads, computes and writes as on the CPU: the bytes
+    past its last whole element are no element of it and keep their value
+    (reads and writes failed: "the last dimension must be a multiple of 4")."""
+    def run(dev):
+        u = torch.arange(7, dtype=torch.uint8).to(dev)
+        h = torch.arange(5, dtype=torch.int16).to(dev)
+        f = torch.tensor([1.5, 2.5]).to(dev)
+        if not pending:
+            torch_pjrt.sync()
+        v = u[:4].view(torch.int32)
+        out = [v.clone(), v + 1]
+        h[:4].view(torch.int64).fill_(1 << 40)
+        u[:4].view(torch.float32).mul_(2)
+        y = f[:1]
+        f.untyped_storage().resize_(6)
+        y.add_(1)
+        raw = torch.empty(0, dtype=torch.uint8, device=dev).set_(f.untyped_storage(), 0, (6,), (1,))
+        c = torch.empty(0, dtype=torch.complex64, device=dev).set_(u.untyped_storage(), 0, (0,), (1,))
+        return [t.cpu() for t in out + [h, u, y, raw, c]]
+
+    for got, want in zip(run(DEV), run("cpu")):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
 # ---------------------------------------------------------------- memory formats
 
 CL = torch.channels_last
