@@ -82,12 +82,15 @@ at::Generator NewGenerator(int device) {
 }
 
 GeneratorScope::GeneratorScope(const std::optional<at::Generator>& g, const at::Tensor& op_tensor)
+    : GeneratorScope(g, op_tensor.defined() ? op_tensor.device().type() : c10::DeviceType::PrivateUse1) {}
+
+GeneratorScope::GeneratorScope(const std::optional<at::Generator>& g, c10::DeviceType op_device)
     : previous_(scope_generator) {
   if (!g.has_value() || !g->defined()) return;
   TORCH_CHECK(g->device().type() == c10::DeviceType::PrivateUse1,
               "Expected a 'pjrt' device type for generator but found '", g->device().type(), "'");
-  TORCH_CHECK(!op_tensor.defined() || op_tensor.device().type() == c10::DeviceType::PrivateUse1, "Expected a '",
-              op_tensor.device().type(), "' device type for generator but found '", g->device().type(),
+  TORCH_CHECK(op_device == c10::DeviceType::PrivateUse1, "Expected a '", op_device,
+              "' device type for generator but found '", g->device().type(),
               "' (a pjrt generator draws for ops on pjrt only)");
   scope_generator = g->unsafeGetGeneratorImpl();
 }

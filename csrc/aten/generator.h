@@ -29,6 +29,8 @@ at::Generator NewGenerator(int device);
 class GeneratorScope {
  public:
   GeneratorScope(const std::optional<at::Generator>& g, const at::Tensor& op_tensor);
+  // A factory op (randperm) whose result goes to `op_device`.
+  GeneratorScope(const std::optional<at::Generator>& g, c10::DeviceType op_device);
   ~GeneratorScope();
   GeneratorScope(const GeneratorScope&) = delete;
   GeneratorScope& operator=(const GeneratorScope&) = delete;

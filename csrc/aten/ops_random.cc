@@ -200,7 +200,9 @@ at::Tensor randperm(c10::SymInt sym_n, std::optional<at::ScalarType> dtype, std:
 at::Tensor randperm_generator(c10::SymInt n, std::optional<at::Generator> gen, std::optional<at::ScalarType> dtype,
                               std::optional<at::Layout> layout, std::optional<at::Device> device,
                               std::optional<bool> pin_memory) {
-  GeneratorScope scope(gen, at::Tensor());
+  // The generator's device brings randperm(n, generator=g) here with the
+  // CPU as the result's device (random_split's permutation).
+  GeneratorScope scope(gen, device ? device->type() : c10::DeviceType::PrivateUse1);
   return randperm(std::move(n), dtype, layout, device, pin_memory);
 }
 

@@ -473,7 +473,9 @@ def test_a_pjrt_generator_is_its_own_stream():
     for draw in (lambda: torch.randn(3, generator=g), lambda: torch.empty(3).uniform_(generator=g),
                  lambda: torch.bernoulli(torch.full((3,), 0.5), generator=g),
                  lambda: torch.multinomial(torch.ones(4), 2, generator=g),
-                 lambda: torch.poisson(torch.ones(3), generator=g)):
+                 lambda: torch.poisson(torch.ones(3), generator=g),
+                 lambda: torch.randperm(6, generator=g),  # a factory: "tensors on cpu among pjrt tensors"
+                 lambda: torch.utils.data.random_split(range(6), [3, 3], generator=g)):
         with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'pjrt'"):
             draw()
     if torch_pjrt.device_count() > 1:
