@@ -626,6 +626,8 @@ def main(argv=None) -> int:
         "trace_under_1.5us_per_op": all(r["step_us_per_op"] <= 1.5 for r in rows),
         "first_step_under_2s_on_small_models":
             all(r["lazy_cold_first_step_s"] <= 2 for r in small) if measured else None,
+        "compiled_first_step_under_2s_on_small_models":
+            all(r["compile_cold_first_step_s"] <= 2 for r in small) if measured else None,
         "warm_start_under_30_percent":
             all(r[f"{m}_warm_vs_cold"] <= 0.3 for r in rows for m in ("lazy", "compile")) if measured else None,
         "no_steady_state_compiles": all(r["pjrt_steady_state_compiles"] == 0 and
