@@ -36,6 +36,9 @@ here.
 
 Timers (``timers()``, seconds): ``compile``, ``execute_launch``,
 ``execute_wait``, ``graph_build``, ``sync``, ``trace``.
+
+Every counter and timer named here is present from the start (0 until
+counted), except the memory statistics.
 """
 
 from __future__ import annotations
@@ -52,15 +55,26 @@ _dynamo_recompiles: List[dict] = []
 _dynamo_seen: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
 
 
+# Present in counters() and timers() from the start, 0 until counted (the
+# memory statistics are absent where the plugin offers none).
+_COUNTERS = ("compiles", "recompiles", "cache_hits", "disk_cache_hits", "disk_cache_corrupt", "executions",
+             "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops", "ir_nodes_built", "relayouts",
+             "replays", "replays_joined", "replay_recordings", "replay_refused")
+_TIMERS = ("compile", "execute_launch", "execute_wait", "graph_build", "sync", "trace")
+
+
 def counters() -> Dict[str, int]:
-    out = dict(_C._metrics_counters())
+    out = dict.fromkeys(_COUNTERS, 0)
+    out.update(_C._metrics_counters())
     for op, n in _C._metrics_fallbacks().items():
         out[op] = n
     return out
 
 
 def timers() -> Dict[str, float]:
-    return dict(_C._metrics_timers())
+    out = dict.fromkeys(_TIMERS, 0.0)
+    out.update(_C._metrics_timers())
+    return out
 
 
 def fallbacks() -> Dict[str, int]:
@@ -137,13 +151,12 @@ def report() -> str:
     c = counters()
     t = timers()
     lines = ["torch_pjrt metrics"]
-    for key in ("compiles", "recompiles", "cache_hits", "disk_cache_hits", "disk_cache_corrupt", "executions",
-                "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops", "ir_nodes_built", "replays",
-                "replays_joined"):
-        lines.append(f"  {key:<20} {c.get(key, 0)}")
-    ops = c.get("traced_ops", 0)
-    for key in ("compile", "execute_launch", "execute_wait", "graph_build", "sync", "trace"):
-        lines.append(f"  {key + '_time':<20} {t.get(key, 0.0):.4f} s")
+    for key in _COUNTERS:
+        if key not in ("relayouts", "replay_recordings", "replay_refused"):
+            lines.append(f"  {key:<20} {c[key]}")
+    ops = c["traced_ops"]
+    for key in _TIMERS:
+        lines.append(f"  {key + '_time':<20} {t[key]:.4f} s")
     if ops:
         lines.append(f"  {'trace_per_op':<20} {t.get('trace', 0.0) / ops * 1e6:.2f} us")
     fb = fallbacks()
