@@ -711,6 +711,7 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
     from torch._dynamo.backends.common import aot_autograd
 
     metrics._note_dynamo_compile()
+    _dense_embedding_gradients(gm)
     # keep_inference_input_mutations: in-place updates of inputs (BatchNorm's
     # running statistics, a compiled optimizer's parameters) stay in the
     # program, which donates the inputs' buffers to their new values.
@@ -732,6 +733,60 @@ def pjrt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **options):
         return compile(gm, example_inputs)
 
 
+# Where each embedding function takes `sparse` (positionally).
+_EMBEDDING_SPARSE_ARG = {torch.nn.functional.embedding: 6, torch.embedding: 4}
+
+
+def _dense_embedding_gradients(gm: torch.fx.GraphModule) -> None:
+    """``sparse=True`` embeddings of a Dynamo graph become dense, as the
+    lazy device's gradient is (docs/device.md): AOTAutograd traced their
+    sparse backward, whose COO tensors pjrt has no layout for (a device
+    model with ``max_norm`` and every CPU model failed to compile)."""
+    changed = False
+    for n in gm.graph.nodes:
+        at = _EMBEDDING_SPARSE_ARG.get(n.target) if n.op == "call_function" else None
+        if at is None:
+            continue
+        if n.kwargs.get("sparse") is True:
+            n.kwargs = {**n.kwargs, "sparse": False}
+            changed = True
+        elif len(n.args) > at and n.args[at] is True:
+            n.args = n.args[:at] + (False,) + n.args[at + 1:]
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+_meta_library = None
+
+
+def _register_gru_cell_meta() -> None:
+    """Meta kernels of the fused GRU cell, which nn.GRUCell calls on pjrt
+    (as on CUDA) and torch has none of: fake tensors of symbolic sizes
+    (dynamic=True) could not run it ("Operator does not support running
+    with fake tensors"; the LSTM cell's are torch's own). Shapes as the
+    kernels' (ops_rnn.cc): hy [B, H] and workspace [B, 5H]; the backward's
+    gate gradients [B, 3H], grad_hx [B, H], bias gradients [3H] or none."""
+    global _meta_library
+    names = ("_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward")
+    if _meta_library is not None or any(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{n}", "Meta")
+                                        for n in names):
+        return
+
+    def cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+        return (hx.new_empty(hx.shape),
+                input_gates.new_empty((input_gates.shape[0], 5 * hx.shape[1])))
+
+    def backward(grad_hy, workspace, has_bias):
+        b, h = grad_hy.shape
+        bias = (workspace.new_empty((3 * h,)), workspace.new_empty((3 * h,))) if has_bias else (None, None)
+        return (workspace.new_empty((b, 3 * h)), workspace.new_empty((b, 3 * h)), grad_hy.new_empty((b, h))) + bias
+
+    _meta_library = torch.library.Library("aten", "IMPL")
+    _meta_library.impl(names[0], cell, "Meta")
+    _meta_library.impl(names[1], backward, "Meta")
+
+
 def register() -> None:
     """Registers the backend as "pjrt" unless the registry knows the name:
     registered, or the entry point Dynamo found when first asked for a
@@ -741,6 +796,7 @@ def register() -> None:
 
     if "pjrt" not in registry._BACKENDS:
         registry.register_backend(name="pjrt")(pjrt_backend)
+    _register_gru_cell_meta()
     # sync(), device() and current_device() end a compiled graph with our reason
     # (_device._graph_break_here); their own frames then run eagerly rather
     # than being compiled from the break on (which warned about each _C call).

@@ -601,3 +601,26 @@ def test_sync_and_the_current_device_end_a_compiled_graph_with_our_reason():
         return a + 1
     with pytest.raises(Exception, match="torch_pjrt.sync.. launches the pending work"):
         torch.compile(h, backend="pjrt", fullgraph=True)(x.to(DEV))
+
+
+@pytest.mark.parametrize("where", ["pjrt", "cpu"])
+def test_sparse_embeddings_compile_with_dense_gradients(where):
+    """nn.Embedding(sparse=True) under torch.compile(backend="pjrt") gets
+    the lazy device's dense gradient (AOTAutograd's sparse backward made
+    COO tensors: a device model with max_norm and every CPU model failed to
+    compile); values as a dense embedding's on the CPU, max_norm's renorm
+    included."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = torch.nn.Embedding(10, 4, max_norm=1.0)
+    emb = torch.nn.Embedding(10, 4, sparse=True, max_norm=1.0).to(where)
+    with torch.no_grad():
+        emb.weight.copy_(ref.weight)
+    idx = torch.tensor([1, 2, 2, 7])
+    ref(idx).square().sum().backward()
+    torch.compile(emb, backend="pjrt")(idx.to(where)).square().sum().backward()
+    assert emb.weight.grad.layout == torch.strided
+    torch.testing.assert_close(emb.weight.grad.cpu(), ref.weight.grad)
+    torch.testing.assert_close(emb.weight.detach().cpu(), ref.weight.detach())

@@ -257,3 +257,23 @@ def test_char_lstm_language_model_trains_like_cpu():
     assert losses == pytest.approx(cpu_losses, rel=2e-3)
     for k in cpu_state:
         torch.testing.assert_close(state_[k], cpu_state[k], rtol=2e-3, atol=1e-5, msg=lambda m: f"{k}: {m}")
+
+
+def test_gru_cell_compiles_with_dynamic_shapes():
+    """nn.GRUCell under torch.compile(dynamic=True): the fused cell and its
+    backward have meta kernels (torch_pjrt.dynamo), so fake tensors of
+    symbolic batch size run them (fullgraph=True raised "does not support
+    running with fake tensors"; without it, a silent graph break)."""
+    torch.manual_seed(0)
+    cell = nn.GRUCell(4, 8)
+    dev = copy.deepcopy(cell).to(DEV)
+    f = torch.compile(lambda x, h: dev(x, h), backend="pjrt", dynamic=True, fullgraph=True)
+    for batch in (3, 5):
+        x, h = torch.randn(batch, 4, requires_grad=True), torch.randn(batch, 8)
+        cell(x, h).square().sum().backward()
+        xd = x.detach().to(DEV).requires_grad_()
+        f(xd, h.to(DEV)).square().sum().backward()
+        torch.testing.assert_close(xd.grad.cpu(), x.grad)
+        torch.testing.assert_close(dev.bias_hh.grad.cpu(), cell.bias_hh.grad)
+        cell.zero_grad()
+        dev.zero_grad()
