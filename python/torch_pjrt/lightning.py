@@ -13,7 +13,9 @@ imported: ``_device._register_with_lightning_when_imported``): the accelerator `
   runs Lightning's (the closure traces forward and backward, the optimizer
   traces its update) and then ``torch_pjrt.sync()``, so that each training
   step is one compiled program, as ``opt.step(); torch_pjrt.sync()`` is
-  without Lightning.
+  without Lightning. Under manual optimization the user's
+  ``training_step`` ends the program instead, and each validation, test
+  and predict batch ends one (``_ProgramPerBatch``).
 - ``precision="bf16-true"`` is Lightning's own ``HalfPrecision``: it needs
   nothing device-specific.
 - Checkpoints are written from CPU copies of the tensors (as Lightning's XLA
@@ -193,7 +195,50 @@ class _CpuCheckpoints:
         super().save_checkpoint(apply_to_collection(checkpoint, torch.Tensor, _to_cpu), filepath, storage_options)
 
 
-class PjrtSingleDeviceStrategy(_CpuCheckpoints, _PlSingleDevice):
+class _ProgramPerBatch:
+    """Strategy mixin: where the program ends. A training step with
+    automatic optimization ends at its optimizer step (the closure traces
+    forward and backward, the optimizer its update; with
+    ``accumulate_grad_batches=k``, one program per k batches). A manual
+    optimization step ends with the user's ``training_step`` (the update
+    may bypass Lightning's optimizer, or there may be none: before, the
+    whole epoch became one program; two optimizers are one program, not
+    two), and every validation, test and predict batch with its step (the
+    evaluation epoch was one program, compiled anew for each batch count,
+    its compile time growing faster than the epoch)."""
+
+    def _manual(self) -> bool:
+        return not self.lightning_module.automatic_optimization
+
+    def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
+        out = super().optimizer_step(optimizer, closure, model, **kwargs)
+        if not self._manual():
+            torch_pjrt.sync()
+        return out
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().training_step(*args, **kwargs)
+        if self._manual():
+            torch_pjrt.sync()
+        return out
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().validation_step(*args, **kwargs)
+        torch_pjrt.sync()
+        return out
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().test_step(*args, **kwargs)
+        torch_pjrt.sync()
+        return out
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().predict_step(*args, **kwargs)
+        torch_pjrt.sync()
+        return out
+
+
+class PjrtSingleDeviceStrategy(_CpuCheckpoints, _ProgramPerBatch, _PlSingleDevice):
     """Lightning Trainer on one pjrt device."""
 
     strategy_name = STRATEGY
@@ -211,11 +256,6 @@ class PjrtSingleDeviceStrategy(_CpuCheckpoints, _PlSingleDevice):
         if runtime.process_count() > 1:  # each process would train alone, silently
             raise ValueError(_JOB_OF_PROCESSES.format(runtime.process_count()))
         super().setup_environment()
-
-    def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
-        out = super().optimizer_step(optimizer, closure, model, **kwargs)
-        torch_pjrt.sync()
-        return out
 
     @classmethod
     def register_strategies(cls, strategy_registry) -> None:
@@ -244,7 +284,7 @@ class _PjrtLauncher(_MultiProcessingLauncher):
         distributed._leave_process_group()
 
 
-class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
+class PjrtDDPStrategy(_CpuCheckpoints, _ProgramPerBatch, _PlDDP):
     """Lightning Trainer on N pjrt devices, one process each (``devices=N``).
 
     Lightning's DDP strategy without the ``DistributedDataParallel`` wrapper:
@@ -367,11 +407,6 @@ class PjrtDDPStrategy(_CpuCheckpoints, _PlDDP):
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         self._broadcast_buffers()
         return super().predict_step(*args, **kwargs)
-
-    def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
-        out = super().optimizer_step(optimizer, closure, model, **kwargs)
-        torch_pjrt.sync()
-        return out
 
     def barrier(self, *args: Any, **kwargs: Any) -> None:
         torch_pjrt.sync()

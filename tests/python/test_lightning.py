@@ -141,7 +141,11 @@ def test_validate_test_predict_match_the_cpu():
     for accelerator in ("cpu", "pjrt"):
         model = Net()
         trainer = _trainer(accelerator)
+        before = torch_pjrt.metrics.counters()["executions"]
         val = trainer.validate(model, _loader(), verbose=False)[0]["val_loss"]
+        if accelerator == "pjrt":  # a program per batch (the epoch was one program)
+            ran = torch_pjrt.metrics.counters()["executions"] - before
+            assert BATCHES_PER_EPOCH <= ran <= BATCHES_PER_EPOCH + 3, ran
         test = trainer.test(model, _loader(), verbose=False)[0]["test_loss"]
         preds = torch.cat(trainer.predict(model, _loader()))
         results[accelerator] = (val, test, preds)
@@ -149,6 +153,48 @@ def test_validate_test_predict_match_the_cpu():
     assert abs(v0 - v1) < 1e-5 and abs(t0 - t1) < 1e-5
     assert p1.device.type == "cpu" or p1.device.type == "pjrt"
     assert torch.allclose(p1.cpu(), p0, rtol=1e-5, atol=1e-5)
+
+
+class ManualNet(Net):
+    """Manual optimization that steps the raw optimizer (or, with no
+    optimizer, updates the weights itself): nothing passes through
+    Lightning's optimizer step, whose sync used to be the only one."""
+
+    def __init__(self, raw_optimizer):
+        super().__init__(sgd=True)
+        self.raw_optimizer = raw_optimizer
+        self.automatic_optimization = False
+
+    def training_step(self, batch, _):
+        loss = super().training_step(batch, _)
+        if self.raw_optimizer:
+            opt = self.optimizers(use_pl_optimizer=False)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        else:
+            grads = torch.autograd.grad(loss, list(self.parameters()))
+            with torch.no_grad():
+                for p, g in zip(self.parameters(), grads):
+                    p.sub_(0.5 * g)
+
+    def configure_optimizers(self):
+        return super().configure_optimizers() if self.raw_optimizer else None
+
+
+@pytest.mark.parametrize("raw_optimizer", [True, False], ids=["raw_optimizer", "no_optimizer"])
+def test_manual_optimization_is_a_program_per_step(raw_optimizer):
+    weights = {}
+    for accelerator in ("cpu", "pjrt"):
+        model = ManualNet(raw_optimizer)
+        # (global_step counts Lightning's optimizer steps only: none here)
+        trainer = _trainer(accelerator, max_steps=-1, max_epochs=2)
+        before = torch_pjrt.metrics.counters()["executions"]
+        trainer.fit(model, _loader())
+        weights[accelerator] = _weights(model)
+    ran = torch_pjrt.metrics.counters()["executions"] - before
+    assert 20 <= ran <= 26, ran  # one per step, a few at epoch ends (the 20 steps were one or two programs)
+    assert _max_diff(weights["pjrt"], weights["cpu"]) < 1e-5
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
