@@ -123,11 +123,13 @@ def test_compiles_of_changing_graphs_are_counted_where_the_sync_ran():
     time without being a recompile of a known structure; compile_sites()
     counts it at the line whose sync compiled it, and report() shows it."""
     torch_pjrt.metrics.reset()
-    x = torch.randn(8).to(DEV)
+    # (a shape and ops of this test alone: a structure another test compiled
+    # with other shapes would make the first compile here a recompile)
+    x = torch.randn(3, 17).to(DEV)
     for n in (1, 2, 3, 2):
         y = x
         for _ in range(n):
-            y = y * 2 + 1
+            y = y.cosh() * 2 + 1
         y.cpu()  # the sync
     line = inspect.currentframe().f_lineno - 1
     sites = torch_pjrt.metrics.compile_sites()
