@@ -61,6 +61,15 @@ void Runtime::SetBuffer(Storage& s, DeviceBuffer buffer, ir::DType dtype) {
 
 void Runtime::UploadTo(Storage& s, const void* data, ir::DType dtype) {
   const int64_t numel = static_cast<int64_t>(s.nbytes_ / ir::ByteSize(dtype));
+  if (s.sharding_) {
+    // A sharded storage keeps its sharding: the value is written as a copy
+    // from another pjrt tensor is, and the next program lays it out (a
+    // buffer on one device unsharded load_state_dict's parameters and the
+    // results of collectives, written back with copy_).
+    std::lock_guard<std::recursive_mutex> l(mu_);
+    AssignFlat(s, UploadValue(s.device_, data, dtype, numel));
+    return;
+  }
   SetBuffer(s, Upload(data, dtype, {numel}, s.device_), dtype);
 }
 

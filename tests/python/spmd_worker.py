@@ -179,6 +179,14 @@ def misc(mesh):
     model = spmd.shard_module(nn.Linear(16, 8 * n), mesh, "data")
     sd = model.state_dict()
     out["state_dict_ok"] = all(t.device.type == "pjrt" for t in sd.values()) and sd["weight"].cpu().shape == (8 * n, 16)
+    # a CPU state dict loaded into the sharded model (a host copy_ into each
+    # parameter) keeps the parameters' shardings: it unsharded them
+    fresh = nn.Linear(16, 8 * n)
+    before = spmd.sharding_of(model.weight).hlo
+    model.load_state_dict(fresh.state_dict())
+    out["load_keeps_sharding"] = (spmd.sharding_of(model.weight).hlo == before and
+                                  spmd.shard_bytes(model.weight) == [8 * 16 * 4] * n and
+                                  torch.equal(model.weight.detach().cpu(), fresh.weight.detach()))
     # a constraint on a pending intermediate
     w = spmd.distribute(torch.randn(16, 8 * n), mesh)
     y = x @ w

@@ -81,6 +81,7 @@ def test_semantics(result):
     m = result["misc"]
     assert m["device"] == "pjrt:0"
     assert m["print_ok"] and m["state_dict_ok"]
+    assert m["load_keeps_sharding"]
     assert m["constraint_in_program"] and m["constraint_ok"]
     assert m["constraint_sharding"] == f"{{devices=[1,{n}]{','.join(map(str, range(n)))}}}"
     assert m["constraint_bytes"] == [8 * n * 8 * n * 4 // n] * n
