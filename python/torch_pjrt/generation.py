@@ -193,6 +193,22 @@ def _static_cache(model, max_len: int):
     return cache
 
 
+def _default_new_tokens(gen_config, prompt_len: int) -> int:
+    """How many tokens model.generate() makes when not told: the generation
+    config's max_new_tokens; else its max_length, prompt included, where it
+    is not the default of 20; else 20."""
+    n = getattr(gen_config, "max_new_tokens", None)
+    if n is not None:
+        return n
+    total = getattr(gen_config, "max_length", None)
+    if total is None or total == 20:
+        return 20
+    if total <= prompt_len:
+        raise ValueError(f"generate: the prompt has {prompt_len} tokens and the model's generation_config.max_length "
+                         f"is {total} (prompt included): nothing is left to generate. Pass max_new_tokens")
+    return total - prompt_len
+
+
 def generate(
     model,
     input_ids: torch.Tensor,
@@ -211,8 +227,10 @@ def generate(
     """Greedy or sampled decoding of a HF causal LM on a pjrt device.
 
     Returns ``[batch, prompt + n]`` token ids like ``model.generate()``:
-    the prompt, then ``n <= max_new_tokens`` new tokens (default: the
-    model's ``generation_config.max_new_tokens``, else 20); ``n`` is shorter
+    the prompt, then ``n <= max_new_tokens`` new tokens (default, as
+    ``model.generate()``: the model's ``generation_config.max_new_tokens``,
+    else its ``max_length`` minus the prompt where that is not the default
+    20, else 20); ``n`` is shorter
     only when every row produced an end-of-sequence token, and rows that
     finished earlier are filled with ``pad_token_id`` (default: the first eos
     id), as ``model.generate()`` does. Greedy decoding gives
@@ -225,7 +243,9 @@ def generate(
     applied (a generation config that asks for one gets a warning).
 
     ``input_ids`` may be left-padded, with ``attention_mask`` zero on the
-    padding. ``eos_token_id`` / ``pad_token_id`` default to the model's
+    padding; without a mask, the padding is where the prompt holds
+    ``pad_token_id`` (unless that is an end-of-sequence id), as
+    ``model.generate()`` infers it. ``eos_token_id`` / ``pad_token_id`` default to the model's
     generation config. Every ``stop_check_interval`` tokens the loop reads
     one number back from the device (a wait) to stop once every row has
     finished; 0 never stops early.
@@ -247,8 +267,8 @@ def generate(
     if input_ids.shape[1] == 0:
         raise ValueError("generate: the prompt is empty (input_ids of length 0); give at least one token, e.g. the "
                          "model's bos_token_id")
-    if max_new_tokens is None:  # the model's generation config's, as model.generate() reads it, else 20
-        max_new_tokens = getattr(getattr(model, "generation_config", None), "max_new_tokens", None) or 20
+    if max_new_tokens is None:
+        max_new_tokens = _default_new_tokens(getattr(model, "generation_config", None), input_ids.shape[1])
     if not _is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"generate: max_new_tokens must be an integer of at least 1, got {max_new_tokens!r}")
     if not _is_int(stop_check_interval) or stop_check_interval < 0:
@@ -291,7 +311,13 @@ def generate(
     # depend on the unpadded length).
     ids = input_ids.to(device="cpu", dtype=torch.long)
     if attention_mask is None:
-        prompt_mask = torch.ones(batch, prompt_len, dtype=torch.long)
+        # As model.generate() infers it: where the prompt holds the pad id
+        # and that is no end-of-sequence id, the other tokens; else all.
+        padding = ids.eq(pad_token_id) if pad_token_id is not None and pad_token_id not in eos else None
+        if padding is not None and bool(padding.any()):
+            prompt_mask = (~padding).long()
+        else:
+            prompt_mask = torch.ones(batch, prompt_len, dtype=torch.long)
     else:
         if tuple(attention_mask.shape) != (batch, prompt_len):
             raise ValueError(f"generate: attention_mask has shape {tuple(attention_mask.shape)}, "

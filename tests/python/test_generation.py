@@ -312,6 +312,24 @@ def test_max_new_tokens_defaults_to_the_generation_configs():
     finally:
         dev.generation_config.max_new_tokens = None
     assert generation.generate(dev, ids).shape == (1, 24)  # else 20, as before
+    dev.generation_config.max_length = 9  # else its max_length, prompt included, as model.generate() reads it
+    try:
+        assert generation.generate(dev, ids).shape == (1, 9)
+        with pytest.raises(ValueError, match="nothing is left to generate"):
+            generation.generate(dev, prompt(1, 9)[0])
+    finally:
+        dev.generation_config.max_length = 20
+
+
+def test_without_a_mask_padding_is_inferred_from_the_pad_id_as_generate_does():
+    """A left-padded prompt without attention_mask: model.generate() masks
+    the tokens equal to pad_token_id (when that is no eos id); the helper
+    took the whole prompt as tokens."""
+    cpu, dev = models("llama")
+    ids, _ = prompt(2, 6, left_pad=(0, 3))
+    with torch.no_grad():
+        want = cpu.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(generation.generate(dev, ids, max_new_tokens=6, pad_token_id=0), want)
 
 
 def test_length_buckets_share_programs_across_prompt_lengths_and_token_counts():
