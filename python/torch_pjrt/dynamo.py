@@ -200,8 +200,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     # A custom op's Python body may read what the graph does not show (a
     # module-level tensor or number): its program would hold the first
     # call's values, so such graphs are traced on every call.
-    custom = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
-                     and isinstance(n.target, torch._ops.OpOverload) and n.target.namespace not in _BUILTIN_OPS})
+    custom = _custom_ops(gm)
     record = not fallback and not custom and not rng_states
     if fallback and replay:
         why = "ops of it run on the CPU (no pjrt lowering): " + ", ".join(sorted(fallback))
@@ -289,6 +288,24 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
 
     boxed._boxed_call = True  # AOTAutograd's boxed calling convention: args as one list
     return boxed
+
+
+def _custom_ops(gm: torch.fx.GraphModule) -> List[str]:
+    """The custom (non-builtin) ops a graph calls: its own nodes, the ops
+    that higher-order ops call by argument (AOTAutograd wraps a mutating
+    custom op in auto_functionalized), and the subgraphs of higher-order
+    ops (map, scan, ...), at any depth."""
+    found = set()
+    for _, module in gm.named_modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for n in module.graph.nodes:
+            if n.op != "call_function":
+                continue
+            for t in (n.target, *n.args):
+                if isinstance(t, torch._ops.OpOverload) and t.namespace not in _BUILTIN_OPS:
+                    found.add(str(t))
+    return sorted(found)
 
 
 def _values_key(args) -> Optional[tuple]:

@@ -413,6 +413,42 @@ def test_custom_op_reading_state_outside_the_graph_sees_its_changes():
         assert torch.equal(f(x).cpu(), torch.full((3,), 2 * (1 + v)))
 
 
+@torch.library.custom_op("tpj_test::add_state_", mutates_args=("out",))
+def _add_state_(out: torch.Tensor) -> None:
+    out.add_(_state["bias"])  # mutating: AOTAutograd wraps it in auto_functionalized
+
+
+@_add_state_.register_fake
+def _(out):
+    return None
+
+
+@pytest.mark.parametrize("where", ["mutating", "map", "scan"])
+def test_custom_ops_hidden_in_higher_order_ops_still_trace_every_call(where):
+    """A mutating custom op (inside auto_functionalized) and a custom op in
+    a map or scan body were not seen as custom ops: the graph was replayed
+    with the first call's state (2, 2, 2 instead of 2, 4, 10)."""
+    from torch._higher_order_ops.map import map as hmap
+    from torch._higher_order_ops.scan import scan
+
+    def f(x):
+        if where == "mutating":
+            y = x.clone()
+            _add_state_(y)
+            return y * 2
+        if where == "map":
+            return hmap(lambda t: _add_state(t) * 2, x)
+        return scan(lambda c, t: (c + _add_state(t), c * 2), x[0], x[1:])[0]
+
+    compiled = torch.compile(f, backend="pjrt", fullgraph=True)
+    x = torch.ones(3, 2)
+    for v in (1.0, 2.0, 5.0):
+        _state["bias"] = torch.tensor(v)
+        want = f(x)
+        _state["bias"] = torch.tensor(v, device=DEV)
+        torch.testing.assert_close(compiled(x.to(DEV)).cpu(), want)
+
+
 def test_input_written_lazily_before_the_call_is_read_updated():
     f = torch.compile(lambda a: a.sum(0), backend="pjrt")
     a = torch.ones(3, 2).to(DEV)
