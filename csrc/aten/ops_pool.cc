@@ -646,8 +646,8 @@ at::Tensor adaptive_max_pool3d_backward(const at::Tensor& grad, const at::Tensor
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPJ_LAID(m, "max_pool2d_with_indices", kInput, max_pool2d_with_indices);
   TPJ_LAID(m, "max_pool2d_with_indices_backward", kInput, max_pool2d_with_indices_backward);
-  K("max_pool3d_with_indices", max_pool3d_with_indices);
-  K("max_pool3d_with_indices_backward", max_pool3d_with_indices_backward);
+  TPJ_LAID(m, "max_pool3d_with_indices", kInput, max_pool3d_with_indices);
+  TPJ_LAID(m, "max_pool3d_with_indices_backward", kInput, max_pool3d_with_indices_backward);
   TPJ_LAID(m, "avg_pool2d", kInput, avg_pool2d);
   TPJ_LAID(m, "avg_pool2d_backward", kInput, avg_pool2d_backward);
   K("avg_pool3d", avg_pool3d);

@@ -483,6 +483,28 @@ def test_op_results_keep_the_layout_the_cpu_gives(name):
     torch.testing.assert_close(pg.cpu(), cg, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("pool", [lambda x: F.max_pool3d(x, 2), lambda x: F.max_pool3d(x, 3, 2, 1),
+                                  lambda x: F.avg_pool3d(x, 2), lambda x: F.adaptive_max_pool3d(x, 2),
+                                  lambda x: F.adaptive_avg_pool3d(x, 2)],
+                         ids=["max", "max_padded", "avg", "adaptive_max", "adaptive_avg"])
+def test_3d_pooling_of_channels_last_3d_has_the_cpus_strides(pool):
+    """3-d pooling of a channels_last_3d input: results and input gradients
+    laid out as the CPU's (max_pool3d's result was row-major where the
+    CPU's stays channels_last_3d)."""
+    torch.manual_seed(0)
+    x0 = torch.randn(2, 3, 6, 6, 6).to(memory_format=torch.channels_last_3d)
+    outs = []
+    for dev in ("cpu", DEV):
+        x = x0.to(dev).detach().requires_grad_()
+        y = pool(x)
+        y.square().sum().backward()
+        outs.append((y, x.grad))
+    (cy, cg), (py, pg) = outs
+    assert (py.stride(), pg.stride()) == (cy.stride(), cg.stride())
+    torch.testing.assert_close(py.detach().cpu(), cy.detach())
+    torch.testing.assert_close(pg.cpu(), cg)
+
+
 def test_channels_last_results_view_as_on_the_cpu():
     """The layout is what makes these views legal: NHWC flattening of a conv
     block's output, as channels_last code writes it."""
