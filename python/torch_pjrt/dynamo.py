@@ -777,31 +777,39 @@ def _dense_embedding_gradients(gm: torch.fx.GraphModule) -> None:
 _meta_library = None
 
 
-def _register_gru_cell_meta() -> None:
-    """Meta kernels of the fused GRU cell, which nn.GRUCell calls on pjrt
-    (as on CUDA) and torch has none of: fake tensors of symbolic sizes
-    (dynamic=True) could not run it ("Operator does not support running
-    with fake tensors"; the LSTM cell's are torch's own). Shapes as the
-    kernels' (ops_rnn.cc): hy [B, H] and workspace [B, 5H]; the backward's
-    gate gradients [B, 3H], grad_hx [B, H], bias gradients [3H] or none."""
+def _register_meta_kernels() -> None:
+    """Meta kernels torch lacks for ops the backend traces, so that fake
+    tensors of symbolic sizes (dynamic=True, or Dynamo's automatic dynamic
+    shapes from a second size on) run them ("Operator does not support
+    running with fake tensors": a graph break, or an error under
+    fullgraph=True). The fused GRU cell, which nn.GRUCell calls on pjrt (as
+    on CUDA; the LSTM cell's are torch's own): hy [B, H] and workspace
+    [B, 5H]; its backward's gate gradients [B, 3H], grad_hx [B, H], bias
+    gradients [3H] or none (shapes as ops_rnn.cc's kernels). The backward
+    of multilabel_margin_loss, whose forward the backend traces natively
+    (_NATIVE_WHILE_TRACING): the input's shape. Each only where torch has
+    no Meta kernel of its own."""
     global _meta_library
-    names = ("_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward")
-    if _meta_library is not None or any(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{n}", "Meta")
-                                        for n in names):
+    if _meta_library is not None:
         return
 
-    def cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    def gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
         return (hx.new_empty(hx.shape),
                 input_gates.new_empty((input_gates.shape[0], 5 * hx.shape[1])))
 
-    def backward(grad_hy, workspace, has_bias):
+    def gru_cell_backward(grad_hy, workspace, has_bias):
         b, h = grad_hy.shape
         bias = (workspace.new_empty((3 * h,)), workspace.new_empty((3 * h,))) if has_bias else (None, None)
         return (workspace.new_empty((b, 3 * h)), workspace.new_empty((b, 3 * h)), grad_hy.new_empty((b, h))) + bias
 
+    def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
+        return self.new_empty(self.shape)
+
     _meta_library = torch.library.Library("aten", "IMPL")
-    _meta_library.impl(names[0], cell, "Meta")
-    _meta_library.impl(names[1], backward, "Meta")
+    for name, fn in (("_thnn_fused_gru_cell", gru_cell), ("_thnn_fused_gru_cell_backward", gru_cell_backward),
+                     ("multilabel_margin_loss_backward", multilabel_margin_loss_backward)):
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
+            _meta_library.impl(name, fn, "Meta")
 
 
 def register() -> None:
@@ -813,7 +821,7 @@ def register() -> None:
 
     if "pjrt" not in registry._BACKENDS:
         registry.register_backend(name="pjrt")(pjrt_backend)
-    _register_gru_cell_meta()
+    _register_meta_kernels()
     # sync(), device() and current_device() end a compiled graph with our reason
     # (_device._graph_break_here); their own frames then run eagerly rather
     # than being compiled from the break on (which warned about each _C call).

@@ -624,3 +624,26 @@ def test_sparse_embeddings_compile_with_dense_gradients(where):
     assert emb.weight.grad.layout == torch.strided
     torch.testing.assert_close(emb.weight.grad.cpu(), ref.weight.grad)
     torch.testing.assert_close(emb.weight.detach().cpu(), ref.weight.detach())
+
+
+def test_multilabel_margin_loss_compiles_at_a_second_size():
+    """The backward of multilabel_margin_loss (its forward is traced
+    natively) has a meta kernel: at a second input size Dynamo's automatic
+    dynamic shapes compiled it with fake tensors of symbolic sizes, which
+    failed (fullgraph=True: "Backend compiler exception"; else a graph
+    break)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    f = torch.compile(torch.nn.MultiLabelMarginLoss(), backend="pjrt", fullgraph=True)
+    g = torch.Generator().manual_seed(0)
+    for n in (5, 6, 7):
+        x = torch.randn(n, 10, generator=g, requires_grad=True)
+        target = torch.randint(-1, 10, (n, 10), generator=g)
+        want = torch.nn.MultiLabelMarginLoss()(x, target)
+        want.backward()
+        xd = x.detach().to(DEV).requires_grad_()
+        got = f(xd, target.to(DEV))
+        got.backward()
+        torch.testing.assert_close(got.detach().cpu(), want.detach())
+        torch.testing.assert_close(xd.grad.cpu(), x.grad)
