@@ -223,19 +223,19 @@ class _ProgramPerBatch:
         return out
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        out = super().validation_step(*args, **kwargs)
-        torch_pjrt.sync()
-        return out
+        return _synced(super().validation_step(*args, **kwargs))
 
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        out = super().test_step(*args, **kwargs)
-        torch_pjrt.sync()
-        return out
+        return _synced(super().test_step(*args, **kwargs))
 
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
-        out = super().predict_step(*args, **kwargs)
-        torch_pjrt.sync()
-        return out
+        return _synced(super().predict_step(*args, **kwargs))
+
+
+def _synced(out: Any) -> Any:
+    """`out`, after the pending work up to it has been launched."""
+    torch_pjrt.sync()
+    return out
 
 
 class PjrtSingleDeviceStrategy(_CpuCheckpoints, _ProgramPerBatch, _PlSingleDevice):
