@@ -193,16 +193,22 @@ def _static_cache(model, max_len: int):
     return cache
 
 
-def _default_new_tokens(gen_config, prompt_len: int) -> int:
+def _default_new_tokens(model, prompt_len: int) -> int:
     """How many tokens model.generate() makes when not told: the generation
-    config's max_new_tokens; else its max_length, prompt included, where it
-    is not the default of 20; else 20."""
+    config's max_new_tokens; else its max_length, prompt included, unless
+    that is GenerationConfig's own default (None since transformers 5, 20
+    before), which means 20 new tokens, fewer where the model's positions
+    end first."""
+    gen_config = getattr(model, "generation_config", None)
     n = getattr(gen_config, "max_new_tokens", None)
     if n is not None:
         return n
     total = getattr(gen_config, "max_length", None)
-    if total is None or total == 20:
-        return 20
+    from transformers import GenerationConfig
+
+    if total is None or total == GenerationConfig().max_length:
+        positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        return 20 if positions is None else max(1, min(20, positions - prompt_len))
     if total <= prompt_len:
         raise ValueError(f"generate: the prompt has {prompt_len} tokens and the model's generation_config.max_length "
                          f"is {total} (prompt included): nothing is left to generate. Pass max_new_tokens")
@@ -229,8 +235,8 @@ def generate(
     Returns ``[batch, prompt + n]`` token ids like ``model.generate()``:
     the prompt, then ``n <= max_new_tokens`` new tokens (default, as
     ``model.generate()``: the model's ``generation_config.max_new_tokens``,
-    else its ``max_length`` minus the prompt where that is not the default
-    20, else 20); ``n`` is shorter
+    else its ``max_length`` minus the prompt where that is set, else 20);
+    ``n`` is shorter
     only when every row produced an end-of-sequence token, and rows that
     finished earlier are filled with ``pad_token_id`` (default: the first eos
     id), as ``model.generate()`` does. Greedy decoding gives
@@ -268,7 +274,7 @@ def generate(
         raise ValueError("generate: the prompt is empty (input_ids of length 0); give at least one token, e.g. the "
                          "model's bos_token_id")
     if max_new_tokens is None:
-        max_new_tokens = _default_new_tokens(getattr(model, "generation_config", None), input_ids.shape[1])
+        max_new_tokens = _default_new_tokens(model, input_ids.shape[1])
     if not _is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"generate: max_new_tokens must be an integer of at least 1, got {max_new_tokens!r}")
     if not _is_int(stop_check_interval) or stop_check_interval < 0:

@@ -312,13 +312,17 @@ def test_max_new_tokens_defaults_to_the_generation_configs():
     finally:
         dev.generation_config.max_new_tokens = None
     assert generation.generate(dev, ids).shape == (1, 24)  # else 20, as before
-    dev.generation_config.max_length = 9  # else its max_length, prompt included, as model.generate() reads it
+    # else its max_length, prompt included, as model.generate() reads it
+    cpu, _ = models("llama")
+    saved = dev.generation_config.max_length, cpu.generation_config.max_length
     try:
-        assert generation.generate(dev, ids).shape == (1, 9)
+        for total in (9, 20):
+            dev.generation_config.max_length = cpu.generation_config.max_length = total
+            assert generation.generate(dev, ids).shape == hf_generate(cpu, ids).shape
         with pytest.raises(ValueError, match="nothing is left to generate"):
-            generation.generate(dev, prompt(1, 9)[0])
+            generation.generate(dev, prompt(1, 20)[0])
     finally:
-        dev.generation_config.max_length = 20
+        dev.generation_config.max_length, cpu.generation_config.max_length = saved
 
 
 def test_without_a_mask_padding_is_inferred_from_the_pad_id_as_generate_does():
