@@ -7,6 +7,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -74,8 +75,19 @@ class PinnedAllocator final : public c10::Allocator {
 // itself, so there is one (default) stream per device; a new stream is that
 // one. Querying a stream or recording an event launches the device's pending
 // work (lazily traced work would otherwise never finish), then looks at what
-// was launched; synchronizing waits for the device. An event's handle is its
-// device (index + 1), and it is done once all launched so far is.
+// was launched; synchronizing waits for the device. An event is done once
+// all launched before its record() is.
+//
+// A timing event (torch.Event(enable_timing=True), EventFlag::BACKEND_DEFAULT)
+// waits at record() for the work launched so far and keeps the time it
+// finished: elapsed_time is the wall time between the two points where the
+// device had done everything launched before each record(), the host's
+// tracing in between included (docs/device.md, "Streams and events").
+struct EventState {
+  int device = 0;
+  bool timing = false;
+  std::chrono::steady_clock::time_point done;
+};
 struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
   c10::DeviceType type() const override { return kType; }
@@ -118,19 +130,32 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
       return 0;
     }
   }
-  void record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const override {
-    runtime::Runtime::Get().Sync({s.device_index()});
-    *event = reinterpret_cast<void*>(static_cast<uintptr_t>(s.device_index()) + 1);
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+    const bool timing = flag == c10::EventFlag::BACKEND_DEFAULT;
+    runtime::Runtime::Get().Sync({s.device_index()}, {/*wait=*/timing});
+    if (!*event) *event = new EventState;
+    auto* e = static_cast<EventState*>(*event);
+    e->device = s.device_index();
+    e->timing = timing;
+    e->done = std::chrono::steady_clock::now();
   }
   void block(void*, const c10::Stream&) const override {}  // one stream per device: already in order
   bool queryEvent(void* event) const override {
-    return !event || runtime::Runtime::Get().LaunchesDone(EventDevice(event));
+    return !event || runtime::Runtime::Get().LaunchesDone(static_cast<EventState*>(event)->device);
   }
   void synchronizeEvent(void* event) const override {
-    if (event) runtime::Runtime::Get().Sync({EventDevice(event)}, {/*wait=*/true});
+    if (event) runtime::Runtime::Get().Sync({static_cast<EventState*>(event)->device}, {/*wait=*/true});
   }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  static int EventDevice(void* event) { return static_cast<int>(reinterpret_cast<uintptr_t>(event) - 1); }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    delete static_cast<EventState*>(event);
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
+    const auto* a = static_cast<EventState*>(start);
+    const auto* b = static_cast<EventState*>(end);
+    TORCH_CHECK(a->timing && b->timing, "Both events must be created with argument 'enable_timing=True'.");
+    return std::chrono::duration<double, std::milli>(b->done - a->done).count();
+  }
   void synchronizeDevice(const c10::DeviceIndex d) const override {
     runtime::Runtime::Get().Sync({d}, {/*wait=*/true});
   }

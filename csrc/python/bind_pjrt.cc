@@ -83,6 +83,16 @@ std::vector<pjrt::NamedOption> NamedOptions(const py::dict& d) {
 
 namespace {
 
+// The global id of this process's pjrt device `index`, or IndexError.
+int AddressableId(const pjrt::Client& c, int index) {
+  const auto& ids = c.addressable_device_ids();
+  if (index < 0 || static_cast<size_t>(index) >= ids.size()) {
+    throw py::index_error("pjrt device index " + std::to_string(index) + " is out of range: this process has " +
+                          std::to_string(ids.size()) + " pjrt device(s)");
+  }
+  return ids[static_cast<size_t>(index)];
+}
+
 py::dict DeviceDict(const pjrt::Device& d) {
   py::dict out;
   out["id"] = d.id;
@@ -238,18 +248,20 @@ void BindPjrt(py::module_& m) {
       "_memory_stats",
       [](int index) -> py::object {
         pjrt::Client& c = runtime::Runtime::Get().client();
-        const auto& ids = c.addressable_device_ids();
-        if (index < 0 || static_cast<size_t>(index) >= ids.size()) {
-          throw py::index_error("pjrt device index " + std::to_string(index) + " is out of range: this process has " +
-                                std::to_string(ids.size()) + " pjrt device(s)");
-        }
-        auto stats = c.MemoryStats(ids[static_cast<size_t>(index)]);
+        auto stats = c.MemoryStats(AddressableId(c, index));
         if (!stats) return py::none();
         py::dict d;
         for (const auto& [name, value] : *stats) d[py::str(name)] = value;
         return d;
       },
       py::arg("index"));
+  m.def(
+      "_device_info",
+      [](int index) {
+        pjrt::Client& c = runtime::Runtime::Get().client();
+        return DeviceDict(c.device(AddressableId(c, index)));
+      },
+      py::arg("index"), "id, kind, debug_string, ... of this process's pjrt device `index`.");
   m.def(
       "_buffer_bytes",
       [](int index) {

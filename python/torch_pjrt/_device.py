@@ -15,7 +15,7 @@ import sys
 import time
 import types
 import warnings
-from typing import Callable, List, Optional, Union
+from typing import Callable, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -499,6 +499,16 @@ def _index(dev) -> int:
     return device(_index_or_none(dev)).index
 
 
+class DeviceProperties(NamedTuple):
+    """``torch.pjrt.get_device_properties()``: what PJRT says of a device.
+    ``total_memory`` is ``mem_get_info()``'s total (the host's memory on
+    XLA's CPU plugin)."""
+
+    name: str
+    total_memory: int
+    debug_string: str
+
+
 def _make_device_module() -> types.ModuleType:
     m = _DeviceModule("torch_pjrt.pjrt_device_module")
 
@@ -606,6 +616,33 @@ def _make_device_module() -> types.ModuleType:
     m.memory_reserved = m.memory_allocated
     m.max_memory_reserved = m.max_memory_allocated
     m.is_bf16_supported = lambda including_emulation=True: True
+
+    def get_device_name(device=None) -> str:
+        """The plugin's name for the device's kind (PJRT's device
+        description): ``"cpu"`` on XLA's CPU plugin, the GPU's model on CUDA."""
+        return _C._device_info(_index(device))["kind"]
+
+    def mem_get_info(device=None) -> Tuple[int, int]:
+        """(free, total) bytes of the device: from the plugin's
+        ``bytes_limit`` and ``bytes_in_use`` where it reports them; on a plugin
+        without statistics (XLA's CPU plugin, whose buffers are host memory),
+        the host's available and physical memory."""
+        from torch_pjrt import runtime
+        stats = runtime.memory_stats(_index(device)) or {}
+        if "bytes_limit" in stats:
+            total = int(stats["bytes_limit"])
+            return total - int(stats.get("bytes_in_use", 0)), total
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+    def get_device_properties(device=None) -> DeviceProperties:
+        index = _index(device)
+        info = _C._device_info(index)
+        return DeviceProperties(info["kind"], mem_get_info(index)[1], info["debug_string"])
+
+    m.get_device_name = get_device_name
+    m.mem_get_info = mem_get_info
+    m.get_device_properties = get_device_properties
     # Streams: one per device (PJRT orders each device's work itself), as
     # torch.Stream objects; the tools that ask an accelerator module for its
     # streams (torch.distributed.checkpoint's writer) find them here.

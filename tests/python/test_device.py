@@ -1,6 +1,7 @@
 """The pjrt device: registration, transfers, sync semantics, RNG, bad input."""
 
 import re
+import time
 
 import pytest
 import torch
@@ -727,6 +728,34 @@ def test_streams_and_events_of_the_device_module(tmp_path):
     # the memory calls such tools make: no cache of our own, so reserved is allocated
     torch.pjrt.empty_cache()
     assert torch.pjrt.memory_reserved() == torch.pjrt.memory_allocated() > 0 and torch.pjrt.is_bf16_supported()
+
+
+def test_timing_events_and_device_properties_as_cuda_code_uses_them():
+    # the timing idiom of CUDA scripts, ported: the work between the records
+    # is in the elapsed time (here it includes a wait of 0.2 s between them)
+    start, end = torch.pjrt.Event(enable_timing=True), torch.pjrt.Event(enable_timing=True)
+    x = torch.randn(64, 64, device=DEV)
+    start.record()
+    time.sleep(0.2)
+    y = (x @ x).sum()
+    end.record()
+    end.synchronize()
+    assert 200 <= start.elapsed_time(end) < 60_000 and end.query()
+    torch.testing.assert_close(y.cpu(), (x.cpu() @ x.cpu()).sum(), rtol=1e-4, atol=1e-3)
+    # CUDA's errors: an event without timing, an event not recorded
+    plain = torch.Event(DEV)
+    plain.record()
+    with pytest.raises((RuntimeError, ValueError), match="enable_timing=True"):
+        start.elapsed_time(plain)
+    with pytest.raises((RuntimeError, ValueError), match="must be recorded"):
+        torch.pjrt.Event(enable_timing=True).elapsed_time(end)
+    # the device's name and memory, as torch.cuda's calls give them
+    kind = torch_pjrt._C._device_info(0)["kind"]
+    assert torch.pjrt.get_device_name() == torch.pjrt.get_device_properties(0).name == kind != ""
+    free, total = torch.pjrt.mem_get_info()
+    assert 0 <= free <= total == torch.pjrt.get_device_properties().total_memory > 0
+    with pytest.raises(IndexError, match="out of range"):
+        torch.pjrt.get_device_name(torch.pjrt.device_count())
 
 
 def test_torch_accelerator_memory_calls_work_and_start_nothing():
