@@ -42,8 +42,9 @@ them ahead of time, and the metrics count ``dynamo_graphs``,
 from __future__ import annotations
 
 import functools
+import operator
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
@@ -215,8 +216,17 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     def fallbacks_so_far() -> int:  # a recording is kept only if none ran while the graph was traced
         return dict(_C._metrics_counters()).get("cpu_fallbacks", 0)
 
+    # AOTAutograd's effect tokens (CPU tensors threaded through ops with
+    # side effects, such as linalg's error checks) stay out of the
+    # recording: torch drops the returned ones, so a replay returns the
+    # traced call's.
+    token_in, token_out = _effect_tokens(gm)
+
+    def recorded_args(args):
+        return [None if i in token_in else a for i, a in enumerate(args)] if token_in else args
+
     def traced(args):
-        rec = _C._replay_begin(args) if record and replay else None
+        rec = _C._replay_begin(recorded_args(args)) if record and replay else None
         before = fallbacks_so_far() if rec is not None else 0
         outs = gm(*args)
         if rec is None:
@@ -224,7 +234,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
             return outs
         seq = isinstance(outs, (list, tuple))
         flat = list(outs) if seq else [outs]
-        program, why = _C._replay_end(rec, args, flat)
+        program, why = _C._replay_end(rec, recorded_args(args), [None if j in token_out else o for j, o in enumerate(flat)])
         if program is not None and fallbacks_so_far() != before:
             program, why = None, "an op of the graph ran on the CPU (a fallback)"
         key = _values_key(args)
@@ -233,7 +243,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
             _refusals[why] = _refusals.get(why, 0) + 1
             recordings.pop(key, None)
         elif key is not None:
-            others = [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)]
+            others = [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor) or i in token_out]
             recordings.pop(key, None)
             recordings[key] = (program, others, type(outs) if seq else None, _same_objects(args, flat))
             while len(recordings) > _RECORDINGS:
@@ -248,7 +258,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         if recorded is None:
             return None
         program, others, kind, same = recorded
-        out = _C._replay_run(program, args, mode if join else _LAUNCH)
+        out = _C._replay_run(program, recorded_args(args), mode if join else _LAUNCH)
         if out is None:
             return None
         for i, v in others:
@@ -288,6 +298,27 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
 
     boxed._boxed_call = True  # AOTAutograd's boxed calling convention: args as one list
     return boxed
+
+
+def _effect_tokens(gm: torch.fx.GraphModule) -> Tuple[frozenset, frozenset]:
+    """The positions of effect tokens among a graph's inputs (placeholders
+    that ``with_effects`` takes as its token) and outputs (the tokens it
+    returns, or an input token returned as it is)."""
+    with_effects = torch.ops.higher_order.with_effects
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    ins = {i for i, p in enumerate(placeholders)
+           if any(u.op == "call_function" and u.target is with_effects and u.args[0] is p for u in p.users)}
+    token_nodes = {placeholders[i] for i in ins}
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    results = out_node.args[0] if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
+    outs = set()
+    for j, r in enumerate(results):
+        if not isinstance(r, torch.fx.Node):
+            continue
+        if r in token_nodes or (r.op == "call_function" and r.target is operator.getitem and r.args[1] == 0
+                                and isinstance(r.args[0], torch.fx.Node) and r.args[0].target is with_effects):
+            outs.add(j)
+    return frozenset(ins), frozenset(outs)
 
 
 def _custom_ops(gm: torch.fx.GraphModule) -> List[str]:

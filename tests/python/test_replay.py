@@ -501,6 +501,26 @@ def test_checks_compiled_into_the_program_hold_on_replay():
             out.cpu()
 
 
+@pytest.mark.parametrize("op", ["cholesky", "inv"])
+def test_graphs_with_effect_tokens_replay_and_keep_their_checks(op):
+    # linalg.cholesky / inv check their info output through an op with
+    # effects, which AOTAutograd threads through CPU token tensors (as does
+    # MultivariateNormal, which factors its covariance): such graphs replay,
+    # and the check still raises for a matrix that is not positive definite
+    fn = getattr(torch.linalg, op)
+    f = torch.compile(lambda c: fn(c) * 2, backend="pjrt")
+    pjrt_dynamo.call_stats(reset=True)
+    good = torch.eye(3) * 2 + 0.5
+    for i in range(3):
+        torch.testing.assert_close(f((good + i).to(DEV)).cpu(), fn(good + i) * 2)
+    torch_pjrt.metrics.reset()
+    out = f(-torch.ones(3, 3).to(DEV))
+    assert torch_pjrt.metrics.counters()["replays"] == 1
+    with pytest.raises(torch.linalg.LinAlgError):
+        out.cpu()
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+
+
 @pytest.mark.parametrize("capturable", [True, False])
 def test_compiled_adamw_replays(capturable):
     # AdamW's step counters are CPU tensors unless capturable=True (Dynamo
