@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <unordered_set>
 
 #include "aten/device.h"
 #include "aten/layout.h"
@@ -704,6 +705,15 @@ bool IsPending(const at::Tensor& t) {
 bool HasBuffer(const at::Tensor& t) {
   runtime::TraceScope scope;
   return StorageOf(t).has_buffer();
+}
+
+void Settle(const std::vector<at::Tensor>& ts) {
+  std::unordered_set<const runtime::Storage*> done;
+  for (const auto& t : ts) {
+    if (!t.defined() || !IsPjrt(t) || !t.has_storage()) continue;
+    runtime::Storage& s = StorageOf(t);
+    if (done.insert(&s).second) RaisingTensorErrors([&] { runtime::Runtime::Get().Settle(s); });
+  }
 }
 
 std::string StableHloOf(const std::vector<at::Tensor>& ts) {

@@ -141,6 +141,10 @@ std::vector<int64_t> Dims(const ir::Builder& b, ir::Value v);
 // --- introspection and replicated regions (take the runtime lock themselves) ---
 bool IsPending(const at::Tensor& t);  // a value waits for the next sync
 bool HasBuffer(const at::Tensor& t);  // materialized contents exist on the device
+// Raises what reading each pjrt tensor would (a lost value, a failed
+// program or check), without copying them: torch.save settles its tensors
+// before it truncates its file.
+void Settle(const std::vector<at::Tensor>& ts);
 // The StableHLO program that would compute these tensors now.
 std::string StableHloOf(const std::vector<at::Tensor>& ts);
 // One pjrt tensor on device 0 whose replica r (torch_pjrt.replicated) holds parts[r].

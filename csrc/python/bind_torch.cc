@@ -255,6 +255,8 @@ void BindTorch(py::module_& m) {
 
   m.def("_is_pending", &aten::IsPending, py::call_guard<py::gil_scoped_release>());
   m.def("_has_buffer", &aten::HasBuffer, py::call_guard<py::gil_scoped_release>());
+  m.def("_settle", &aten::Settle, py::call_guard<py::gil_scoped_release>(),
+        "Raises what reading these tensors would (a failed program or check), copying nothing.");
   m.def("_trace_nodes", [](int device) { return runtime::Runtime::Get().trace_nodes(device); },
         py::call_guard<py::gil_scoped_release>(), "IR nodes in the device's trace (tests)");
   m.def("_pending_count", [](int device) { return runtime::Runtime::Get().pending_count(device); },

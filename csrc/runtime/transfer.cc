@@ -292,35 +292,63 @@ void Runtime::SettleFinished(Trace& t) {
   std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o->verified; });
 }
 
-void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
-  std::vector<DeviceBuffer> buffers;
+Runtime::Readable Runtime::ReadyToRead(Storage& s) {
+  Readable r;
   std::shared_ptr<Outcome> outcome;
-  size_t nbytes = 0;
-  std::shared_ptr<const Sharding> sharding;
-  size_t item = 0;
   {
     TraceScope scope;  // reports recompile reasons once the lock is released
     RaiseIfLost(s);
     DeviceBuffer first = Materialize(s);
     ++traces_.at(s.device_).host_reads;
     outcome = s.outcome_;
-    sharding = s.sharding_;
-    item = ir::ByteSize(*s.dtype_);
-    buffers = s.replicas_.empty() ? std::vector<DeviceBuffer>{first} : s.replicas_;
-    nbytes = static_cast<size_t>(first->element_count()) * ir::ByteSize(*s.dtype_);
+    r.sharding = s.sharding_;
+    r.item = ir::ByteSize(*s.dtype_);
+    r.buffers = s.replicas_.empty() ? std::vector<DeviceBuffer>{first} : s.replicas_;
+    r.nbytes = static_cast<size_t>(first->element_count()) * ir::ByteSize(*s.dtype_);
   }
+  Verify(outcome, /*again=*/true);
+  return r;
+}
+
+void Runtime::Settle(Storage& s) {
+  for (const DeviceBuffer& b : ReadyToRead(s).buffers) CopyToHost(b, nullptr, 0);  // waits; throws its failure
+}
+
+void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
+  const auto [buffers, nbytes, sharding, item] = ReadyToRead(s);
   if (dsts.size() > buffers.size()) {
     throw pjrt::Error(pjrt::Code::kInvalidArgument, "asked for " + std::to_string(dsts.size()) +
                                                         " replicas of a storage that has " +
                                                         std::to_string(buffers.size()));
   }
-  Verify(outcome, /*again=*/true);
   if (sharding) {  // SPMD: the pieces put together
     if (dsts.size() != 1) throw pjrt::Error(pjrt::Code::kInvalidArgument, "a sharded storage has one value");
     Gather(*sharding, item, buffers, dsts[0]);
     return;
   }
-  for (size_t r = 0; r < dsts.size(); ++r) CopyToHost(buffers[r], dsts[r], nbytes);
+  for (size_t r = 0; r < dsts.size(); ++r) CopyToHostKept(buffers[r], dsts[r], nbytes);
+}
+
+void Runtime::CopyToHostKept(const DeviceBuffer& buffer, void* dst, size_t nbytes) {
+  // Small buffers only (what a host read downloads whole: larger storages
+  // send a small part alone), a few of them: 4 MiB of host memory at most.
+  constexpr size_t kMaxBytes = size_t{1} << 20;
+  constexpr size_t kCopies = 4;
+  if (nbytes == 0 || nbytes > kMaxBytes) return CopyToHost(buffer, dst, nbytes);
+  {
+    std::lock_guard<std::mutex> l(host_copies_mu_);
+    for (const HostCopy& c : host_copies_) {
+      if (c.bytes.size() == nbytes && c.buffer.lock() == buffer && !buffer->is_deleted()) {
+        std::memcpy(dst, c.bytes.data(), nbytes);
+        return;
+      }
+    }
+  }
+  CopyToHost(buffer, dst, nbytes);
+  const auto* bytes = static_cast<const uint8_t*>(dst);
+  std::lock_guard<std::mutex> l(host_copies_mu_);
+  host_copies_.push_front({buffer, std::vector<uint8_t>(bytes, bytes + nbytes)});
+  if (host_copies_.size() > kCopies) host_copies_.pop_back();
 }
 
 }  // namespace tpj::runtime

@@ -151,6 +151,7 @@ def register() -> None:
     _default_autocast_dtype()
     _refuse_sharing_between_processes()
     _refuse_dlpack_export()
+    _settle_before_saving()
     _refuse_strided_nested_on_pjrt()
     _register_with_lightning_when_imported()
     _warn_when_cuda_starts()
@@ -243,6 +244,47 @@ def _refuse_dlpack_export() -> None:
     for owner, name in ((dlpack, "to_dlpack"), (torch, "to_dlpack"), (torch.Tensor, "__dlpack__"),
                         (torch.Tensor, "__dlpack_device__")):
         _guard(owner, name, check)
+
+
+def _settle_before_saving() -> None:
+    """``torch.save`` truncates its file before it reads the first tensor,
+    and a pjrt tensor whose program failed a check (an index out of range,
+    traced earlier) raises only when it is read: a good checkpoint at that
+    path would be left cut short. The pjrt tensors of the object (in dicts,
+    lists, tuples, modules, optimizer states) are settled first: their
+    programs run and a failure raises before the file is opened."""
+    import torch.serialization
+
+    def check(obj, *args, **kwargs):
+        tensors = _pjrt_tensors_in(obj)
+        if tensors:
+            _C._settle(tensors)
+
+    for owner in (torch.serialization, torch):
+        _guard(owner, "save", check)
+
+
+def _pjrt_tensors_in(obj, limit: int = 1_000_000) -> List[torch.Tensor]:
+    """The pjrt tensors in `obj`, its containers and modules (the first
+    `limit` objects looked at)."""
+    found, seen, todo = [], set(), [obj]
+    while todo and len(seen) < limit:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, torch.Tensor):
+            if o.device.type == "pjrt":
+                found.append(o)
+        elif isinstance(o, dict):
+            todo.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            todo.extend(o)
+        elif isinstance(o, torch.nn.Module):
+            todo.extend(o.state_dict(keep_vars=True).values())
+        elif isinstance(o, torch.optim.Optimizer):
+            todo.append(o.state)
+    return found
 
 
 def _guard(owner, name: str, check: Callable) -> None:
@@ -401,13 +443,20 @@ def device(index: Optional[int] = None) -> torch.device:
     return torch.device("pjrt", index)
 
 
-def sync(wait: bool = False, devices: Optional[List[Union[int, torch.device]]] = None) -> None:
+def sync(wait: bool = False, devices: Optional[List[Union[int, str, torch.device]]] = None) -> None:
     """Compile (once, cached) and launch the pending work of every device, one
-    program per device. Returns once launched; ``wait=True`` blocks until done."""
+    program per device. Returns once launched; ``wait=True`` blocks until done.
+    ``devices`` (indices, ``"pjrt:1"``, ``torch.device``s, or one of them):
+    those devices only; ``"pjrt"`` is the current one."""
     _graph_break_here("torch_pjrt.sync() launches the pending work: a compiled graph is one "
                       "program already, and the call ends it")
+    if not isinstance(wait, (bool, int)):
+        raise TypeError(f"sync(wait=...) takes a bool, got {wait!r}; to sync some devices only, "
+                        f"pass devices=[...]")
     _configure_once()
-    idx = [d.index if isinstance(d, torch.device) else int(d) for d in (devices or [])]
+    if isinstance(devices, (int, str, torch.device)):
+        devices = [devices]
+    idx = [_index(d) for d in (devices or [])]
     if not _C._initialized() and not idx:
         return
     _C._sync(idx, bool(wait))

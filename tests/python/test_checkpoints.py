@@ -174,3 +174,25 @@ print("ok", len(ckpt["model"]), len(ckpt["opt"]["state"]))
 """, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok 4 4"
+
+
+def test_a_failed_check_raises_before_torch_save_truncates_the_file(tmp_path):
+    # an index out of range traced earlier raises when its value is read:
+    # torch.save reads its tensors after it opened (truncated) the file, so
+    # they are settled first and the good checkpoint there stays whole
+    m = torch.nn.Linear(4, 4).to("pjrt")
+    path = tmp_path / "ck.pt"
+    torch.save({"model": m.state_dict(), "epoch": 1}, path)
+    good = path.read_bytes()
+    emb = torch.randn(3, 4, device="pjrt")
+    m(emb[torch.tensor([0, 7], device="pjrt")]).sum().backward()
+    torch.optim.SGD(m.parameters(), lr=0.1).step()
+    torch_pjrt.sync()
+    with pytest.raises(IndexError):
+        torch.save({"model": m.state_dict(), "epoch": 2}, path)
+    assert path.read_bytes() == good
+    assert torch.load(path)["epoch"] == 1
+    # a whole module and a list are looked into too
+    with pytest.raises(IndexError):
+        torch.save([m], tmp_path / "other.pt")
+    assert not (tmp_path / "other.pt").exists()

@@ -758,6 +758,44 @@ def test_timing_events_and_device_properties_as_cuda_code_uses_them():
         torch.pjrt.get_device_name(torch.pjrt.device_count())
 
 
+def test_reading_a_small_tensor_element_by_element_downloads_it_once():
+    preds = (torch.arange(3000, device=DEV) * 7) % 10
+    torch_pjrt.sync()
+    torch_pjrt.metrics.reset()
+    got = [p.item() for p in preds]
+    assert got == [(i * 7) % 10 for i in range(3000)]
+    assert torch_pjrt.metrics.counters()["bytes_to_host"] <= 3000 * 8 + 16  # (and a check flag)
+    # a copy kept on the host never outlives the value: in-place writes,
+    # a donating optimizer step and a freed and reallocated tensor read anew
+    preds.add_(1)
+    assert [p.item() for p in preds[:5]] == [1, 8, 5, 2, 9]
+    w = torch.nn.Parameter(torch.ones(4, device=DEV))
+    opt = torch.optim.SGD([w], lr=0.5)
+    assert w[0].item() == 1.0
+    for k in range(3):
+        (w * 2).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+        assert w[1].item() == 1.0 - (k + 1)
+    del preds
+    again = torch.full((3000,), 3, device=DEV)
+    assert again[7].item() == 3
+
+
+def test_sync_takes_devices_in_every_form_and_refuses_a_device_for_wait():
+    x = torch.ones(2, device="pjrt:1") * 2
+    for devices in ("pjrt:1", 1, torch.device("pjrt:1"), ["pjrt:1"], [torch.device("pjrt")]):
+        torch_pjrt.sync(devices=devices)
+    assert not torch_pjrt._C._is_pending(x)
+    with pytest.raises(TypeError, match="takes a bool"):
+        torch_pjrt.sync("pjrt:1")
+    with pytest.raises(ValueError, match="expected a pjrt device"):
+        torch_pjrt.sync(devices=[torch.device("cpu")])
+    with pytest.raises(IndexError, match="out of range"):
+        torch_pjrt.sync(devices=[torch_pjrt.device_count()])
+
+
 def test_torch_accelerator_memory_calls_work_and_start_nothing():
     """torch_pjrt is loaded by torch's backend autoload, so pjrt is the
     current accelerator wherever it is installed: torch.accelerator's memory
