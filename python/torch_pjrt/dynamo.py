@@ -272,10 +272,29 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         out = replayed(args)
         return traced(args) if out is None else out
 
+    # Inputs whose storage offset changes from call to call (batches sliced
+    # from a dataset on the device, data[i:i+b]) miss a recording made at
+    # another offset: its program reads their storage where the first call's
+    # view lay. Once a graph sees an input's offset change, each call gives
+    # that input a storage of its own (a lazy copy, which joins the call's
+    # program), and the graph records and replays on the copies. Inputs the
+    # graph writes keep the caller's storage.
+    unwritten = set(range(len(example_inputs))) - set(mutated)
+    moving: set = set()
+    offsets: dict = {}  # input position -> its storage offset in the last call traced
+
     def run(args):
+        if moving:
+            args = [_own_storage(a) if i in moving else a for i, a in enumerate(args)]
         out = replayed(args)  # the common case first: pjrt inputs, as recorded
         if out is not None:
             return out
+        if record and replay:
+            for i, a in enumerate(args):
+                if i in unwritten and i not in moving and _moving_view(a):
+                    if offsets.setdefault(i, a.storage_offset()) != a.storage_offset():
+                        moving.add(i)
+                        args[i] = _own_storage(a)
         # A replay returns program outputs and views of inputs or outputs
         # only; what the graph itself returned may hold views AOTAutograd
         # did not plan for. (Dynamo guards devices: a CPU model's graph gets
@@ -298,6 +317,17 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
 
     boxed._boxed_call = True  # AOTAutograd's boxed calling convention: args as one list
     return boxed
+
+
+def _moving_view(a) -> bool:
+    """Whether `a` is a contiguous pjrt view of part of a larger storage."""
+    return (isinstance(a, torch.Tensor) and a.device.type == "pjrt" and a.is_contiguous()
+            and (a.storage_offset() != 0 or a.numel() * a.element_size() != a.untyped_storage().nbytes()))
+
+
+def _own_storage(a):
+    """`a` in a storage of its own (the same sizes and strides), or `a`."""
+    return a.detach().clone() if _moving_view(a) else a
 
 
 def _effect_tokens(gm: torch.fx.GraphModule) -> Tuple[frozenset, frozenset]:
@@ -818,8 +848,12 @@ def _register_meta_kernels() -> None:
     [B, 5H]; its backward's gate gradients [B, 3H], grad_hx [B, H], bias
     gradients [3H] or none (shapes as ops_rnn.cc's kernels). The backward
     of multilabel_margin_loss, whose forward the backend traces natively
-    (_NATIVE_WHILE_TRACING): the input's shape. Each only where torch has
-    no Meta kernel of its own."""
+    (_NATIVE_WHILE_TRACING): the input's shape. The samplers of Dirichlet,
+    Beta and Binomial (``_sample_dirichlet``, ``binomial``) and the
+    gradients of Gamma's and Dirichlet's samples: without a Meta kernel,
+    tracing ran the real op on zeros of the device, a real draw that moved
+    the random stream (a compiled Dirichlet's first call ignored
+    manual_seed). Each only where torch has no Meta kernel of its own."""
     global _meta_library
     if _meta_library is not None:
         return
@@ -836,9 +870,17 @@ def _register_meta_kernels() -> None:
     def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
         return self.new_empty(self.shape)
 
+    def like_first(x, *args, **kwargs):
+        return torch.empty_like(x)
+
+    def binomial(count, prob, generator=None):
+        return count.new_empty(torch.broadcast_shapes(count.shape, prob.shape))
+
     _meta_library = torch.library.Library("aten", "IMPL")
     for name, fn in (("_thnn_fused_gru_cell", gru_cell), ("_thnn_fused_gru_cell_backward", gru_cell_backward),
-                     ("multilabel_margin_loss_backward", multilabel_margin_loss_backward)):
+                     ("multilabel_margin_loss_backward", multilabel_margin_loss_backward),
+                     ("_sample_dirichlet", like_first), ("binomial", binomial),
+                     ("_standard_gamma_grad", like_first), ("_dirichlet_grad", like_first)):
         if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
             _meta_library.impl(name, fn, "Meta")
 

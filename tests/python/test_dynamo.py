@@ -647,3 +647,37 @@ def test_multilabel_margin_loss_compiles_at_a_second_size():
         got.backward()
         torch.testing.assert_close(got.detach().cpu(), want.detach())
         torch.testing.assert_close(xd.grad.cpu(), x.grad)
+
+
+@pytest.mark.parametrize("sampler", ["dirichlet", "beta", "binomial"])
+def test_compiled_samplers_follow_manual_seed_from_the_first_call(sampler):
+    # _sample_dirichlet and binomial had no Meta kernel: tracing ran them on
+    # zeros of the device, a real draw that moved the random stream
+    import torch.distributions as D
+    torch._dynamo.reset()
+    conc = torch.tensor([0.5, 2.0, 3.0], device=DEV)
+    f = {"dirichlet": lambda: D.Dirichlet(conc).sample((4,)),
+         "beta": lambda: D.Beta(conc, conc + 1).sample((4,)),
+         "binomial": lambda: D.Binomial(10, probs=conc / 4).sample((4,))}[sampler]
+    torch.manual_seed(7)
+    eager, after_eager = f().cpu(), torch.randn(3, device=DEV).cpu()
+    compiled = torch.compile(f, backend="pjrt")
+    torch.manual_seed(7)
+    first, after_first = compiled().cpu(), torch.randn(3, device=DEV).cpu()
+    assert torch.equal(first, eager) and torch.equal(after_first, after_eager)
+
+
+def test_compiled_dirichlet_rsample_gradient_matches_lazy():
+    import torch.distributions as D
+    torch._dynamo.reset()
+
+    def loss(conc):
+        return (D.Dirichlet(conc).rsample((64,))[:, 0] ** 2).mean()
+
+    grads = []
+    for fn in (loss, torch.compile(loss, backend="pjrt")):
+        conc = torch.tensor([0.5, 2.0, 3.0], device=DEV, requires_grad=True)
+        torch.manual_seed(3)
+        fn(conc).backward()
+        grads.append(conc.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)

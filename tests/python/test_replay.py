@@ -326,6 +326,36 @@ def test_input_view_at_another_offset_is_traced_again():
     assert torch.equal(got, torch.arange(4.0, 8.0) * 2 + 1)
 
 
+def test_batches_sliced_from_device_data_replay_once_the_offset_moves():
+    # data[i:i+b] of a dataset on the device: after the first offset change
+    # the batch gets a storage of its own, and the step replays as one program
+    torch.manual_seed(0)
+    X, Y = torch.randn(64, 8), torch.randn(64, 1)
+    ref, net = nn.Linear(8, 1), nn.Linear(8, 1)
+    net.load_state_dict(ref.state_dict())
+    net.to(DEV)
+    opt_ref, opt = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(net.parameters(), lr=0.1)
+    f = torch.compile(net, backend="pjrt")
+    Xd, Yd = X.to(DEV), Y.to(DEV)
+    pjrt_dynamo.call_stats(reset=True)
+    for step, i in enumerate([0, 8, 16, 24, 32, 40]):
+        F.mse_loss(ref(X[i:i + 8]), Y[i:i + 8]).backward()
+        opt_ref.step()
+        opt_ref.zero_grad()
+        torch_pjrt.metrics.reset()
+        loss = F.mse_loss(f(Xd[i:i + 8]), Yd[i:i + 8])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        torch_pjrt.sync()
+        c = torch_pjrt.metrics.counters()
+    assert c["executions"] == 1 and c["replays"] == 2 and c["compiles"] == 0
+    for p_ref, p in zip(ref.parameters(), net.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)
+    # the batches are copies; the dataset itself is unchanged
+    assert torch.equal(Xd.cpu(), X)
+
+
 def test_batched_grad_outputs_are_traced_not_replayed():
     # autograd.grad(is_grads_batched=True) (jacobian(vectorize=True)) hands the
     # backward graph vmap's batched tensors, which have no storage to replay on
