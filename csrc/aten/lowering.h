@@ -225,6 +225,15 @@ inline void CheckInplace(const at::Tensor& self, at::ScalarType result) {
               " can't be cast to the desired output type ", self.scalar_type());
 }
 
+// var/std over n elements with `correction`: the CPU's warning when
+// n - correction <= 0 (the result is inf or NaN, as there).
+inline void WarnIfNoDegreesOfFreedom(const char* op, double n, double correction) {
+  if (n - correction <= 0) {
+    TORCH_WARN(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor "
+                   "(input numel divided by output numel).");
+  }
+}
+
 // An in-place op through its functional twin: `compute()` (which reads
 // self) and the write of its result into self under one hold of the
 // runtime's lock, so another thread's op on self comes before the read or

@@ -378,12 +378,27 @@ TPJ_UNARY(log, Log, true)
 TPJ_UNARY(log1p, Log1p, true)
 TPJ_UNARY(tanh, Tanh, true)
 TPJ_UNARY(sigmoid, Logistic, true)
-TPJ_UNARY(sqrt, Sqrt, true)
 TPJ_UNARY(rsqrt, Rsqrt, true)
 TPJ_UNARY(sin, Sin, true)
 TPJ_UNARY(cos, Cos, true)
 TPJ_UNARY(tan, Tan, true)
 #undef TPJ_UNARY
+
+// sqrt; a complex one keeps the sign of the input's imaginary part, -0.0
+// included (C99's csqrt, the CPU's: sqrt(-4-0j) is -2j, XLA's +2j).
+ir::Value SignBit(int d, ir::Value x, at::ScalarType t);
+at::Tensor sqrt(const at::Tensor& a) {
+  if (!at::isComplexType(a.scalar_type())) return Unary(a, Op::Sqrt, true);
+  TraceScope s;
+  const int d = DeviceIndex(a);
+  ir::Builder& b = B(d);
+  const at::ScalarType t = a.scalar_type(), ct = OpMath(t);
+  ir::Value z = ValAs(a, ct);
+  ir::Value r = b.Unary(Op::Sqrt, z);
+  ir::Value im = b.Unary(Op::Abs, b.Imag(r));
+  im = b.Select(SignBit(d, b.Imag(z), c10::toRealValueType(ct)), b.Unary(Op::Neg, im), im);
+  return WrapIn(b.Complex(b.Real(r), im), t, d);
+}
 
 // erf, exactly +-1 where float32 rounds it there (|x| > 3.9; the CPU's
 // answer, erf(inf) included): XLA's f32 approximation stops at 1 - 2e-7,

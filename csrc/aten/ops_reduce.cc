@@ -383,6 +383,7 @@ at::Tensor VarStd(const at::Tensor& a, at::OptionalIntArrayRef dim, const std::o
                          : b.Binary(Op::Mul, diff, diff);
   ir::Value ss = ReduceValue(d, sq, shape, dims, ReduceKind::Sum, rt, keepdim);
   const double corr = correction ? correction->toDouble() : 1.0;
+  WarnIfNoDegreesOfFreedom(take_sqrt ? "std" : "var", n, corr);
   ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), rt, b.shape(ss).dims));
   const at::ScalarType result = complex ? c10::toRealValueType(out) : out;
   return Wrap(b.Convert(take_sqrt ? b.Unary(Op::Sqrt, var) : var, ToIr(result)), d);

@@ -54,6 +54,7 @@ std::tuple<at::Tensor, at::Tensor> VarMean(const char* op, const at::Tensor& a, 
   ir::Value ss = b.Reduce(sq, b.ScalarConstant(ToIr(rt), 0), dims, ir::ReduceKind::Sum);
   const double corr = correction ? correction->toDouble() : 1.0;
   // n - correction <= 0 divides by zero: inf or NaN, as on the CPU.
+  WarnIfNoDegreesOfFreedom(op, n, corr);
   ir::Value var = b.Binary(Op::Div, ss, Fill(d, std::max(n - corr, 0.0), rt, b.shape(ss).dims));
   if (take_sqrt) var = b.Unary(Op::Sqrt, var);
   const std::vector<int64_t> out_dims = b.shape(ss).dims;

@@ -833,3 +833,28 @@ for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
             assert within_ulp == "True", line
             if exact or dtype == "torch.bfloat16":  # bfloat16 has no FMA to fuse into
                 assert differ == "0", (flags, line)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_sqrt_keeps_the_sign_of_a_negative_zero_imaginary_part(dtype):
+    # C99's csqrt (the CPU's): on the branch cut the imaginary part's sign,
+    # -0.0 included, picks the root; XLA's sqrt gave +2j for -4-0j
+    z = torch.tensor([complex(-4, -0.0), complex(-4, 0.0), complex(2, -0.0), complex(-1, -1e-30), complex(3, 4),
+                      complex(0.5, -2), complex(-0.0, -0.0)], dtype=dtype)
+    got = torch.sqrt(z.to(DEV)).cpu()
+    want = torch.sqrt(z)
+    torch.testing.assert_close(got, want)
+    assert torch.equal(torch.signbit(got.imag), torch.signbit(want.imag))
+
+
+@pytest.mark.parametrize("op", ["std", "var", "std_mean", "var_mean"])
+def test_variance_without_degrees_of_freedom_warns_as_the_cpu(op):
+    fn = getattr(torch, op)
+    for device in ("cpu", DEV):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn(torch.tensor([3.0], device=device))
+            fn(torch.tensor([[1.0, 2.0]], device=device), 0, correction=0)  # n - correction = 1: no warning
+        assert [str(w.message).split(" (Triggered")[0] for w in caught] == [
+            f"{op}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor "
+            "(input numel divided by output numel)."], device
