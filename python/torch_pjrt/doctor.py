@@ -193,6 +193,12 @@ def _plugin_checks(hw: Hardware) -> Tuple[List[Check], List[Dict[str, object]]]:
 
     checks: List[Check] = []
     plugins: List[Dict[str, object]] = []
+    try:
+        choice, choice_error = _plugins.find_plugin(), None
+    except Exception as e:
+        choice, choice_error = None, e
+    # TORCH_PJRT_PLUGIN answers for every device: its file is checked once, under its own name
+    custom = choice.path if choice is not None and choice.device == "CUSTOM" else None
     for device in ("CPU", "CUDA", "ROCM", "TPU"):
         try:
             path = _C.find_plugin(device, _plugins.plugin_search_dirs())[0]
@@ -203,27 +209,31 @@ def _plugin_checks(hw: Hardware) -> Tuple[List[Check], List[Dict[str, object]]]:
             continue
         if any(p["path"] == path for p in plugins):  # TORCH_PJRT_PLUGIN answers for every device
             continue
-        entry: Dict[str, object] = {"device": device, "path": path}
+        name = "TORCH_PJRT_PLUGIN" if path == custom else f"{device} plugin"
+        entry: Dict[str, object] = {"device": "CUSTOM" if path == custom else device, "path": path}
         try:
             plugin = _C.Plugin.load(path)
             major, minor = plugin.api_version
             entry["pjrt_api_version"] = f"{major}.{minor}"
             entry["xla_version"] = plugin.attributes.get("xla_version", "")
-            checks.append(Check(f"{device} plugin", "ok", f"{path} (PJRT API {major}.{minor})"))
+            checks.append(Check(name, "ok", f"{path} (PJRT API {major}.{minor})"))
         except Exception as e:
             # Fatal for the hardware this machine has; otherwise a plugin of no use here.
             entry["error"] = str(e)
-            status = "fail" if device in (_wanted_device(hw) or "CPU", "CPU") else "warn"
-            checks.append(Check(f"{device} plugin", status, f"{path} does not load: {e}",
-                                f"reinstall it ({_C.package_hint(device)})" if status == "fail" else
-                                "uninstall it if this machine has no such device"))
+            status = "fail" if path == custom or device in (_wanted_device(hw) or "CPU", "CPU") else "warn"
+            fix = ("point TORCH_PJRT_PLUGIN at a PJRT plugin .so, or unset it (docs/environment.md)" if path == custom
+                   else f"reinstall it ({_C.package_hint(device)})" if status == "fail"
+                   else "uninstall it if this machine has no such device")
+            checks.append(Check(name, status, f"{path} does not load: {e}", fix))
         plugins.append(entry)
-    try:
-        choice = _plugins.find_plugin()
-        checks.append(Check("plugin in use", "ok", f"{choice.device}: {choice.path} ({choice.reason})"))
-    except Exception as e:
-        checks.append(Check("plugin in use", "fail", str(e), "install the plugin it names, or fix PJRT_DEVICE / "
-                            "TORCH_PJRT_PLUGIN (docs/environment.md)"))
+    if choice is None:
+        checks.append(Check("plugin in use", "fail", str(choice_error), "install the plugin it names, or fix "
+                            "PJRT_DEVICE / TORCH_PJRT_PLUGIN (docs/environment.md)"))
+    else:
+        broken = next((p["error"] for p in plugins if p["path"] == choice.path and "error" in p), None)
+        checks.append(Check("plugin in use", "fail" if broken else "ok",
+                            f"{choice.device}: {choice.path} ({choice.reason})" + (" does not load" if broken else ""),
+                            "see the check of that plugin above" if broken else ""))
     return checks, plugins
 
 

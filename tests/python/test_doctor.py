@@ -157,6 +157,15 @@ def test_doctor_names_each_problem_and_its_fix(run_module, tmp_path):
     assert "[WARN] TORCH_PJRT_CACHE_DIR" in r.stdout and "fix: point TORCH_PJRT_CACHE_DIR" in r.stdout
 
 
+def test_doctor_blames_torch_pjrt_plugin_when_its_file_does_not_load(run_module, tmp_path):
+    r = run_module(["doctor", "--json", "--no-smoke"], TORCH_PJRT_PLUGIN=str(tmp_path / "missing.so"))
+    assert r.returncode == 1
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert checks["TORCH_PJRT_PLUGIN"]["status"] == "fail"
+    assert "point TORCH_PJRT_PLUGIN at a PJRT plugin" in checks["TORCH_PJRT_PLUGIN"]["fix"]
+    assert checks["plugin in use"]["status"] == "fail"  # not "ok" for a file that does not load
+
+
 def test_doctor_reports_an_extension_built_for_another_torch():
     r = run_python("""
 import sys, types
