@@ -156,7 +156,8 @@ at::Tensor Div(const at::Tensor& a, const at::Tensor& b, std::optional<c10::stri
     Operands o = Prepare(a, b, FloatType(rt));
     return Wrap(B(o.device).Binary(Op::Div, o.x, o.y), o.device);
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(rt != at::kBool, "\"div_", *mode, "_cpu\" not implemented for 'Bool'");
+  TORCH_CHECK_NOT_IMPLEMENTED(rt != at::kBool && !at::isComplexType(rt), "\"div_", *mode, "_cpu\" not implemented for '",
+                              rt, "'");
   // rounded division by a one-element divisor: in float for half types, as true division
   const bool in_float = !integral && ScalarInFloat(b, rt);
   const at::ScalarType ct = in_float ? at::kFloat : rt;
@@ -313,7 +314,8 @@ at::Tensor logical_xor(const at::Tensor& a, const at::Tensor& b) { return Logica
 
 at::Tensor Bitwise(const at::Tensor& a, const at::Tensor& b, Op op) {
   const at::ScalarType t = at::result_type(a, b);
-  TORCH_CHECK(at::isIntegralType(t, true), "bitwise ops are only defined for integer and bool tensors, got ", t);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(t, true), "bitwise ops are only defined for integer and bool tensors, got ",
+                              t);
   return Simple(a, b, op, t);
 }
 at::Tensor bitwise_and(const at::Tensor& a, const at::Tensor& b) { return Bitwise(a, b, Op::And); }
@@ -477,6 +479,7 @@ at::Tensor signbit(const at::Tensor& a) {
 at::Tensor copysign(const at::Tensor& a, const at::Tensor& other) {
   TraceScope s;
   const at::ScalarType t = FloatType(at::result_type(a, other));
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(t), "\"copysign\" not implemented for '", t, "'");
   Operands o = Prepare(a, other, t);
   ir::Builder& b = B(o.device);
   ir::Value m = b.Unary(Op::Abs, o.x);
@@ -1004,6 +1007,7 @@ ir::Value ClampTo(int d, ir::Value x, ir::Value bound, bool lower) {
 
 at::Tensor clamp(const at::Tensor& a, const std::optional<at::Scalar>& lo, const std::optional<at::Scalar>& hi) {
   TORCH_CHECK(lo || hi, "torch.clamp: At least one of 'min' or 'max' must not be None");
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), "clamp is not supported for complex types");
   TraceScope s;
   const int d = DeviceIndex(a);
   at::ScalarType t = a.scalar_type();
@@ -1018,6 +1022,7 @@ at::Tensor clamp(const at::Tensor& a, const std::optional<at::Scalar>& lo, const
 
 at::Tensor clamp_tensor(const at::Tensor& a, const std::optional<at::Tensor>& lo, const std::optional<at::Tensor>& hi) {
   TORCH_CHECK((lo && lo->defined()) || (hi && hi->defined()), "torch.clamp: At least one of 'min' or 'max' must not be None");
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), "clamp is not supported for complex types");
   TraceScope s;
   // the three operands promote together, as in the CPU's TensorIterator: a
   // dimensioned bound's dtype wins over a 0-d self's of the same kind

@@ -29,7 +29,7 @@ struct Loss {
 
 Loss Prepared(const at::Tensor& self, const at::Tensor& target, const char* op) {
   const at::ScalarType t = at::result_type(self, target);
-  TORCH_CHECK(at::isFloatingType(t), op, " on pjrt expects floating-point inputs, got ", t);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), op, " on pjrt expects floating-point inputs, got ", t);
   Operands o = Prepare(self, target, t);
   return Loss{o.device, t, o.shape, o.x, o.y};
 }

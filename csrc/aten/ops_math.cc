@@ -82,7 +82,7 @@ at::Tensor BinaryIn(const at::Tensor& a, const at::Tensor& b, at::ScalarType t, 
 }
 
 void CheckFloat(at::ScalarType t, const char* op) {
-  TORCH_CHECK(at::isFloatingType(t), op, " on pjrt expects floating-point inputs, got ", t);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), op, " on pjrt expects floating-point inputs, got ", t);
 }
 
 // sqrt((1 - x)(1 + x)): 1 - x^2 without the cancellation near +-1.
@@ -208,7 +208,8 @@ at::Tensor logaddexp2(const at::Tensor& a, const at::Tensor& b) { return LogAddE
 
 // x log(y) (x log1p(y)), 0 where x is 0 unless y is NaN.
 at::Tensor XLog(const at::Tensor& a, const at::Tensor& b, Op log) {
-  TORCH_CHECK(!a.is_complex() && !b.is_complex(), log == Op::Log ? "xlogy" : "xlog1py", " is not implemented for complex tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex() && !b.is_complex(), log == Op::Log ? "xlogy" : "xlog1py",
+                              " is not implemented for complex tensors");
   return BinaryIn(a, b, FloatType(at::result_type(a, b)), [log](const Ctx& c, ir::Value x, ir::Value y) {
     ir::Value r = c.sel(c.cmp(CompareDir::EQ, x, c.c(0)), c.c(0), c.bin(Op::Mul, x, c.un(log, y)));
     return c.sel(c.nan(y), y, r);

@@ -1193,6 +1193,7 @@ at::Tensor nanmedian_all(const at::Tensor& self) { return MedianAll(self, true);
 std::tuple<at::Tensor, at::Tensor> kthvalue(const at::Tensor& self, int64_t k, int64_t dim, bool keepdim) {
   const int64_t w = WrapDim(dim, std::max<int64_t>(self.dim(), 1));
   const int64_t n = self.dim() ? self.size(w) : 1;
+  TORCH_CHECK_INDEX(n > 0, "kthvalue(): Expected reduction dim ", w, " to have non-zero size.");
   TORCH_CHECK(k >= 1 && k <= n, "kthvalue(): selected number k out of range for dimension ", w);
   return SortedAt(self, dim, keepdim, "kthvalue",
                   [k](const at::Tensor& valid, int64_t) { return at::full_like(valid, k - 1); });

@@ -858,3 +858,24 @@ def test_variance_without_degrees_of_freedom_warns_as_the_cpu(op):
         assert [str(w.message).split(" (Triggered")[0] for w in caught] == [
             f"{op}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor "
             "(input numel divided by output numel)."], device
+
+
+@pytest.mark.parametrize("case", ["kthvalue_empty", "hypot_int", "bitwise_float", "copysign_complex",
+                                  "floor_divide_complex", "xlogy_complex", "clamp_complex", "clamp_tensor_complex"])
+def test_refused_inputs_raise_the_cpus_exception_type(case):
+    # code that catches NotImplementedError or IndexError (as the CPU raises
+    # them) catches ours too
+    fn, args = {
+        "kthvalue_empty": (lambda x: x.kthvalue(1, 1), [torch.empty(3, 0)]),
+        "hypot_int": (torch.hypot, [torch.tensor([3]), torch.tensor([4])]),
+        "bitwise_float": (lambda a, b: a & b, [torch.tensor([1.0]), torch.tensor([1.0])]),
+        "copysign_complex": (torch.copysign, [torch.tensor([1j]), torch.tensor([1.0])]),
+        "floor_divide_complex": (torch.floor_divide, [torch.tensor([1 + 1j]), torch.tensor([1.0])]),
+        "xlogy_complex": (torch.xlogy, [torch.tensor([1j]), torch.tensor([1.0])]),
+        "clamp_complex": (lambda z: torch.clamp(z, 0, 1), [torch.tensor([1j])]),
+        "clamp_tensor_complex": (lambda z, lo: torch.clamp(z, lo), [torch.tensor([1j]), torch.tensor([0.0])]),
+    }[case]
+    with pytest.raises(Exception) as on_cpu:
+        fn(*args)
+    with pytest.raises(on_cpu.type):
+        fn(*[a.to(DEV) for a in args]).cpu()
