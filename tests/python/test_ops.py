@@ -1889,6 +1889,24 @@ def test_topk_of_float_rows_is_the_stable_sorts_first_k(dtype):
                 torch.testing.assert_close(values.cpu(), want_v.narrow(dim, 0, k), equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_topk_of_integer_rows_is_the_stable_sorts_first_k(dtype):
+    # integers of 16 bits or fewer take TopK through exact float32 keys
+    # (the extremes of each range included); wider ones the sort
+    torch.manual_seed(0)
+    info = torch.iinfo(dtype)
+    for shape, dim in (((100,), 0), ((3, 200), 1), ((200, 3), 0)):
+        x = torch.randint(-50 if info.min < 0 else 0, 50, shape).to(dtype)
+        x.view(-1)[::31], x.view(-1)[5::37] = info.max, info.min
+        n = x.shape[dim]
+        for k in (1, 3, n // 2):
+            for largest in (True, False):
+                values, indices = x.to(DEV).topk(k, dim, largest)
+                want_v, want_i = torch.sort(x, dim=dim, descending=largest, stable=True)
+                assert torch.equal(indices.cpu(), want_i.narrow(dim, 0, k)), (shape, k, largest)
+                assert torch.equal(values.cpu(), want_v.narrow(dim, 0, k))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int8, torch.uint8, torch.bool])
 def test_sort_of_keys_packed_with_positions_is_the_cpus_stable_sort(dtype):
     # Keys of 32 bits or fewer sort as one int64 (key, position) per element
