@@ -80,6 +80,8 @@ def _contents(inp: torch.Tensor) -> str | None:
     if torch._C._functorch.is_functorch_wrapped_tensor(inp) or inp.is_nested or inp.layout != torch.strided:
         return None
     t = torch.autograd.forward_ad.unpack_dual(inp).primal
+    if not all(isinstance(n, int) for n in t.shape):  # symbolic sizes (printed while Dynamo traces): torch's path
+        return None
     if t.numel() == 0:
         return None
     if t.numel() <= _tensor_str.PRINT_OPTS.threshold:
