@@ -398,7 +398,9 @@ at::Tensor ToCpu(const at::Tensor& self) {
         throw;
       }
     }
-    if (rt.Idle(s.device())) return ToCpu(self.clone(at::MemoryFormat::Contiguous));
+    // (A second partial read of the same value downloads it whole and keeps
+    // the copy, up to 64 MiB: Runtime::ReadWhole.)
+    if (rt.Idle(s.device()) && !rt.ReadWhole(s)) return ToCpu(self.clone(at::MemoryFormat::Contiguous));
   }
   const at::ScalarType storage_type = ToAten(rt.TypeOf(s, ToIr(self.scalar_type())));
   const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));

@@ -375,6 +375,16 @@ class Runtime {
   // 3 GiB). A PJRT buffer is never written after it is computed, so a copy
   // stays true while its buffer lives and is not donated.
   void CopyToHostKept(const DeviceBuffer& buffer, void* dst, size_t nbytes);
+
+ public:
+  // Whether a host read of a small part of `s` (materialized) should
+  // download it whole: its buffer has a host copy already, or this is the
+  // second partial read in a row of that buffer (of at most 64 MiB), which
+  // is then kept. A loop over the rows of a 1-64 MiB tensor reads one
+  // download rather than launching a program per row.
+  bool ReadWhole(Storage& s);
+
+ private:
   // Builds, compiles and launches device's pending work. Caller holds mu().
   void SyncDevice(int device);
   // Raises the lost value or failed check of a program (reads its flag);
@@ -483,6 +493,8 @@ class Runtime {
   };
   std::mutex host_copies_mu_;           // not mu_: downloads run without it
   std::deque<HostCopy> host_copies_;    // most recent first
+  std::weak_ptr<pjrt::Buffer> partly_read_;  // the last buffer read in part (ReadWhole)
+  std::weak_ptr<pjrt::Buffer> keep_whole_;   // ... read in part twice: its download is kept
   std::list<ScalarKey> scalar_order_;
   // ShapeBlindHash -> signature of the last compiled graph with it.
   std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;

@@ -292,6 +292,26 @@ void Runtime::SettleFinished(Trace& t) {
   std::erase_if(t.unverified, [](const std::shared_ptr<Outcome>& o) { return o->verified; });
 }
 
+bool Runtime::ReadWhole(Storage& s) {
+  constexpr size_t kMaxBytes = size_t{64} << 20;
+  DeviceBuffer buffer;
+  {
+    std::lock_guard<std::recursive_mutex> l(mu_);
+    if (s.pending_ || !s.buffer_ || s.sharding_ || !s.replicas_.empty()) return false;
+    buffer = s.buffer_;
+  }
+  std::lock_guard<std::mutex> l(host_copies_mu_);
+  for (const HostCopy& c : host_copies_) {
+    if (c.buffer.lock() == buffer) return !buffer->is_deleted();
+  }
+  if (partly_read_.lock() == buffer && s.nbytes_ <= kMaxBytes) {
+    keep_whole_ = buffer;
+    return true;
+  }
+  partly_read_ = buffer;
+  return false;
+}
+
 Runtime::Readable Runtime::ReadyToRead(Storage& s) {
   Readable r;
   std::shared_ptr<Outcome> outcome;
@@ -334,9 +354,11 @@ void Runtime::CopyToHostKept(const DeviceBuffer& buffer, void* dst, size_t nbyte
   // send a small part alone), a few of them: 4 MiB of host memory at most.
   constexpr size_t kMaxBytes = size_t{1} << 20;
   constexpr size_t kCopies = 4;
-  if (nbytes == 0 || nbytes > kMaxBytes) return CopyToHost(buffer, dst, nbytes);
+  bool keep = nbytes > 0 && nbytes <= kMaxBytes;
   {
     std::lock_guard<std::mutex> l(host_copies_mu_);
+    keep = keep || (nbytes > 0 && keep_whole_.lock() == buffer);
+    if (!keep) return CopyToHost(buffer, dst, nbytes);
     for (const HostCopy& c : host_copies_) {
       if (c.bytes.size() == nbytes && c.buffer.lock() == buffer && !buffer->is_deleted()) {
         std::memcpy(dst, c.bytes.data(), nbytes);

@@ -783,6 +783,22 @@ def test_reading_a_small_tensor_element_by_element_downloads_it_once():
     assert again[7].item() == 3
 
 
+def test_reading_the_rows_of_a_larger_tensor_one_by_one_downloads_it_once():
+    # 2 MiB: the first row is copied out on the device alone (a small
+    # program), the second read downloads the whole tensor, kept for the rest
+    x = torch.arange(512 * 1024, dtype=torch.float32, device=DEV).view(512, 1024) * 2
+    torch_pjrt.sync()
+    torch_pjrt.metrics.reset()
+    rows = [r.tolist() for r in x[:50]]
+    assert rows == (torch.arange(50 * 1024, dtype=torch.float32).view(50, 1024) * 2).tolist()
+    c = torch_pjrt.metrics.counters()
+    assert c["executions"] <= 1 and c["bytes_to_host"] <= 512 * 1024 * 4 + 1024 * 4 + 64, c
+    # written: a new value, read anew (a part first, then whole again)
+    x.add_(1)
+    torch_pjrt.sync()
+    assert x[3, 5].item() == (3 * 1024 + 5) * 2 + 1 and x[500, 7].item() == (500 * 1024 + 7) * 2 + 1
+
+
 def test_sync_takes_devices_in_every_form_and_refuses_a_device_for_wait():
     x = torch.ones(2, device="pjrt:1") * 2
     for devices in ("pjrt:1", 1, torch.device("pjrt:1"), ["pjrt:1"], [torch.device("pjrt")]):
