@@ -221,9 +221,15 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     # recording: torch drops the returned ones, so a replay returns the
     # traced call's.
     token_in, token_out = _effect_tokens(gm)
+    # pjrt tensors the graph holds as constants (get_attr: a global read in a
+    # nonstrict_trace helper) join the recording as inputs after the graph's
+    # own: a write to one gives it a new buffer, which a replay then reads
+    # (recorded as a constant, the replay kept the first call's value).
+    constants = _tensor_constants(gm)
 
     def recorded_args(args):
-        return [None if i in token_in else a for i, a in enumerate(args)] if token_in else args
+        out = [None if i in token_in else a for i, a in enumerate(args)] if token_in else args
+        return list(out) + constants if constants else out
 
     def traced(args):
         rec = _C._replay_begin(recorded_args(args)) if record and replay else None
@@ -319,15 +325,48 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     return boxed
 
 
+def _tensor_constants(gm: torch.fx.GraphModule) -> List[torch.Tensor]:
+    """The pjrt tensors that get_attr nodes of the graph read."""
+    found = []
+    for n in gm.graph.nodes:
+        if n.op != "get_attr":
+            continue
+        value = gm
+        for part in n.target.split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor) and value.device.type == "pjrt" and not any(value is f for f in found):
+            found.append(value)
+    return found
+
+
 def _moving_view(a) -> bool:
-    """Whether `a` is a contiguous pjrt view of part of a larger storage."""
-    return (isinstance(a, torch.Tensor) and a.device.type == "pjrt" and a.is_contiguous()
-            and (a.storage_offset() != 0 or a.numel() * a.element_size() != a.untyped_storage().nbytes()))
+    """Whether `a` is a pjrt view, without overlapping elements, of part
+    of a larger storage (a row window ``data[i:i+b]``, a column window
+    ``data[:, j:j+b]``)."""
+    if not isinstance(a, torch.Tensor) or a.device.type != "pjrt" or a.numel() == 0:
+        return False
+    dims = sorted((st, n) for n, st in zip(a.shape, a.stride()) if n > 1)
+    span = 1  # elements from the first to one past the last
+    for st, n in dims:
+        if st < span:
+            return False  # overlapping (expanded) dims
+        span = st * (n - 1) + span
+    try:
+        nbytes = a.untyped_storage().nbytes()
+    except (NotImplementedError, RuntimeError):  # vmap's batched tensors have no storage
+        return False
+    return a.storage_offset() != 0 or span * a.element_size() != nbytes
 
 
 def _own_storage(a):
-    """`a` in a storage of its own (the same sizes and strides), or `a`."""
-    return a.detach().clone() if _moving_view(a) else a
+    """`a` in a storage of its own with the same sizes and strides (its
+    span, from offset 0), or `a`."""
+    if not _moving_view(a):
+        return a
+    out = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+    with torch.no_grad():
+        out.copy_(a)
+    return out
 
 
 def _effect_tokens(gm: torch.fx.GraphModule) -> Tuple[frozenset, frozenset]:

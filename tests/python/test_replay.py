@@ -356,6 +356,36 @@ def test_batches_sliced_from_device_data_replay_once_the_offset_moves():
     assert torch.equal(Xd.cpu(), X)
 
 
+def test_column_windows_of_device_data_replay_with_their_strides():
+    f = torch.compile(lambda x, w: x * w + x.sum(0), backend="pjrt")
+    data, w = torch.randn(10, 40), torch.randn(10, 4)
+    dd, wd = data.to(DEV), w.to(DEV)
+    torch_pjrt.metrics.reset()
+    for i in range(10):
+        got = f(dd[:, i:i + 4], wd)
+        torch.testing.assert_close(got.cpu(), data[:, i:i + 4] * w + data[:, i:i + 4].sum(0))
+    assert torch_pjrt.metrics.counters()["replays"] >= 8
+    assert torch.equal(dd.cpu(), data)
+
+
+def test_a_tensor_the_graph_holds_as_a_constant_is_read_anew_on_replay():
+    # a global read in a nonstrict_trace helper is a get_attr constant of the
+    # graph: written in place between calls, the replay reads its new value
+    w = torch.ones(3, device=DEV)
+
+    @torch._dynamo.nonstrict_trace
+    def helper(x):
+        return x * w
+
+    f = torch.compile(lambda x: helper(x) + 1, backend="pjrt")
+    x = torch.ones(3, device=DEV)
+    torch_pjrt.metrics.reset()
+    for i in range(4):
+        assert f(x).cpu().tolist() == [2.0 + i] * 3
+        w.add_(1)
+    assert torch_pjrt.metrics.counters()["replays"] >= 2
+
+
 def test_batched_grad_outputs_are_traced_not_replayed():
     # autograd.grad(is_grads_batched=True) (jacobian(vectorize=True)) hands the
     # backward graph vmap's batched tensors, which have no storage to replay on
