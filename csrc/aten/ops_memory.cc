@@ -398,14 +398,18 @@ at::Tensor ToCpu(const at::Tensor& self) {
         throw;
       }
     }
-    // (A second partial read of the same value downloads it whole and keeps
-    // the copy, up to 64 MiB: Runtime::ReadWhole.)
+    // (A fourth partial read in a row of the same value downloads it whole
+    // and keeps the copy, up to 64 MiB: Runtime::ReadWhole.)
     if (rt.Idle(s.device()) && !rt.ReadWhole(s)) return ToCpu(self.clone(at::MemoryFormat::Contiguous));
   }
   const at::ScalarType storage_type = ToAten(rt.TypeOf(s, ToIr(self.scalar_type())));
-  const int64_t numel = static_cast<int64_t>(s.nbytes() / c10::elementSize(storage_type));
-  at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(storage_type));
-  RaisingTensorErrors([&] { rt.Download(s, flat.data_ptr()); });
+  std::shared_ptr<const std::vector<uint8_t>> bytes;
+  RaisingTensorErrors([&] { bytes = rt.Download(s); });
+  // The host bytes (shared with the runtime's host copy of a small or
+  // often read buffer): only the view is copied out of them.
+  const int64_t numel = static_cast<int64_t>(bytes->size() / c10::elementSize(storage_type));
+  at::Tensor flat = at::from_blob(const_cast<uint8_t*>(bytes->data()), {numel}, [bytes](void*) {},
+                                  at::TensorOptions().dtype(storage_type));
   if (storage_type != self.scalar_type()) flat = FlatAs(flat, self.scalar_type());
   at::Tensor view = flat.as_strided(self.sizes(), self.strides(), self.storage_offset());
   // Lazy conjugate / negative views keep their bit: the values they mean

@@ -159,10 +159,12 @@ class Runtime {
   // runs once, in the next program, instead of in every program that reads
   // it. No-op for typed, pending or empty storages.
   void TypeBytes(Storage& s, ir::DType dtype);
-  // Copies the storage's contents to `dst` (whole elements of its dtype:
-  // nbytes() rounded down), syncing its device first when it is pending.
-  // Waits for the buffer outside the runtime lock.
-  void Download(Storage& s, void* dst);
+  // The storage's contents on the host (whole elements of its dtype:
+  // nbytes() rounded down), syncing its device first when it is pending;
+  // waits for the buffer outside the runtime lock. The bytes are shared
+  // with the runtime's host copy where it keeps one (CopyToHostKept):
+  // read them, never write them.
+  std::shared_ptr<const std::vector<uint8_t>> Download(Storage& s);
   // The same for each replica of a replicated storage (one replica otherwise).
   void DownloadReplicas(Storage& s, const std::vector<void*>& dsts);
   size_t ReplicaCount(Storage& s);
@@ -374,14 +376,14 @@ class Runtime {
   // once, not once per element (20,000 reads of a 156 KiB tensor moved
   // 3 GiB). A PJRT buffer is never written after it is computed, so a copy
   // stays true while its buffer lives and is not donated.
-  void CopyToHostKept(const DeviceBuffer& buffer, void* dst, size_t nbytes);
+  std::shared_ptr<const std::vector<uint8_t>> CopyToHostKept(const DeviceBuffer& buffer, size_t nbytes);
 
  public:
   // Whether a host read of a small part of `s` (materialized) should
   // download it whole: its buffer has a host copy already, or this is the
-  // second partial read in a row of that buffer (of at most 64 MiB), which
-  // is then kept. A loop over the rows of a 1-64 MiB tensor reads one
-  // download rather than launching a program per row.
+  // fourth partial read in a row of that buffer (of at most 64 MiB), which
+  // is then kept. A loop over the rows of a 1-64 MiB tensor reads three
+  // small programs and one download rather than a program per row.
   bool ReadWhole(Storage& s);
 
  private:
@@ -489,11 +491,12 @@ class Runtime {
   std::unordered_map<ScalarKey, DeviceBuffer, ScalarKeyHash> scalars_;
   struct HostCopy {
     std::weak_ptr<pjrt::Buffer> buffer;
-    std::vector<uint8_t> bytes;
+    std::shared_ptr<const std::vector<uint8_t>> bytes;
   };
   std::mutex host_copies_mu_;           // not mu_: downloads run without it
   std::deque<HostCopy> host_copies_;    // most recent first
-  std::weak_ptr<pjrt::Buffer> partly_read_;  // the last buffer read in part (ReadWhole)
+  std::weak_ptr<pjrt::Buffer> partly_read_;  // the last buffer read in part (ReadWhole) ...
+  int partial_reads_ = 0;                     // ... and how many times in a row
   std::weak_ptr<pjrt::Buffer> keep_whole_;   // ... read in part twice: its download is kept
   std::list<ScalarKey> scalar_order_;
   // ShapeBlindHash -> signature of the last compiled graph with it.

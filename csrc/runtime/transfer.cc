@@ -147,7 +147,15 @@ DeviceBuffer Runtime::Materialize(Storage& s) {
   return s.buffer_;
 }
 
-void Runtime::Download(Storage& s, void* dst) { DownloadReplicas(s, {dst}); }
+std::shared_ptr<const std::vector<uint8_t>> Runtime::Download(Storage& s) {
+  const auto [buffers, nbytes, sharding, item] = ReadyToRead(s);
+  if (sharding) {  // SPMD: the pieces put together
+    auto whole = std::make_shared<std::vector<uint8_t>>(s.nbytes_ / item * item);
+    Gather(*sharding, item, buffers, whole->data());
+    return whole;
+  }
+  return CopyToHostKept(buffers[0], nbytes);
+}
 
 size_t Runtime::ReplicaCount(Storage& s) {
   TraceScope scope;
@@ -304,11 +312,15 @@ bool Runtime::ReadWhole(Storage& s) {
   for (const HostCopy& c : host_copies_) {
     if (c.buffer.lock() == buffer) return !buffer->is_deleted();
   }
-  if (partly_read_.lock() == buffer && s.nbytes_ <= kMaxBytes) {
+  constexpr int kReads = 4;  // a loop, not a few separate reads of parts of a large value
+  if (partly_read_.lock() != buffer) {
+    partly_read_ = buffer;
+    partial_reads_ = 0;
+  }
+  if (++partial_reads_ >= kReads && s.nbytes_ <= kMaxBytes) {
     keep_whole_ = buffer;
     return true;
   }
-  partly_read_ = buffer;
   return false;
 }
 
@@ -346,31 +358,31 @@ void Runtime::DownloadReplicas(Storage& s, const std::vector<void*>& dsts) {
     Gather(*sharding, item, buffers, dsts[0]);
     return;
   }
-  for (size_t r = 0; r < dsts.size(); ++r) CopyToHostKept(buffers[r], dsts[r], nbytes);
+  for (size_t r = 0; r < dsts.size(); ++r) CopyToHost(buffers[r], dsts[r], nbytes);
 }
 
-void Runtime::CopyToHostKept(const DeviceBuffer& buffer, void* dst, size_t nbytes) {
-  // Small buffers only (what a host read downloads whole: larger storages
-  // send a small part alone), a few of them: 4 MiB of host memory at most.
+std::shared_ptr<const std::vector<uint8_t>> Runtime::CopyToHostKept(const DeviceBuffer& buffer, size_t nbytes) {
+  // Small buffers (what a host read downloads whole: larger storages send
+  // a small part alone), and the one ReadWhole chose (64 MiB at most); the
+  // last four of them.
   constexpr size_t kMaxBytes = size_t{1} << 20;
   constexpr size_t kCopies = 4;
   bool keep = nbytes > 0 && nbytes <= kMaxBytes;
   {
     std::lock_guard<std::mutex> l(host_copies_mu_);
     keep = keep || (nbytes > 0 && keep_whole_.lock() == buffer);
-    if (!keep) return CopyToHost(buffer, dst, nbytes);
     for (const HostCopy& c : host_copies_) {
-      if (c.bytes.size() == nbytes && c.buffer.lock() == buffer && !buffer->is_deleted()) {
-        std::memcpy(dst, c.bytes.data(), nbytes);
-        return;
-      }
+      if (keep && c.bytes->size() == nbytes && c.buffer.lock() == buffer && !buffer->is_deleted()) return c.bytes;
     }
   }
-  CopyToHost(buffer, dst, nbytes);
-  const auto* bytes = static_cast<const uint8_t*>(dst);
-  std::lock_guard<std::mutex> l(host_copies_mu_);
-  host_copies_.push_front({buffer, std::vector<uint8_t>(bytes, bytes + nbytes)});
-  if (host_copies_.size() > kCopies) host_copies_.pop_back();
+  auto bytes = std::make_shared<std::vector<uint8_t>>(nbytes);
+  CopyToHost(buffer, bytes->data(), nbytes);  // outside the lock: the wait may take the GIL
+  if (keep) {
+    std::lock_guard<std::mutex> l(host_copies_mu_);
+    host_copies_.push_front({buffer, bytes});
+    if (host_copies_.size() > kCopies) host_copies_.pop_back();
+  }
+  return bytes;
 }
 
 }  // namespace tpj::runtime

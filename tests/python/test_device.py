@@ -784,15 +784,16 @@ def test_reading_a_small_tensor_element_by_element_downloads_it_once():
 
 
 def test_reading_the_rows_of_a_larger_tensor_one_by_one_downloads_it_once():
-    # 2 MiB: the first row is copied out on the device alone (a small
-    # program), the second read downloads the whole tensor, kept for the rest
+    # 2 MiB: the first three rows are copied out on the device alone (a
+    # small program each), the fourth read downloads the whole tensor, kept
+    # for the rest
     x = torch.arange(512 * 1024, dtype=torch.float32, device=DEV).view(512, 1024) * 2
     torch_pjrt.sync()
     torch_pjrt.metrics.reset()
     rows = [r.tolist() for r in x[:50]]
     assert rows == (torch.arange(50 * 1024, dtype=torch.float32).view(50, 1024) * 2).tolist()
     c = torch_pjrt.metrics.counters()
-    assert c["executions"] <= 1 and c["bytes_to_host"] <= 512 * 1024 * 4 + 1024 * 4 + 64, c
+    assert c["executions"] <= 3 and c["bytes_to_host"] <= 512 * 1024 * 4 + 3 * 1024 * 4 + 64, c
     # written: a new value, read anew (a part first, then whole again)
     x.add_(1)
     torch_pjrt.sync()
