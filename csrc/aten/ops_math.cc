@@ -645,6 +645,44 @@ std::tuple<at::Tensor, at::Tensor> frexp(const at::Tensor& a) {
   return {Wrap(b.Convert(c.sel(special, x, m), ToIr(t)), c.d), Wrap(c.sel(special, i32(0), e), c.d)};
 }
 
+// ldexp with an integer exponent: x * 2^e rounded once, as the CPU's
+// std::ldexp kernel. torch's composite for other devices multiplies by
+// pow(2, e) in x's dtype, which overflows or flushes first: ldexp(0, 200)
+// was NaN and ldexp(3e38, -140) 0 in float32 (the CPU: 0 and 2.1e-4). Here
+// 2^e is three normal factors built from their bits, e clamped where every
+// finite x over- or underflows anyway, and x is scaled by each in turn
+// (half types in float: exact there, rounded once at the end). Other
+// dtype pairs take torch's composite.
+at::Tensor ldexp(const at::Tensor& a, const at::Tensor& e) {
+  const at::ScalarType t = a.scalar_type();
+  if (!at::isFloatingType(t) || !at::isIntegralType(e.scalar_type(), true)) return at::mul(a, at::pow(2.0, e));
+  TraceScope s;
+  const int d = CommonDevice({&a, &e});
+  const bool dbl = t == at::kDouble;
+  const at::ScalarType ct = dbl ? at::kDouble : at::kFloat, it = dbl ? at::kLong : at::kInt;
+  const int64_t bias = dbl ? 1023 : 127, mant = dbl ? 52 : 23, limit = 3 * (bias - 1);
+  const std::vector<int64_t> shape = at::infer_size(a.sizes(), e.sizes());
+  Ctx c{d, it, shape};
+  ir::Builder& b = c.b();
+  ir::Value x = BroadcastTo(d, Operand(a, d, ct), shape);
+  // std::ldexp takes a C int: a wider exponent wraps to int32 first (as on
+  // the CPU: ldexp(3, 2^40) is 3), then is clamped
+  const Ctx ci{d, at::kInt, shape};
+  ir::Value k = b.Convert(BroadcastTo(d, Operand(e, d, e.scalar_type()), shape), ir::DType::I32);
+  const double lim = static_cast<double>(limit);
+  k = ci.sel(ci.cmp(CompareDir::LT, k, ci.c(-lim)), ci.c(-lim), ci.sel(ci.cmp(CompareDir::GT, k, ci.c(lim)), ci.c(lim), k));
+  k = b.Convert(k, ToIr(it));
+  ir::Value k1 = c.bin(Op::Div, k, c.c(3));
+  ir::Value k2 = c.bin(Op::Div, c.bin(Op::Sub, k, k1), c.c(2));
+  ir::Value k3 = c.bin(Op::Sub, c.bin(Op::Sub, k, k1), k2);
+  auto pow2 = [&](ir::Value n) {  // 2^n for n in [1 - bias, bias]: a normal number's bits
+    return b.Bitcast(c.bin(Op::ShiftLeft, c.bin(Op::Add, n, c.c(static_cast<double>(bias))), c.c(static_cast<double>(mant))),
+                     ToIr(ct));
+  };
+  for (ir::Value part : {k1, k2, k3}) x = b.Binary(Op::Mul, x, pow2(part));
+  return Wrap(b.Convert(x, ToIr(t)), d);
+}
+
 // nextafter: the next value after x toward y, from the bits alone (XLA's
 // CPU arithmetic and comparisons treat subnormals as zero): NaN when either
 // is NaN, y when x == y (+0 toward -0 gives -0), the smallest subnormal with
@@ -729,6 +767,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("logaddexp", logaddexp);
   K("logaddexp2", logaddexp2);
   K("xlogy.Tensor", xlogy);
+  K("ldexp.Tensor", ldexp);
   K("xlogy.Scalar_Self", xlogy_ss);
   KN("xlogy.Scalar_Other", xlogy_so);
   K("special_xlog1py", xlog1py);

@@ -879,3 +879,25 @@ def test_refused_inputs_raise_the_cpus_exception_type(case):
         fn(*args)
     with pytest.raises(on_cpu.type):
         fn(*[a.to(DEV) for a in args]).cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_ldexp_scales_without_overflowing_first(dtype):
+    # x * 2^e rounded once (the CPU's std::ldexp), where x * pow(2, e) in x's
+    # dtype gave NaN for ldexp(0, 200) and 0 for ldexp(3e38, -140)
+    info = torch.finfo(dtype)
+    x = torch.tensor([0.0, -0.0, 3.0, -1.5, info.max, info.tiny * 4, inf, -inf, nan], dtype=dtype)
+    for e_dtype in (torch.int64, torch.int32, torch.int8, torch.uint8):
+        for e in (0, 1, -1, 20, -20, 100, -100, 127, 200, -140, -150, 1100, -1100, 5000, -5000, 2**40, -2**40):
+            if not (torch.iinfo(e_dtype).min <= e <= torch.iinfo(e_dtype).max):
+                continue
+            exp = torch.tensor(e, dtype=e_dtype)
+            want, got = torch.ldexp(x, exp), torch.ldexp(x.to(DEV), exp.to(DEV)).cpu()
+            assert got.dtype == want.dtype
+            normal = want.abs() >= info.tiny  # a subnormal result may be flushed to zero (docs/semantics.md)
+            assert torch.equal(got[normal], want[normal]), (e_dtype, e, got, want)
+            tiny = ~normal & ~want.isnan()
+            assert ((got[tiny] == 0) | (got[tiny] == want[tiny])).all() and torch.equal(got.isnan(), want.isnan())
+    # a float exponent, and an integer x, take torch's composite
+    for a, b in ((x, torch.full_like(x, 3.0)), (torch.tensor([3, -2]), torch.tensor([2, 1]))):
+        torch.testing.assert_close(torch.ldexp(a.to(DEV), b.to(DEV)).cpu(), torch.ldexp(a, b), equal_nan=True)
