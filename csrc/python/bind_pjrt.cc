@@ -255,6 +255,8 @@ void BindPjrt(py::module_& m) {
         return d;
       },
       py::arg("index"));
+  m.def("_host_bytes_available", &runtime::HostBytesAvailable,
+        "The host memory this process can still get (the out-of-memory preflight's figure), or -1.");
   m.def(
       "_device_info",
       [](int index) {

@@ -64,9 +64,8 @@ int64_t ReadNumber(const char* path) {
   return f >> v ? v : -1;
 }
 
-// The host memory this process can still get: MemAvailable + SwapFree of
-// /proc/meminfo, within its cgroup's (v2) memory.max; -1 where the kernel
-// does not say (no MemAvailable line).
+}  // namespace
+
 int64_t HostBytesAvailable() {
   std::ifstream f("/proc/meminfo");
   std::string key, unit;
@@ -83,6 +82,8 @@ int64_t HostBytesAvailable() {
   if (limit >= 0 && used >= 0) available = std::min(available, std::max<int64_t>(limit - used, 0));
   return available;
 }
+
+namespace {
 
 // Programs that allocate at most this much are not checked.
 constexpr int64_t kPreflightBytes = int64_t{256} << 20;

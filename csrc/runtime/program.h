@@ -52,6 +52,10 @@ int64_t HostRunBytes(pjrt::Client& client, const pjrt::Executable& exe);
 // available memory (MemAvailable + SwapFree, within the cgroup v2
 // memory.max; read only above 256 MiB).
 void CheckHostMemory(int64_t run_bytes);
+// The host memory this process can still get, as CheckHostMemory reads it
+// (MemAvailable + SwapFree, within the cgroup's memory.max); -1 where the
+// kernel does not say.
+int64_t HostBytesAvailable();
 
 // The program line `line` (1-based) of `text` with its number, or "".
 std::string ProgramLine(const std::string& text, int line);

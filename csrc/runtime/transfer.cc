@@ -303,10 +303,12 @@ void Runtime::SettleFinished(Trace& t) {
 bool Runtime::ReadWhole(Storage& s) {
   constexpr size_t kMaxBytes = size_t{64} << 20;
   DeviceBuffer buffer;
+  size_t nbytes = 0;
   {
     std::lock_guard<std::recursive_mutex> l(mu_);
     if (s.pending_ || !s.buffer_ || s.sharding_ || !s.replicas_.empty()) return false;
     buffer = s.buffer_;
+    nbytes = s.nbytes_;
   }
   std::lock_guard<std::mutex> l(host_copies_mu_);
   for (const HostCopy& c : host_copies_) {
@@ -317,7 +319,7 @@ bool Runtime::ReadWhole(Storage& s) {
     partly_read_ = buffer;
     partial_reads_ = 0;
   }
-  if (++partial_reads_ >= kReads && s.nbytes_ <= kMaxBytes) {
+  if (++partial_reads_ >= kReads && nbytes <= kMaxBytes) {
     keep_whole_ = buffer;
     return true;
   }

@@ -675,14 +675,16 @@ def _make_device_module() -> types.ModuleType:
         """(free, total) bytes of the device: from the plugin's
         ``bytes_limit`` and ``bytes_in_use`` where it reports them; on a plugin
         without statistics (XLA's CPU plugin, whose buffers are host memory),
-        the host's available and physical memory."""
+        the host's physical memory and what this process can still get of
+        it (the out-of-memory preflight's figure, runtime/program.h)."""
         from torch_pjrt import runtime
         stats = runtime.memory_stats(_index(device)) or {}
         if "bytes_limit" in stats:
             total = int(stats["bytes_limit"])
             return total - int(stats.get("bytes_in_use", 0)), total
-        page = os.sysconf("SC_PAGE_SIZE")
-        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        available = _C._host_bytes_available()
+        return (min(available, total) if available >= 0 else 0), total
 
     def get_device_properties(device=None) -> DeviceProperties:
         index = _index(device)

@@ -338,7 +338,7 @@ def test_batches_sliced_from_device_data_replay_once_the_offset_moves():
     f = torch.compile(net, backend="pjrt")
     Xd, Yd = X.to(DEV), Y.to(DEV)
     pjrt_dynamo.call_stats(reset=True)
-    for step, i in enumerate([0, 8, 16, 24, 32, 40]):
+    for i in [0, 8, 16, 24, 32, 40]:
         F.mse_loss(ref(X[i:i + 8]), Y[i:i + 8]).backward()
         opt_ref.step()
         opt_ref.zero_grad()
