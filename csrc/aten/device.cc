@@ -99,7 +99,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return c10::Device(kType, static_cast<c10::DeviceIndex>(current_device)); }
   void setDevice(c10::Device d) const override {
     TORCH_CHECK(d.type() == kType, "expected a pjrt device, got ", d);
-    if (d.has_index()) current_device = d.index();
+    // torch.accelerator.set_device_index(99) raises here, as on CUDA
+    if (d.has_index() && d.index() != current_device) SetCurrentDevice(d.index());
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.has_index()) current_device = d.index();

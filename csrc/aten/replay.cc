@@ -38,7 +38,9 @@ at::Tensor ViewOn(const c10::Storage& storage, const TensorLayout& l) {
 }
 
 // The pjrt device of the inputs (the current device when none is on pjrt);
-// empty `why` unless an input is a tensor elsewhere.
+// empty `why` unless an input is a tensor elsewhere or the inputs are on
+// several pjrt devices (a pipeline's graph that moves a value across: traced
+// on every call, as its program is one per device).
 int DeviceOf(const MaybeTensors& inputs, std::string* why) {
   int device = -1;
   for (const auto& t : inputs) {
@@ -48,9 +50,11 @@ int DeviceOf(const MaybeTensors& inputs, std::string* why) {
       continue;
     }
     const int d = DeviceIndex(*t);
-    TORCH_CHECK(device < 0 || d == device, "expected all tensors to be on the same pjrt device, found pjrt:", device,
-                " and pjrt:", d);
-    device = d;
+    if (device >= 0 && d != device) {
+      *why = "its inputs are on several pjrt devices (pjrt:" + std::to_string(device) + " and pjrt:" +
+             std::to_string(d) + ")";
+    }
+    device = device < 0 ? d : device;
   }
   return device < 0 ? CurrentDevice() : device;
 }

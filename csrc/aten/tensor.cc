@@ -19,6 +19,7 @@
 
 #include "aten/device.h"
 #include "aten/layout.h"
+#include "runtime/program.h"
 
 namespace tpj::aten {
 namespace {
@@ -46,6 +47,10 @@ class Allocator final : public c10::DeviceAllocator {
     }
     stats.allocation[all].current = stats.active[all].current = stats.segment[all].current = b.buffers;
     return stats;
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {  // torch.accelerator.get_memory_info
+    const auto [free, total] = runtime::DeviceMemoryInfo(runtime::Runtime::Get().client(), device);
+    return {static_cast<size_t>(free), static_cast<size_t>(total)};
   }
   void resetAccumulatedStats(c10::DeviceIndex) override {}
   void resetPeakStats(c10::DeviceIndex device) override {

@@ -228,11 +228,17 @@ void BindPjrt(py::module_& m) {
       py::arg("versions"), "The discovery rule on recorded (major, minor) versions: the index it picks, or -1.");
   m.def(
       "_await_launched",
-      [] {
-        if (runtime::Runtime::Initialized() && !pjrt::InForkedChild()) runtime::Runtime::Get().AwaitLaunched();
+      []() -> std::vector<std::string> {
+        if (!runtime::Runtime::Initialized() || pjrt::InForkedChild()) return {};
+        return runtime::Runtime::Get().AwaitLaunched();
       },
       py::call_guard<py::gil_scoped_release>(),
-      "Waits for every launched program (launches nothing, raises nothing); run at interpreter exit.");
+      "Waits for every launched program (launches nothing, raises nothing); run at interpreter exit. Returns the "
+      "failures nothing read: programs that failed to run, failed checks.");
+  m.def(
+      "_pending_checks",
+      [] { return runtime::Runtime::Initialized() && !pjrt::InForkedChild() && runtime::Runtime::Get().PendingChecks(); },
+      "Whether pending work holds a check (index, divisor, ...) that a sync would run.");
   m.def(
       "_launches_done",
       [] {
@@ -255,8 +261,9 @@ void BindPjrt(py::module_& m) {
         return d;
       },
       py::arg("index"));
-  m.def("_host_bytes_available", &runtime::HostBytesAvailable,
-        "The host memory this process can still get (the out-of-memory preflight's figure), or -1.");
+  m.def(
+      "_mem_get_info", [](int index) { return runtime::DeviceMemoryInfo(runtime::Runtime::Get().client(), index); },
+      py::arg("index"), "(free, total) bytes of pjrt device `index` (torch.pjrt.mem_get_info).");
   m.def(
       "_device_info",
       [](int index) {

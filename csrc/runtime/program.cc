@@ -5,6 +5,9 @@
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
 
 #include "ir/printer.h"
 #include "runtime/dtype_map.h"
@@ -81,6 +84,26 @@ int64_t HostBytesAvailable() {
   const int64_t used = ReadNumber("/sys/fs/cgroup/memory.current");
   if (limit >= 0 && used >= 0) available = std::min(available, std::max<int64_t>(limit - used, 0));
   return available;
+}
+
+std::pair<int64_t, int64_t> DeviceMemoryInfo(pjrt::Client& client, int index) {
+  const auto& ids = client.addressable_device_ids();
+  if (index < 0 || static_cast<size_t>(index) >= ids.size()) {
+    throw std::out_of_range("pjrt device index " + std::to_string(index) + " is out of range: this process has " +
+                            std::to_string(ids.size()) + " pjrt device(s)");
+  }
+  if (auto stats = client.MemoryStats(ids[static_cast<size_t>(index)])) {
+    auto stat = [&](const char* name) -> std::optional<int64_t> {
+      for (const auto& [n, v] : *stats) {
+        if (n == name) return v;
+      }
+      return std::nullopt;
+    };
+    if (auto limit = stat("bytes_limit")) return {*limit - stat("bytes_in_use").value_or(0), *limit};
+  }
+  const int64_t total = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const int64_t available = HostBytesAvailable();
+  return {available >= 0 ? std::min(available, total) : 0, total};
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -56,6 +57,12 @@ void CheckHostMemory(int64_t run_bytes);
 // (MemAvailable + SwapFree, within the cgroup's memory.max); -1 where the
 // kernel does not say.
 int64_t HostBytesAvailable();
+// (free, total) bytes of pjrt device `index` of `client` (torch's
+// mem_get_info): the plugin's bytes_limit less bytes_in_use where it
+// reports them; else (XLA's CPU plugin: its buffers are host memory) what
+// this process can still get of the host's memory, and the host's
+// physical memory.
+std::pair<int64_t, int64_t> DeviceMemoryInfo(pjrt::Client& client, int index);
 
 // The program line `line` (1-based) of `text` with its number, or "".
 std::string ProgramLine(const std::string& text, int line);

@@ -177,7 +177,13 @@ class Runtime {
   // interpreter exit: a process that exits while the plugin still runs a
   // program has the plugin's worker threads use what exit() is destroying
   // (a crash, or std::terminate in the plugin). No-op in a forked child.
-  void AwaitLaunched() noexcept;
+  // Returns the failures that nothing read or raised: programs that failed
+  // to run, and failed checks (each once; those inherited by a later
+  // program are named by their origin only).
+  std::vector<std::string> AwaitLaunched() noexcept;
+  // Whether a device's pending work holds a check (an index, divisor, ...):
+  // at exit it is launched so that a failure is not dropped unseen.
+  bool PendingChecks();
   void Unregister(Storage* s);
   size_t pending_count(int device);
   size_t trace_nodes(int device);  // IR nodes of the device's trace

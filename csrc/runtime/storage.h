@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -68,6 +69,13 @@ struct Outcome {
   // that ever traced the same message.
   std::vector<std::pair<int32_t, std::string>> check_sites;
 };
+
+// How Outcome::error ends: a failure taken over from a program read (its
+// origin's message, then this), and a failed check's own message (what
+// failed and where, then this).
+inline constexpr std::string_view kInheritedClause =
+    "; this value comes from a later program that read one of those tensors";
+inline constexpr std::string_view kFailedCheckTail = "; every tensor computed by that program";
 
 // The Outcome of a program that failed to `stage` ("compile", "run"): every
 // storage it would have written raises this when read. Call it inside a

@@ -124,8 +124,9 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
   if (first) std::rethrow_exception(first);
 }
 
-void Runtime::AwaitLaunched() noexcept {
-  if (pjrt::InForkedChild()) return;
+std::vector<std::string> Runtime::AwaitLaunched() noexcept {
+  std::vector<std::string> unread;
+  if (pjrt::InForkedChild()) return unread;
   std::vector<std::unique_ptr<pjrt::Event>> events;
   {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -137,9 +138,32 @@ void Runtime::AwaitLaunched() noexcept {
   for (auto& e : events) {
     try {
       e->Await();
-    } catch (...) {  // reported when the program's outputs are read, if ever
+    } catch (const std::exception& ex) {  // not read, or a read would have dropped it (ForgetReportedFailures)
+      unread.push_back(ex.what());
+    } catch (...) {
+      unread.push_back("a program failed to run");
     }
   }
+  try {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    for (Trace& t : traces_) {
+      SettleFinished(t);  // every flag is ready now
+      for (const auto& o : t.unverified) {
+        // An inherited failure is its origin's, which is in the list too
+        // (an outcome keeps its flag's until verified).
+        if (o->error.empty() || o->reported || o->error.find(kInheritedClause) != std::string::npos) continue;
+        o->reported = true;
+        unread.push_back(o->error.substr(0, o->error.find(kFailedCheckTail)));
+      }
+    }
+  } catch (...) {  // at exit: what cannot be read stays unsaid
+  }
+  return unread;
+}
+
+bool Runtime::PendingChecks() {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  return std::any_of(traces_.begin(), traces_.end(), [](const Trace& t) { return t.check_code.valid(); });
 }
 
 std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::Graph& g, const std::string& key,

@@ -169,8 +169,7 @@ namespace {
 // The error of a value a later program computed from a failed program's
 // results: the failure, and that this value only inherits it.
 std::string Inherited(const std::string& error) {
-  static const std::string kClause = "; this value comes from a later program that read one of those tensors";
-  return error.find(kClause) != std::string::npos ? error : error + kClause;
+  return error.find(kInheritedClause) != std::string::npos ? error : error + std::string(kInheritedClause);
 }
 
 }  // namespace
@@ -187,7 +186,7 @@ void Runtime::FailCheck(Outcome& o, int32_t code) {
   o.kind = kind;
   // After a bad batch, the next (good) batch raised the bad one's IndexError
   // from the parameters the failing step's optimizer had updated: say so.
-  o.error = what + at + "; every tensor computed by that program, or from its results, raises this error until " +
+  o.error = what + at + std::string(kFailedCheckTail) + ", or from its results, raises this error until " +
             "overwritten as a whole (parameters an optimizer step in that program updated too: reload them, e.g. " +
             "from a checkpoint)";
 }

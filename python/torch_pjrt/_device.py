@@ -57,7 +57,16 @@ def _await_launched_at_exit() -> None:
     # exit handlers registered before this one do not run).
     if not _extension.is_loaded(_C):  # nothing was launched without it (and its stub would raise again)
         return
+    unread = []
     try:
+        # On the CPU an out-of-range index raises at its op: pending work
+        # that holds a check runs now rather than being dropped unseen
+        # (not after an uncaught exception, which ended the script already).
+        if _C._pending_checks() and getattr(sys, "last_value", None) is None:
+            try:
+                _C._sync([], False)
+            except Exception as e:  # a compile failure: said below like the rest
+                unread.append(str(e))
         start, told = time.monotonic(), False
         while not _C._launches_done():
             if not told and time.monotonic() - start > 1.0:
@@ -74,7 +83,10 @@ def _await_launched_at_exit() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         os._exit(130)  # (where the signal did not end it)
-    _C._await_launched()  # all finished: drops their events
+    unread += _C._await_launched()  # all finished: drops their events
+    for error in unread:
+        # as a device-side assertion prints at a CUDA program's exit; the exit status stays
+        print(f"torch_pjrt: at exit, a failure that nothing read: {error}", file=sys.stderr, flush=True)
 
 
 atexit.register(_await_launched_at_exit)
@@ -677,14 +689,7 @@ def _make_device_module() -> types.ModuleType:
         without statistics (XLA's CPU plugin, whose buffers are host memory),
         the host's physical memory and what this process can still get of
         it (the out-of-memory preflight's figure, runtime/program.h)."""
-        from torch_pjrt import runtime
-        stats = runtime.memory_stats(_index(device)) or {}
-        if "bytes_limit" in stats:
-            total = int(stats["bytes_limit"])
-            return total - int(stats.get("bytes_in_use", 0)), total
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        available = _C._host_bytes_available()
-        return (min(available, total) if available >= 0 else 0), total
+        return tuple(_C._mem_get_info(_index(device)))
 
     def get_device_properties(device=None) -> DeviceProperties:
         index = _index(device)
@@ -702,9 +707,15 @@ def _make_device_module() -> types.ModuleType:
 
     @contextlib.contextmanager
     def stream(s):
-        if s is not None and s.device.type != "pjrt":
+        """As ``torch.cuda.stream``: the stream's device is the current one
+        inside the block (its stream is the only one)."""
+        if s is None:
+            yield s
+            return
+        if s.device.type != "pjrt":
             raise ValueError(f"expected a pjrt stream, got one of {s.device}")
-        yield s
+        with _DeviceContext(s.device.index):
+            yield s
 
     m.Stream = torch.Stream
     m.Event = torch.Event

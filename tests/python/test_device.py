@@ -710,6 +710,10 @@ def test_streams_and_events_of_the_device_module(tmp_path):
     s.synchronize()
     with torch.pjrt.stream(s):
         z = y * 2
+    # as torch.cuda.stream: the stream's device is current inside the block
+    with torch.pjrt.stream(torch.pjrt.current_stream(1)):
+        assert torch.pjrt.current_device() == 1 and torch.empty(1, device="pjrt").device == torch.device("pjrt:1")
+    assert torch.pjrt.current_device() == 0
     # record_stream (FSDP's, side-stream copies): nothing to record on one
     # stream; the value stays; a stream of another device is refused
     z.record_stream(s)
@@ -754,8 +758,16 @@ def test_timing_events_and_device_properties_as_cuda_code_uses_them():
     assert torch.pjrt.get_device_name() == torch.pjrt.get_device_properties(0).name == kind != ""
     free, total = torch.pjrt.mem_get_info()
     assert 0 <= free <= total == torch.pjrt.get_device_properties().total_memory > 0
+    assert torch.accelerator.get_memory_info(0)[1] == total  # (CUDA code ported to torch.accelerator)
     with pytest.raises(IndexError, match="out of range"):
         torch.pjrt.get_device_name(torch.pjrt.device_count())
+    # an index past the devices raises where it is set, as on CUDA, not at the next tensor
+    with pytest.raises(IndexError, match="out of range"):
+        torch.accelerator.set_device_index(torch.pjrt.device_count())
+    with pytest.raises(IndexError, match="out of range"):
+        with torch.accelerator.device_index(torch.pjrt.device_count()):
+            pass
+    assert torch.accelerator.current_device_index() == torch.pjrt.current_device() == 0
 
 
 def test_reading_a_small_tensor_element_by_element_downloads_it_once():

@@ -681,3 +681,31 @@ def test_compiled_dirichlet_rsample_gradient_matches_lazy():
         fn(conc).backward()
         grads.append(conc.grad.cpu())
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
+def test_a_model_split_over_two_devices_trains_compiled_as_on_the_cpu():
+    # pipeline style: a graph whose inputs are on two devices is traced on
+    # each call (its program is one per device), not refused
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 2)
+    pa, pb = copy.deepcopy(a).to("pjrt:0"), copy.deepcopy(b).to("pjrt:1")
+
+    def step(first, second, x, y, device0, device1, opt):
+        out = second(torch.relu(first(x.to(device0))).to(device1))
+        loss = torch.nn.functional.mse_loss(out, y.to(device1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    opt = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
+    popt = torch.optim.SGD([*pa.parameters(), *pb.parameters()], lr=0.1)
+    compiled = torch.compile(step, backend="pjrt")
+    for i in range(3):
+        x, y = torch.randn(4, 8), torch.randn(4, 2)
+        want = step(a, b, x, y, "cpu", "cpu", opt)
+        got = compiled(pa, pb, x, y, "pjrt:0", "pjrt:1", popt)
+        assert got.device == torch.device("pjrt:1")
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(pb.weight.cpu(), b.weight, rtol=1e-5, atol=1e-6)
+    assert pa.weight.device == torch.device("pjrt:0")

@@ -55,3 +55,44 @@ def test_ctrl_c_while_exit_waits_for_a_program_exits_at_once():
         assert time.monotonic() - t0 < 3.0
     finally:
         p.kill()
+
+
+# Two failing programs: one read (its IndexError caught), one launched and
+# never read; a third whose check passed. Only the unread failure is told.
+UNREAD_LAUNCHED = """
+import torch, torch_pjrt
+d = torch_pjrt.device()
+x = torch.zeros(5, device=d)
+try:
+    x[torch.tensor([7], device=d)].cpu()
+except IndexError:
+    print("caught", flush=True)
+y = torch.zeros(5, device=d)
+y[torch.tensor([2], device=d)] = 1.0
+torch_pjrt.sync(wait=True)
+z = torch.zeros(5, device=d)
+z[torch.tensor([9], device=d)] = 1.0  # the unread failure (this line)
+torch_pjrt.sync()
+print("exiting", flush=True)
+"""
+
+# The failing check is still pending at exit: it is launched then.
+UNREAD_PENDING = """
+import torch, torch_pjrt
+d = torch_pjrt.device()
+z = torch.zeros(5, device=d)
+z.index_add_(0, torch.tensor([11], device=d), torch.ones(1, device=d))
+print("exiting", flush=True)
+"""
+
+
+def test_a_failure_nothing_read_is_printed_at_exit():
+    for code, line in ((UNREAD_LAUNCHED, 13), (UNREAD_PENDING, 5)):
+        r = run_python(code)
+        assert r.returncode == 0 and r.stdout.split()[-1] == "exiting", r.stderr[-2000:]
+        told = [s for s in r.stderr.splitlines() if s.startswith("torch_pjrt: at exit, a failure that nothing read")]
+        assert len(told) == 1, r.stderr[-2000:]
+        assert "index out of range" in told[0] and f"(traced at <string>:{line})" in told[0], told[0]
+    # after an uncaught exception the pending work is not launched
+    r = run_python(UNREAD_PENDING.replace('print("exiting", flush=True)', 'raise SystemError("stop")'))
+    assert "SystemError: stop" in r.stderr and "at exit" not in r.stderr, r.stderr[-2000:]
