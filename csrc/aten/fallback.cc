@@ -98,3 +98,31 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) { TPJ_REFUSE_COMPRESSED(m); }
 #undef TPJ_REFUSE_COMPRESSED
 #undef TPJ_REFUSE
+
+// Composite ops of fbgemm's quantization helpers read their input's memory
+// through data_ptr themselves: on pjrt that pointer is a token, so they
+// returned garbage (choose_qparams_optimized) or crashed the process
+// (fbgemm_linear_quantize_weight, _saturate_weight_to_fp16). Kernels of our
+// own keep them from the composite: those that compute plain tensors and
+// numbers run on the CPU, counted as fallbacks; those that make or take
+// fbgemm's packed weights (a C++ object in CPU memory, wrapped in a byte
+// tensor that a copy would lose) are refused.
+namespace tpj::aten {
+void FbgemmPacked(const c10::OperatorHandle& op, c10::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op.schema().name(),
+                              " makes or takes fbgemm's packed weights, a CPU object that has no pjrt form: call it, "
+                              "and the ops that use its result, on CPU tensors");
+}
+}  // namespace tpj::aten
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* op : {"choose_qparams_optimized", "_saturate_weight_to_fp16", "fbgemm_linear_quantize_weight"}) {
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&tpj::aten::CpuFallback>());
+  }
+  for (const char* op : {"_wrapped_linear_prepack", "_wrapped_quantized_linear_prepacked", "fbgemm_linear_fp16_weight",
+                         "fbgemm_linear_fp16_weight.out", "fbgemm_linear_fp16_weight_fp32_activation",
+                         "fbgemm_linear_fp16_weight_fp32_activation.out", "fbgemm_linear_int8_weight",
+                         "fbgemm_linear_int8_weight_fp32_activation", "fbgemm_pack_gemm_matrix_fp16",
+                         "fbgemm_pack_quantized_matrix", "fbgemm_pack_quantized_matrix.KN"}) {
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&tpj::aten::FbgemmPacked>());
+  }
+}

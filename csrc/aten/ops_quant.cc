@@ -19,6 +19,15 @@ void CheckRange(int64_t quant_min, int64_t quant_max) {
   TORCH_CHECK(quant_min <= quant_max, "`quant_min` should be less than or equal to `quant_max`.");
 }
 
+// Where the CPU kernels' q holds no integer: the per-tensor kernels clamp
+// in floating point (NaN becomes quant_min, infinities clamp to the ends);
+// the per-channel and learnable ones cast q to int64 first, which on x86
+// (the CPU that is our reference) makes NaN and |q| >= 2^63 INT64_MIN, so
+// quant_min.
+at::Tensor BelowAll(const at::Tensor& q, bool through_int64) {
+  return through_int64 ? q.isnan().logical_or(q.abs().ge(9.223372036854775808e18)) : q.isnan();
+}
+
 // scale and zero_point broadcast to x (already shaped for it); the output's
 // product in `pt`: the CPU kernels form it in float32 per tensor and in
 // float64 per channel. Per channel, pjrt uses float64 only for float64
@@ -28,7 +37,8 @@ void CheckRange(int64_t quant_min, int64_t quant_max) {
 // inputs, where an output may differ from the CPU's by one float32
 // rounding. (The qparams below are float64 as on the CPU: a few numbers.)
 std::tuple<at::Tensor, at::Tensor> FakeQuant(const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point,
-                                             int64_t quant_min, int64_t quant_max, at::ScalarType pt) {
+                                             int64_t quant_min, int64_t quant_max, at::ScalarType pt,
+                                             bool through_int64) {
   const at::ScalarType ct = OpMath(self.scalar_type());
   const at::Tensor x = self.to(ct);
   const at::Tensor sc = scale.to(at::kFloat);
@@ -36,7 +46,8 @@ std::tuple<at::Tensor, at::Tensor> FakeQuant(const at::Tensor& self, const at::T
   const at::Tensor zp = zero_point.to(ct);
   const bool float_zp = at::isFloatingType(zero_point.scalar_type());
   const at::Tensor q = float_zp ? (x * inv + zp).round() : (x * inv).round() + zp;
-  const at::Tensor clamped = q.clamp(static_cast<double>(quant_min), static_cast<double>(quant_max));
+  const at::Tensor clamped = q.clamp(static_cast<double>(quant_min), static_cast<double>(quant_max))
+                                 .masked_fill(BelowAll(q, through_int64), static_cast<double>(quant_min));
   const at::Tensor out = (clamped.to(pt) - zero_point.to(pt)) * sc.to(pt);
   const at::Tensor mask = q.ge(static_cast<double>(quant_min)).logical_and(q.le(static_cast<double>(quant_max)));
   return {out.to(self.scalar_type()), mask};
@@ -49,7 +60,7 @@ std::tuple<at::Tensor, at::Tensor> per_tensor(const at::Tensor& self, double sca
               "`zero_point` must be between `quant_min` and `quant_max`.");
   const at::TensorOptions on = self.options();
   return FakeQuant(self, at::scalar_tensor(static_cast<float>(scale), on.dtype(at::kFloat)),
-                   at::scalar_tensor(zero_point, on.dtype(at::kLong)), quant_min, quant_max, at::kFloat);
+                   at::scalar_tensor(zero_point, on.dtype(at::kLong)), quant_min, quant_max, at::kFloat, false);
 }
 
 std::tuple<at::Tensor, at::Tensor> per_tensor_tensor_qparams(const at::Tensor& self, const at::Tensor& scale,
@@ -57,7 +68,7 @@ std::tuple<at::Tensor, at::Tensor> per_tensor_tensor_qparams(const at::Tensor& s
                                                              const at::Tensor& fake_quant_enabled, int64_t quant_min,
                                                              int64_t quant_max) {
   CheckRange(quant_min, quant_max);
-  auto [out, mask] = FakeQuant(self, scale.reshape({}), zero_point.reshape({}), quant_min, quant_max, at::kFloat);
+  auto [out, mask] = FakeQuant(self, scale.reshape({}), zero_point.reshape({}), quant_min, quant_max, at::kFloat, false);
   const at::Tensor on = fake_quant_enabled.reshape({}).ge(1);  // off: the input and an all-true mask
   return {at::where(on, out, self), at::where(on, mask, at::ones_like(mask))};
 }
@@ -84,7 +95,7 @@ std::tuple<at::Tensor, at::Tensor> per_channel(const at::Tensor& self, const at:
   std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
   along[static_cast<size_t>(axis)] = self.size(axis);
   return FakeQuant(self, scale.reshape(along), zero_point.reshape(along), quant_min, quant_max,
-                   self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+                   self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat, true);
 }
 
 // The scale and zero point of [min, max], elementwise, as PyTorch's
@@ -174,9 +185,9 @@ std::tuple<at::Tensor, at::Tensor> fused_moving_avg_obs_fq(
     std::vector<int64_t> along(static_cast<size_t>(self.dim()), 1);
     along[0] = self.size(0);
     std::tie(out, mask) = FakeQuant(self, sc.reshape(along), zp.reshape(along), quant_min, quant_max,
-                                    self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+                                    self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat, true);
   } else {
-    std::tie(out, mask) = FakeQuant(self, sc.reshape({}), zp.reshape({}), quant_min, quant_max, at::kFloat);
+    std::tie(out, mask) = FakeQuant(self, sc.reshape({}), zp.reshape({}), quant_min, quant_max, at::kFloat, false);
   }
   return {at::where(on, out, self), at::where(on, mask, at::ones_like(mask))};
 }
@@ -198,7 +209,7 @@ at::Tensor learnable_per_tensor(const at::Tensor& self, const at::Tensor& scale,
   CheckRange(quant_min, quant_max);
   const at::Tensor zp = RoundedZeroPoint(zero_point.reshape({-1}).select(0, 0), quant_min, quant_max);
   return std::get<0>(FakeQuant(self, scale.reshape({-1}).select(0, 0), zp.to(at::kLong), quant_min, quant_max,
-                               at::kFloat));
+                               at::kFloat, false));
 }
 
 at::Tensor learnable_per_channel(const at::Tensor& self, const at::Tensor& scale, const at::Tensor& zero_point,
@@ -224,7 +235,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LearnableGrads(const at::Tensor& 
   const at::Tensor in = q.ge(qmin).logical_and(q.le(qmax));
   const at::Tensor dx = grad * in.to(at::kFloat);
   const at::Tensor fq = (q.clamp(qmin, qmax) - zp) * scale;
-  const at::Tensor edge = at::where(q.lt(qmin), qmin - zp, qmax - zp);
+  const at::Tensor edge = at::where(q.lt(qmin).logical_or(BelowAll(q, true)), qmin - zp, qmax - zp);
   const at::Tensor dscale = at::where(in, grad * (fq - self) * inv, grad * edge) * grad_factor;
   const at::Tensor dzp = at::where(in, at::zeros_like(grad), grad * -1 * scale) * grad_factor;
   if (keep < 0) return {dx, dscale.sum().unsqueeze(0), dzp.sum().unsqueeze(0)};

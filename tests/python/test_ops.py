@@ -675,6 +675,43 @@ def test_learnable_fake_quantize_matches_the_cpu_and_lsq_trains():
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
 
 
+def test_fake_quantize_of_values_no_integer_holds_as_on_the_cpu():
+    # NaN becomes quant_min everywhere; per channel and in the learnable
+    # gradients (int64 casts on the CPU) so do infinities and huge values
+    x = torch.tensor([[float("nan"), float("inf"), -float("inf")], [1e30, -1e30, 1.0]])
+    cases = [
+        lambda t, s, z: torch.fake_quantize_per_tensor_affine(t, 0.1, 3, -128, 127),
+        lambda t, s, z: torch.fake_quantize_per_channel_affine(t, s.detach(), z.detach().int(), 0, -128, 127),
+        lambda t, s, z: torch.fake_quantize_per_channel_affine(t, s.detach(), z.detach() + 0.3, 0, -128, 127),
+        lambda t, s, z: torch._fake_quantize_learnable_per_tensor_affine(t, s[:1], z[:1], -128, 127),
+        lambda t, s, z: torch._fake_quantize_learnable_per_channel_affine(t, s, z, 0, -128, 127),
+    ]
+    for fn in cases:
+        out = []
+        for d in ("cpu", DEV):
+            t, s, z = (v.clone().to(d).requires_grad_() for v in (x, torch.tensor([0.1, 0.2]), torch.tensor([0.0, 1.0])))
+            y = fn(t, s, z)
+            y.sum().backward()
+            out.append([v.detach().cpu() for v in (y, t.grad, s.grad, z.grad) if v is not None])
+        for got, want in zip(out[1], out[0]):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)
+
+
+def test_fbgemm_helpers_that_read_host_memory_run_on_the_cpu_or_refuse():
+    # composite ops that read data_ptr themselves: garbage or a crash on a pjrt tensor before
+    torch_pjrt.metrics.reset()
+    x, w = torch.randn(24, generator=torch.Generator().manual_seed(0)) * 3, torch.randn(64, 16)
+    for got, want in ((torch.choose_qparams_optimized(x.to(DEV), 24, 200, 0.16, 8),
+                       torch.choose_qparams_optimized(x, 24, 200, 0.16, 8)),
+                      ([torch._saturate_weight_to_fp16(w.to(DEV))], [torch._saturate_weight_to_fp16(w)]),
+                      (torch.fbgemm_linear_quantize_weight(w.to(DEV))[:2], torch.fbgemm_linear_quantize_weight(w)[:2])):
+        assert all(g.device == torch.device(DEV) and torch.equal(g.cpu(), v) for g, v in zip(got, want))
+    assert set(torch_pjrt.metrics.fallbacks()) == {"aten::choose_qparams_optimized", "aten::_saturate_weight_to_fp16",
+                                                   "aten::fbgemm_linear_quantize_weight"}
+    with pytest.raises(NotImplementedError, match="fbgemm's packed weights"):
+        torch.fbgemm_pack_gemm_matrix_fp16(w.to(DEV))
+
+
 def _qat_trains_as_on_the_cpu(Q, qconfig):
     losses = []
     for device in ("cpu", DEV):
