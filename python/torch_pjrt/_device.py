@@ -649,6 +649,8 @@ def _make_device_module() -> types.ModuleType:
     m.current_device = current_device
     m.set_device = set_device
     m.device = _DeviceContext
+    # torch.cuda.device_of: the device of a pjrt tensor's (or storage's) for the block; others change nothing
+    m.device_of = lambda obj: _DeviceContext(obj.device if obj.device.type == "pjrt" else None)
     m.synchronize = synchronize
     m.manual_seed = manual_seed_one
     m.manual_seed_all = manual_seed
@@ -677,6 +679,20 @@ def _make_device_module() -> types.ModuleType:
     m.memory_reserved = m.memory_allocated
     m.max_memory_reserved = m.max_memory_allocated
     m.is_bf16_supported = lambda including_emulation=True: True
+
+    def memory_summary(device=None, abbreviated=False) -> str:
+        """The device's memory counters as text (``torch.cuda.memory_summary``'s
+        place in ported code): our buffers, and the plugin's statistics where
+        it reports them."""
+        index = _index(device)
+        from torch_pjrt import runtime
+        lines = [f"pjrt:{index} memory ({get_device_name(index)})"]
+        lines += [f"  {name}: {value:,}" for name, value in runtime.device_memory_stats(index).items()]
+        free, total = mem_get_info(index)
+        lines.append(f"  free / total: {free:,} / {total:,}")
+        return "\n".join(lines)
+
+    m.memory_summary = memory_summary
 
     def get_device_name(device=None) -> str:
         """The plugin's name for the device's kind (PJRT's device

@@ -768,6 +768,12 @@ def test_timing_events_and_device_properties_as_cuda_code_uses_them():
         with torch.accelerator.device_index(torch.pjrt.device_count()):
             pass
     assert torch.accelerator.current_device_index() == torch.pjrt.current_device() == 0
+    # torch.cuda's device_of and memory_summary, as ported code calls them
+    with torch.pjrt.device_of(torch.ones(2, device="pjrt:1")):
+        assert torch.pjrt.current_device() == 1
+    with torch.pjrt.device_of(torch.ones(2)):
+        assert torch.pjrt.current_device() == 0
+    assert "bytes_in_use" in torch.pjrt.memory_summary() and "free / total" in torch.pjrt.memory_summary(1)
 
 
 def test_reading_a_small_tensor_element_by_element_downloads_it_once():
