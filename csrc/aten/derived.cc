@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,9 +64,10 @@ c10::IValue OnMeta(const c10::IValue& v) {
 // raises the CPU's error where the op's own rule refuses an output's dtype
 // (topk's indices that are not int64), which the general rule (the result
 // castable to the output, checked first with the CPU's message) allows.
-// Run only for int64 results written to another dtype.
-// Rules that only the CPU kernels check (the unary ops' output of their
-// input's dtype, sort's int64 indices) are not (docs/semantics.md).
+// Run only for results written to another dtype (not for complex inputs'
+// real results). Rules that only the CPU kernels check (the unary ops'
+// output of their input's dtype, sort's int64 indices) are not
+// (docs/semantics.md).
 void MetaCheck(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, const std::vector<size_t>& outs,
                const std::vector<at::Tensor>& results) {
   torch::jit::Stack meta;
@@ -117,7 +119,14 @@ class DerivedKernel final : public c10::OperatorKernel {
     for (size_t k = 0; k < outs.size() && !plan_.inplace; ++k) {
       for (const c10::IValue& v : call) inplace[k] = inplace[k] || (v.isTensor() && v.toTensor().is_same(outs[k]));
     }
-    if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) call[*plan_.dtype_from_out] = outs[0].scalar_type();
+    if (plan_.dtype_from_out && call[*plan_.dtype_from_out].isNone()) {
+      // torch.mean(float, out=long): the CPU's mean.out checks the cast
+      // (the other reductions compute in the out's dtype, as asked)
+      const at::ScalarType in = call[0].isTensor() ? call[0].toTensor().scalar_type() : outs[0].scalar_type();
+      TORCH_CHECK(op.schema().name() != "aten::mean" || at::canCast(in, outs[0].scalar_type()), "result type ", in,
+                  " can't be cast to the desired output type ", outs[0].scalar_type());
+      call[*plan_.dtype_from_out] = outs[0].scalar_type();
+    }
     std::vector<c10::IValue> original;  // the call as the user made it, for MetaCheck
     if (plan_.meta_check) original.assign(args.begin(), args.end());
     torch::jit::drop(*stack, n);
@@ -151,6 +160,9 @@ class DerivedKernel final : public c10::OperatorKernel {
       }
     };
     bool other_dtype = false;
+    const bool complex_input = std::any_of(call.begin(), call.end(), [](const c10::IValue& v) {
+      return v.isTensor() && v.toTensor().defined() && v.toTensor().is_complex();
+    });
     {
       // One traced op: the functional's trace time and the write count once
       // (a Meta-checked call writes in a second scope, after the check).
@@ -171,10 +183,14 @@ class DerivedKernel final : public c10::OperatorKernel {
                     " can't be cast to the desired output type ", o.scalar_type());
         TORCH_CHECK(!inplace[k] || o.sizes() == r.sizes(), "output with shape ", o.sizes(),
                     " doesn't match the broadcast shape ", r.sizes());
-        // Only int64 results (indices): for other dtypes the Python Meta
-        // kernels (torch._refs) refuse casts the CPU's out= forms make
-        // (torch.abs(complex, out=complex) writes |z| as a complex).
-        other_dtype = other_dtype || (r.scalar_type() == at::kLong && o.scalar_type() != at::kLong);
+        // An output of another dtype than the result's: the op's Meta
+        // kernel says whether the op's own rule allows it (mm, addmm,
+        // softmax, gather, where, topk's values: not at all; index outputs:
+        // int64 only). Not for the real values of complex inputs
+        // (torch.abs(complex, out=float64)), which the CPU's kernels cast
+        // and the Python Meta kernels (torch._refs) refuse.
+        other_dtype = other_dtype || (r.scalar_type() != o.scalar_type() &&
+                                      (r.scalar_type() == at::kLong || !complex_input || r.is_complex()));
       }
       if (!plan_.meta_check || !other_dtype) write();
     }

@@ -182,6 +182,12 @@ inline void CheckNotBool(at::ScalarType t, const char* cpu_kernel) {
 inline void CheckNotComplex(at::ScalarType t, const char* cpu_kernel) {
   TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(t), "\"", cpu_kernel, "\" not implemented for '", t, "'");
 }
+// The same for a CPU kernel built for floating types only (float, double,
+// half, bfloat16: activations, norms, losses): integers and bool would
+// otherwise compute, or fail in the StableHLO verifier.
+inline void CheckFloating(at::ScalarType t, const char* cpu_kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), "\"", cpu_kernel, "\" not implemented for '", t, "'");
+}
 
 // An operand that partly overlaps the tensor written (x[1:] += x[:-1],
 // x[1:].copy_(x[:-1])) is refused with the CPU's error: there the answer

@@ -24,8 +24,7 @@ Halves Split(const at::Tensor& self, int64_t dim) {
   dim = at::maybe_wrap_dim(dim, self.dim());
   TORCH_CHECK(self.size(dim) % 2 == 0, "Halving dimension must be even, but dimension ", dim, " is size ",
               self.size(dim));
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "glu on pjrt expects a floating-point input, got ",
-              self.scalar_type());
+  CheckFloating(self.scalar_type(), "glu_cpu");
   Halves h;
   h.d = DeviceIndex(self);
   h.dim = dim;
@@ -98,6 +97,7 @@ at::Tensor glu_backward_jvp(const at::Tensor& grad_x, const at::Tensor& grad_glu
 at::Tensor prelu_kernel(const at::Tensor& self, const at::Tensor& weight) {
   TraceScope s;
   const at::ScalarType t = at::result_type(self, weight);
+  CheckFloating(t, "prelu_cpu");
   Operands o = Prepare(self, weight, t);
   ir::Builder& b = B(o.device);
   ir::Value pos = b.Compare(CompareDir::GT, o.x, Fill(o.device, 0, t, o.shape));
@@ -128,6 +128,7 @@ std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(const at::Tensor& grad,
 // x - clamp(x, -lambd, lambd), as the CPU's vectorized kernel (-0.0 gives
 // +0.0). NaN stays NaN in both.
 at::Tensor Shrink(const at::Tensor& self, const at::Scalar& lambd, bool soft) {
+  CheckFloating(self.scalar_type(), soft ? "softshrink_check" : "hardshrink_cpu");
   TraceScope s;
   const int d = DeviceIndex(self);
   const at::ScalarType t = self.scalar_type();

@@ -417,6 +417,7 @@ ir::Value ErfSaturated(int d, ir::Value x) {
 }
 
 at::Tensor erf(const at::Tensor& a) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), "\"erf_vml_cpu\" not implemented for '", a.scalar_type(), "'");
   TraceScope s;
   const int d = DeviceIndex(a);
   return Wrap(ErfSaturated(d, ValAs(a, FloatType(a.scalar_type()))), d);
@@ -429,9 +430,25 @@ at::Tensor IntegerSafe(const at::Tensor& a, Op op) {
   }
   return Unary(a, op, false);
 }
-at::Tensor floor(const at::Tensor& a) { return IntegerSafe(a, Op::Floor); }
-at::Tensor ceil(const at::Tensor& a) { return IntegerSafe(a, Op::Ceil); }
-at::Tensor round(const at::Tensor& a) { return IntegerSafe(a, Op::Round); }
+// floor, ceil, round and trunc: no complex, no bool (the CPU's messages)
+void RoundingDtype(const at::Tensor& a, const char* name, const char* kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex() || name, "\"", kernel, "\" not implemented for '", a.scalar_type(), "'");
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), name ? name : "", " is not supported for complex inputs");
+  TORCH_CHECK_NOT_IMPLEMENTED(a.scalar_type() != at::kBool, "\"", kernel, "\" not implemented for 'Bool'");
+}
+
+at::Tensor floor(const at::Tensor& a) {
+  RoundingDtype(a, "floor", "floor_vml_cpu");
+  return IntegerSafe(a, Op::Floor);
+}
+at::Tensor ceil(const at::Tensor& a) {
+  RoundingDtype(a, "ceil", "ceil_vml_cpu");
+  return IntegerSafe(a, Op::Ceil);
+}
+at::Tensor round(const at::Tensor& a) {
+  RoundingDtype(a, nullptr, "round_vml_cpu");
+  return IntegerSafe(a, Op::Round);
+}
 // A constant divisor fed from the host: XLA rewrites a division by a
 // constant into a multiplication by its reciprocal, a rounding off the
 // CPU's (hardswish's gradient at -1.5 would be -1.5e-8, not 0).
@@ -469,7 +486,7 @@ ir::Value SignBit(int d, ir::Value x, at::ScalarType t) {
   return b.Compare(ir::CompareDir::LT, b.Bitcast(x, ToIr(bits)), Fill(d, 0, bits, dims));
 }
 at::Tensor signbit(const at::Tensor& a) {
-  TORCH_CHECK(!at::isComplexType(a.scalar_type()), "signbit is not implemented for complex tensors.");
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(a.scalar_type()), "signbit is not implemented for complex tensors.");
   TraceScope s;
   const int d = DeviceIndex(a);
   return Wrap(SignBit(d, Val(a), a.scalar_type()), d);
@@ -487,6 +504,7 @@ at::Tensor copysign(const at::Tensor& a, const at::Tensor& other) {
 }
 at::Tensor copysign_scalar(const at::Tensor& a, const at::Scalar& other) { return tpj::aten::copysign(a, WrappedScalar(other)); }
 at::Tensor trunc(const at::Tensor& a) {
+  RoundingDtype(a, "trunc", "trunc_vml_cpu");
   if (at::isIntegralType(a.scalar_type(), true)) return IntegerSafe(a, Op::Floor);
   TraceScope s;
   const int d = DeviceIndex(a);
@@ -646,6 +664,8 @@ at::Tensor isin_st(const at::Scalar& e, const at::Tensor& t, bool, bool invert) 
 // ------------------------------------------------------------ activations
 
 at::Tensor relu(const at::Tensor& a) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), "clamp is not supported for complex types");
+  TORCH_CHECK(a.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -667,6 +687,8 @@ at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self, co
 }
 
 at::Tensor threshold(const at::Tensor& a, const at::Scalar& th, const at::Scalar& value) {
+  CheckNotComplex(a.scalar_type(), "threshold_cpu");
+  CheckNotBool(a.scalar_type(), "threshold_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -684,6 +706,7 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluC = 0.044715;
 
 at::Tensor gelu(const at::Tensor& a, c10::string_view approximate) {
+  CheckFloating(a.scalar_type(), "GeluKernelImpl");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -733,6 +756,7 @@ at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::st
 }
 
 at::Tensor silu(const at::Tensor& a) {
+  if (!a.is_complex()) CheckFloating(a.scalar_type(), "silu_cpu");  // (complex too, as on the CPU)
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -777,6 +801,7 @@ at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& out) {
 }
 
 at::Tensor leaky_relu(const at::Tensor& a, const at::Scalar& slope) {
+  CheckFloating(a.scalar_type(), "leaky_relu_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -807,6 +832,9 @@ ir::Value HardClamp(int d, ir::Value x, double lo, double hi, at::ScalarType t, 
 
 at::Tensor hardtanh(const at::Tensor& a, const at::Scalar& lo, const at::Scalar& hi) {
   TORCH_CHECK(a.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
+  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), "clamp is not supported for complex types");
+  TORCH_CHECK(at::isSignedType(a.scalar_type()) || (lo.toDouble() >= 0 && hi.toDouble() >= 0),
+              "cannot do hardtanh on an unsigned type with negative limits");
   RefuseOutOfRange(lo, a.scalar_type());
   RefuseOutOfRange(hi, a.scalar_type());
   TraceScope s;
@@ -833,6 +861,7 @@ ir::Value HardSigmoid(int d, ir::Value x, at::ScalarType t, const std::vector<in
 }
 
 at::Tensor hardsigmoid(const at::Tensor& a) {
+  CheckFloating(a.scalar_type(), "hardsigmoid_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   const at::ScalarType t = OpMath(a.scalar_type());
@@ -840,6 +869,7 @@ at::Tensor hardsigmoid(const at::Tensor& a) {
 }
 
 at::Tensor hardswish(const at::Tensor& a) {
+  CheckFloating(a.scalar_type(), "hardswish_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   const at::ScalarType t = OpMath(a.scalar_type());
@@ -880,6 +910,7 @@ ir::Value Log1pExp(ir::Builder& b, ir::Value x) { return b.Unary(Op::Log1p, b.Un
 
 // softplus(x) = log1p(exp(beta x)) / beta, or x where beta x > threshold
 at::Tensor softplus(const at::Tensor& a, const at::Scalar& beta, const at::Scalar& threshold) {
+  CheckFloating(a.scalar_type(), "softplus_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -906,7 +937,7 @@ at::Tensor softplus_backward(const at::Tensor& grad, const at::Tensor& self, con
 
 // mish(x) = x * tanh(softplus(x)), as the CPU: x * tanh(log1p(exp(x)))
 at::Tensor mish(const at::Tensor& a) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!a.is_complex(), "\"mish_cpu\" not implemented for '", a.scalar_type(), "'");
+  CheckFloating(a.scalar_type(), "mish_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -931,8 +962,7 @@ at::Tensor mish_backward(const at::Tensor& grad, const at::Tensor& self) {
 // log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), as the CPU writes it; the
 // buffer is exp(-|x|), the CPU's (the backward recomputes it from x, as CUDA's)
 std::tuple<at::Tensor, at::Tensor> log_sigmoid_forward(const at::Tensor& a) {
-  TORCH_CHECK(at::isFloatingType(a.scalar_type()), "log_sigmoid on pjrt expects a floating-point input, got ",
-              a.scalar_type());
+  CheckFloating(a.scalar_type(), "log_sigmoid_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
@@ -959,6 +989,7 @@ at::Tensor log_sigmoid_backward(const at::Tensor& grad, const at::Tensor& self, 
 
 // elu(x) = x > 0 ? scale x : scale alpha (exp(x input_scale) - 1)
 at::Tensor elu(const at::Tensor& a, const at::Scalar& alpha, const at::Scalar& scale, const at::Scalar& input_scale) {
+  CheckFloating(a.scalar_type(), "elu_cpu");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);

@@ -25,8 +25,7 @@ Groups MakeGroups(const at::Tensor& x, int64_t n, int64_t c, int64_t hxw, int64_
               ") to be divisible by num_groups (", group, ")");
   TORCH_CHECK(x.numel() == n * c * hxw, "group_norm: expected an input of N*C*HxW = ", n * c * hxw,
               " elements, got ", x.sizes());
-  TORCH_CHECK(at::isFloatingType(x.scalar_type()), "group_norm on pjrt expects a floating-point input, got ",
-              x.scalar_type());
+  CheckFloating(x.scalar_type(), "GroupNormKernelImpl");
   Groups g;
   g.d = DeviceIndex(x);
   g.t = x.scalar_type();

@@ -22,8 +22,8 @@ ir::Value LogAddExp(ir::Builder& b, ir::Value x, ir::Value y) {
 }
 
 at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "logcumsumexp on pjrt supports floating dtypes, got ",
-              self.scalar_type(), "; convert the input to a floating dtype first");
+  CheckNotComplex(self.scalar_type(), "logcumsumexp on pjrt");  // (the CPU takes complex inputs)
+  CheckFloating(self.scalar_type(), "logcumsumexp_out_cpu");
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);

@@ -67,6 +67,9 @@ ir::Value Weighted(const Loss& l, ir::Value v, const std::optional<at::Tensor>& 
 
 at::Tensor binary_cross_entropy(const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
                                 int64_t reduction) {
+  // the CPU's kernel takes no other target dtype (its message)
+  TORCH_CHECK(target.scalar_type() == self.scalar_type(), "Found dtype ", target.scalar_type(), " but expected ",
+              self.scalar_type());
   TraceScope s;
   Loss l = Prepared(self, target, "binary_cross_entropy");
   ir::Builder& b = B(l.d);

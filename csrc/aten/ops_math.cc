@@ -303,7 +303,7 @@ at::Tensor heaviside(const at::Tensor& a, const at::Tensor& values) {
 // (a negative eps is no eps, as on the CPU)
 at::Tensor logit(const at::Tensor& a, std::optional<double> eps) {
   if (eps && *eps < 0) eps = std::nullopt;
-  TORCH_CHECK(!a.is_complex(), "logit is not implemented for complex tensors");
+  CheckNotComplex(a.scalar_type(), "logit_cpu");
   return FloatUnary("aten::logit", a, [eps](const Ctx& c, ir::Value x) {
     ir::Value z = x;
     if (eps) z = c.b().Clamp(c.c(*eps), x, c.c(1 - *eps));

@@ -77,7 +77,7 @@ namespace {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                                  const std::optional<at::Tensor>& weight,
                                                                  const std::optional<at::Tensor>& bias, double eps) {
-  CheckNotComplex(input.scalar_type(), "LayerNormKernelImpl");
+  CheckFloating(input.scalar_type(), "LayerNormKernelImpl");
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
   if (axis < 0 || !input.sizes().slice(axis).equals(normalized_shape)) {
     std::ostringstream dims;  // the CPU's message: [*, 2, 3]
@@ -195,7 +195,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchNorm(const at::Tensor& input
                                                          const std::optional<at::Tensor>& running_mean,
                                                          const std::optional<at::Tensor>& running_var, bool training,
                                                          double momentum, double eps) {
-  CheckNotComplex(input.scalar_type(), "batch_norm");
+  CheckFloating(input.scalar_type(), "batch_norm");
   TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2D input, got ", input.dim(), "D");
   TORCH_CHECK_VALUE((running_mean && running_mean->defined()) == (running_var && running_var->defined()),
                     "running_mean and running_var must either both be None or neither be None");
@@ -585,6 +585,24 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   const auto stride = Expand(stride_, ns), padding = Expand(padding_, ns, 0), dilation = Expand(dilation_, ns);
   const auto out_pad = Expand(output_padding_, ns, 0);
   const auto ws = weight.sizes().vec();
+  // The checks of the CPU's own kernels (a program would compute an empty
+  // or padded result where they raise)
+  auto list = [](const std::vector<int64_t>& v) { return c10::IntArrayRef(v); };
+  TORCH_CHECK(std::all_of(dilation.begin(), dilation.end(), [](int64_t x) { return x > 0; }),
+              "dilation should be greater than zero, but got ", list(dilation));
+  if (transposed) {
+    std::vector<int64_t> in, out;
+    for (int64_t i = 0; i < ns; ++i) {
+      TORCH_CHECK(out_pad[i] < stride[i] || out_pad[i] < dilation[i],
+                  "output padding must be smaller than either stride or dilation, but got output_padding: ",
+                  list(out_pad), ", stride: ", list(stride), ", dilation: ", list(dilation));
+      in.push_back(input.size(2 + i));
+      out.push_back((in[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (ws[2 + i] - 1) + out_pad[i] + 1);
+    }
+    TORCH_CHECK(std::all_of(out.begin(), out.end(), [](int64_t x) { return x > 0; }),
+                "Given input size per channel: ", list(in), ". Calculated output size per channel: ", list(out),
+                ". Output size is too small");
+  }
   ir::Value x = Val(input);
   ir::Value w = ValAs(weight, input.scalar_type());
   const at::ScalarType t = input.scalar_type();
@@ -867,7 +885,7 @@ at::Tensor nll_loss2d_backward(const at::Tensor& grad, const at::Tensor& self, c
 at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   TraceScope s;
   const at::ScalarType t = at::result_type(self, target);
-  CheckNotComplex(t, "mse_cpu");
+  CheckFloating(t, "mse_cpu");
   Operands o = Prepare(self, target, t);
   ir::Builder& b = B(o.device);
   ir::Value diff = Sub(o.device, o.x, o.y);
@@ -883,7 +901,7 @@ at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t re
 at::Tensor mse_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   TraceScope s;
   const at::ScalarType t = self.scalar_type();
-  CheckNotComplex(t, "mse_backward_cpu_out");
+  CheckFloating(t, "mse_backward_cpu_out");
   Operands o = Prepare(self, target, t);
   ir::Builder& b = B(o.device);
   double scale = 2;

@@ -82,7 +82,7 @@ at::Tensor nonzero_static(const at::Tensor& self, int64_t size, int64_t fill_val
 // The elements of self where mask (both broadcast) is true, flattened.
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
-  const auto shape = at::infer_size(self.sizes(), mask.sizes());
+  const auto shape = at::infer_size(mask.sizes(), self.sizes());  // (the CPU's order, so its message names them so)
   at::Tensor values = self.expand(shape).reshape({-1});
   at::Tensor flat = mask.expand(shape).reshape({-1});
   const int64_t count = values.numel() == 0 ? 0 : Count(flat);

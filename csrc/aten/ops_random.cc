@@ -81,7 +81,7 @@ at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at:
     return self;
   }
   GeneratorScope scope(gen, self);
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "normal_ expects a floating point tensor");
+  CheckFloating(self.scalar_type(), "normal_kernel_cpu");
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);

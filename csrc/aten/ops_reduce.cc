@@ -697,6 +697,8 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
   CheckMatmul(b1, b2, 3, 3, "baddbmm");
   TORCH_CHECK(self.scalar_type() == b1.scalar_type(), "Input dtypes must be the same, got: input ", self.dtype(),
               ", batch1: ", b1.dtype(), ", batch2: ", b2.dtype());
+  TORCH_CHECK(b2.size(0) == b1.size(0) && b2.size(1) == b1.size(2), "Expected size for first two dimensions of batch2 "
+              "tensor to be: [", b1.size(0), ", ", b1.size(2), "] but got: [", b2.size(0), ", ", b2.size(1), "].");
   TraceScope s;
   const int d = CommonDevice({&self, &b1, &b2});
   const at::ScalarType t = b1.scalar_type();

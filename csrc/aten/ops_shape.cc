@@ -64,7 +64,7 @@ at::Tensor cat(const at::ITensorListRef& list, int64_t dim) {
 }
 
 at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
-  TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");  // (an IndexError, as the CPU's)
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "index_select(): Expected dtype int32/int64 for index");
   TraceScope s;
@@ -572,7 +572,7 @@ at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, 
 // on the CPU) set to `value`, through a mask over that dim: repeated
 // indices are harmless.
 at::Tensor IndexFill(const at::Tensor& self, int64_t dim, const at::Tensor& index, ir::Value value, int d) {
-  TORCH_CHECK_INDEX(index.dim() <= 1, "index_fill_(): Index is supposed to be a vector");
+  TORCH_CHECK(index.dim() <= 1, "Index has to be a vector/scalar");  // (a RuntimeError, as the CPU's)
   TORCH_CHECK(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
   ir::Builder& b = B(d);
   const auto shape = self.sizes().vec();
@@ -1031,6 +1031,9 @@ at::Tensor constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const at
   for (size_t i = 0; i < pad.size() / 2; ++i) {
     low[r - 1 - i] = pad[2 * i];
     high[r - 1 - i] = pad[2 * i + 1];
+    // (the CPU's message: it narrows for negative padding)
+    TORCH_CHECK(self.size(r - 1 - static_cast<int64_t>(i)) + pad[2 * i] + pad[2 * i + 1] >= 0,
+                "narrow(): length must be non-negative.");
   }
   ir::Value pv = B(d).Reshape(Number(d, value, self.scalar_type(), {}), {});
   return Wrap(B(d).Pad(Val(self), pv, low, high, interior), d);
@@ -1276,12 +1279,14 @@ at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
   std::vector<int64_t> ds;
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(self.dim(), 1)));
   for (int64_t x : dims) {
     const int64_t w = WrapDim(x, self.dim());
+    TORCH_CHECK(!seen[static_cast<size_t>(w)], "dim ", w, " appears multiple times in the list of dims");
+    seen[static_cast<size_t>(w)] = true;
     if (self.dim() > 0 && self.size(w) > 1) ds.push_back(w);
   }
   std::sort(ds.begin(), ds.end());
-  ds.erase(std::unique(ds.begin(), ds.end()), ds.end());
   ir::Value v = b.Reverse(Val(self), ds);
   return Wrap(v, d);
 }

@@ -614,6 +614,10 @@ ir::Value ScalarParam(int device, const at::Scalar& s, at::ScalarType dtype, boo
 ir::Value Const(int device, double v, at::ScalarType dtype) { return B(device).ScalarConstant(ToIr(dtype), v); }
 
 ir::Value ExtremeConst(int device, at::ScalarType dtype, bool lowest) {
+  // max, min, argmax, cummax, max pooling, ...: as their CPU kernels, which
+  // are not built for complex types
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isComplexType(dtype), "maximum and minimum (max, min, amax, argmax, cummax, "
+                              "max pooling, ...) are not implemented for '", dtype, "': complex numbers have no order");
   // Straight from the type's limits: a host tensor here cost a trip through
   // the dispatcher on every max/min reduction traced.
   std::vector<uint8_t> bytes;

@@ -901,3 +901,67 @@ def test_ldexp_scales_without_overflowing_first(dtype):
     # a float exponent, and an integer x, take torch's composite
     for a, b in ((x, torch.full_like(x, 3.0)), (torch.tensor([3, -2]), torch.tensor([2, 1]))):
         torch.testing.assert_close(torch.ldexp(a.to(DEV), b.to(DEV)).cpu(), torch.ldexp(a, b), equal_nan=True)
+
+
+_Z = [0.5 + 1j, -1.5 - 2j, 2 + 0.5j, -0.25 + 0j]
+
+
+@pytest.mark.parametrize("name, fn, same_text", [
+    # dtypes the CPU's kernels are not built for: NotImplementedError naming
+    # the kernel, not the StableHLO verifier's message or a result
+    *[(f"{n} of {dt}", (lambda f, dt: lambda d: f(torch.tensor(_Z if dt.is_complex else [1, -2, 3, 0], dtype=dt,
+                                                                  device=d)))(f, dt), True)
+      for n, f, dts in [
+          ("relu", F.relu, (torch.complex64, torch.bool)), ("relu6", F.relu6, (torch.complex64,)),
+          ("hardtanh", F.hardtanh, (torch.complex64, torch.uint8)), ("threshold", lambda x: F.threshold(x, 0.5, 0.0), (torch.complex64, torch.bool)),
+          ("leaky_relu", F.leaky_relu, (torch.complex64, torch.int64)), ("elu", F.elu, (torch.int64, torch.bool)),
+          ("gelu", F.gelu, (torch.complex64, torch.int64)), ("silu", F.silu, (torch.int64,)), ("mish", F.mish, (torch.uint8,)),
+          ("softplus", F.softplus, (torch.complex64, torch.int64)), ("hardsigmoid", F.hardsigmoid, (torch.int64,)),
+          ("hardswish", F.hardswish, (torch.bool,)), ("hardshrink", F.hardshrink, (torch.complex64, torch.int64)),
+          ("softshrink", F.softshrink, (torch.bool,)), ("logsigmoid", F.logsigmoid, (torch.int64,)),
+          ("glu", lambda x: F.glu(x, -1), (torch.int64,)),
+          ("prelu", lambda x: F.prelu(x, torch.ones(1, dtype=x.dtype, device=x.device)), (torch.complex64, torch.int64)),
+          ("floor", torch.floor, (torch.complex64, torch.bool)), ("ceil", torch.ceil, (torch.complex64,)),
+          ("round", torch.round, (torch.complex64, torch.bool)), ("trunc", torch.trunc, (torch.complex64, torch.bool)),
+          ("erf", torch.erf, (torch.complex64,)), ("logit", torch.logit, (torch.complex64,)), ("signbit", torch.signbit, (torch.complex64,)),
+          ("layer_norm", lambda x: F.layer_norm(x, (4,)), (torch.int64, torch.bool)),
+          ("group_norm", lambda x: F.group_norm(x.view(1, 2, 2), 1), (torch.int64,)),
+          ("batch_norm", lambda x: F.batch_norm(x.view(2, 2), None, None, training=True), (torch.int64,)),
+          ("mse_loss", lambda x: F.mse_loss(x, x), (torch.int64, torch.bool)),
+          ("randn", lambda x: torch.randn(3, dtype=x.dtype, device=x.device), (torch.int64,)),
+      ] for dt in dts],
+    # checks of the CPU's kernels that a program would not make
+    ("conv_transpose2d, output_padding >= stride",
+     lambda d: F.conv_transpose2d(torch.ones(1, 2, 4, 4, device=d), torch.ones(2, 2, 3, 3, device=d), output_padding=1), False),
+    ("conv_transpose2d, no output left",
+     lambda d: F.conv_transpose2d(torch.ones(1, 2, 2, 2, device=d), torch.ones(2, 2, 1, 1, device=d), padding=3), False),
+    ("conv1d, dilation 0", lambda d: F.conv1d(torch.ones(1, 1, 4, device=d), torch.ones(1, 1, 2, device=d), dilation=0), False),
+    ("flip, a dim twice", lambda d: torch.flip(torch.ones(2, 3, device=d), (1, -1)), True),
+    ("mm, float64 out", lambda d: torch.mm(torch.ones(2, 2, device=d), torch.ones(2, 2, device=d),
+                                          out=torch.empty(2, 2, dtype=torch.float64, device=d)), False),
+    ("log_softmax, float64 out", lambda d: torch.log_softmax(torch.ones(2, 2, device=d), 0,
+                                                            out=torch.empty(2, 2, dtype=torch.float64, device=d)), False),
+    ("mean of float, int64 out", lambda d: torch.mean(torch.ones(4, device=d), 0,
+                                                      out=torch.empty((), dtype=torch.long, device=d)), True),
+    ("binary_cross_entropy, float64 target", lambda d: F.binary_cross_entropy(torch.full((3,), 0.5, device=d),
+                                                                            torch.ones(3, dtype=torch.float64, device=d)), True),
+    ("baddbmm, batch2 of other sizes", lambda d: torch.baddbmm(torch.ones(2, 3, 5, device=d), torch.ones(2, 3, 4, device=d),
+                                                              torch.ones(2, 3, 5, device=d)), True),
+    ("pad, more removed than held", lambda d: F.pad(torch.ones(3, 4, device=d), (-3, -3)), True),
+    ("masked_select, shapes that do not broadcast", lambda d: torch.ones(3, 4, device=d).masked_select(
+        torch.ones(3, 5, dtype=torch.bool, device=d)), True),
+    ("index_select, 2-d index", lambda d: torch.ones(5, device=d).index_select(0, torch.zeros(2, 2, dtype=torch.long, device=d)), True),
+    ("index_fill, 2-d index", lambda d: torch.ones(5, device=d).index_fill(0, torch.zeros(1, 1, dtype=torch.long, device=d), 0.0), True),
+    ("max of complex", lambda d: torch.tensor(_Z, device=d).max(), False),
+    ("cummax of complex", lambda d: torch.cummax(torch.tensor(_Z, device=d), 0), False),
+])
+def test_misuse_raises_the_cpus_error(name, fn, same_text):
+    with pytest.raises(Exception) as cpu:
+        fn("cpu")
+    with pytest.raises(type(cpu.value)) as dev:
+        out = fn(DEV)
+        (out[0] if isinstance(out, tuple) else out).cpu()
+    got = str(dev.value).splitlines()[0]
+    if same_text:
+        assert got == str(cpu.value).splitlines()[0]
+    assert "stablehlo" not in got and "tensor<" not in got, got
