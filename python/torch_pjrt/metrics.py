@@ -45,14 +45,15 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from torch_pjrt import _C
 
 # torch.compile's recompilations seen by the pjrt backend since reset(), and
-# how many of Dynamo's guard failures per code object are accounted for.
+# how many of Dynamo's guard failures per code object are accounted for (with
+# Dynamo's list of them: torch._dynamo.reset() starts new lists).
 _dynamo_recompiles: List[dict] = []
-_dynamo_seen: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
+_dynamo_seen: "weakref.WeakKeyDictionary[object, Tuple[list, int]]" = weakref.WeakKeyDictionary()
 
 
 # Present in counters() and timers() from the start, 0 until counted (the
@@ -120,15 +121,15 @@ def _note_dynamo_compile() -> None:
     failures Dynamo recorded since the last call are one recompilation (one
     reason per cached entry of the function, newest first)."""
     for code, reasons in _dynamo_guard_failures().items():
-        seen = _dynamo_seen.get(code, 0)
-        if seen > len(reasons):  # torch._dynamo.reset() cleared them
+        listed, seen = _dynamo_seen.get(code, (reasons, 0))
+        if listed is not reasons:  # torch._dynamo.reset() cleared them
             seen = 0
         if len(reasons) > seen:
             function = f"{getattr(code, 'co_name', code)} ({getattr(code, 'co_filename', '?')}:" \
                        f"{getattr(code, 'co_firstlineno', '?')})"
             _dynamo_recompiles.append({"function": function, "why": " ".join(str(reasons[seen]).split("\n", 1)[0].split())})
         try:
-            _dynamo_seen[code] = len(reasons)
+            _dynamo_seen[code] = (reasons, len(reasons))
         except TypeError:  # not weakly referenceable: not remembered
             pass
 

@@ -384,6 +384,14 @@ def test_each_dynamo_recompile_is_listed_once():
     for n in (1, 2):
         cg(torch.randn(n).to(DEV))
     assert len(torch_pjrt.metrics.dynamo_recompiles()) == 1
+    # as many recompiles after a reset as before it, and more: each listed
+    torch._dynamo.reset()
+    torch_pjrt.metrics.reset()
+    cg = torch.compile(g, backend="pjrt", dynamic=False)
+    for n in (1, 2, 3, 4, 5):
+        cg(torch.randn(n).to(DEV))
+    r = torch_pjrt.metrics.dynamo_recompiles()
+    assert [e["why"].split(": ", 1)[0] for e in r] == ["0/0", "0/1", "0/2", "0/3"], r
 
 
 def test_view_of_a_layout_the_device_does_not_keep():
