@@ -63,6 +63,11 @@ def _await_launched_at_exit() -> None:
         # that holds a check runs now rather than being dropped unseen
         # (not after an uncaught exception, which ended the script already).
         if _C._pending_checks() and getattr(sys, "last_value", None) is None:
+            nodes = sum(_C._trace_nodes(d) for d in range(_C._device_count()))
+            if nodes > 2000:  # a compile of seconds: said, so that exit does not look hung
+                print(f"torch_pjrt: running the pending work ({nodes} IR nodes) before exiting: it holds checks (an "
+                      f"index, a divisor) whose failure would otherwise go unseen; sync() before exit to see it "
+                      f"earlier", file=sys.stderr, flush=True)
             try:
                 _C._sync([], False)
             except Exception as e:  # a compile failure: said below like the rest
