@@ -185,8 +185,8 @@ class DerivedKernel final : public c10::OperatorKernel {
                     " doesn't match the broadcast shape ", r.sizes());
         // An output of another dtype than the result's: the op's Meta
         // kernel says whether the op's own rule allows it (mm, addmm,
-        // softmax, gather, where, topk's values: not at all; index outputs:
-        // int64 only). Not for the real values of complex inputs
+        // log_softmax, gather, where, topk's values: not at all; index
+        // outputs: int64 only). Not for the real values of complex inputs
         // (torch.abs(complex, out=float64)), which the CPU's kernels cast
         // and the Python Meta kernels (torch._refs) refuse.
         other_dtype = other_dtype || (r.scalar_type() != o.scalar_type() &&
