@@ -165,6 +165,12 @@ class Runtime {
   // with the runtime's host copy where it keeps one (CopyToHostKept):
   // read them, never write them.
   std::shared_ptr<const std::vector<uint8_t>> Download(Storage& s);
+  // Whether a host read of a small part of `s` (materialized) should
+  // download it whole: its buffer has a host copy already, or this is the
+  // fourth partial read in a row of that buffer (of at most 64 MiB), which
+  // is then kept. A loop over the rows of a 1-64 MiB tensor reads three
+  // small programs and one download rather than a program per row.
+  bool ReadWhole(Storage& s);
   // The same for each replica of a replicated storage (one replica otherwise).
   void DownloadReplicas(Storage& s, const std::vector<void*>& dsts);
   size_t ReplicaCount(Storage& s);
@@ -384,15 +390,6 @@ class Runtime {
   // stays true while its buffer lives and is not donated.
   std::shared_ptr<const std::vector<uint8_t>> CopyToHostKept(const DeviceBuffer& buffer, size_t nbytes);
 
- public:
-  // Whether a host read of a small part of `s` (materialized) should
-  // download it whole: its buffer has a host copy already, or this is the
-  // fourth partial read in a row of that buffer (of at most 64 MiB), which
-  // is then kept. A loop over the rows of a 1-64 MiB tensor reads three
-  // small programs and one download rather than a program per row.
-  bool ReadWhole(Storage& s);
-
- private:
   // Builds, compiles and launches device's pending work. Caller holds mu().
   void SyncDevice(int device);
   // Raises the lost value or failed check of a program (reads its flag);
@@ -503,7 +500,7 @@ class Runtime {
   std::deque<HostCopy> host_copies_;    // most recent first
   std::weak_ptr<pjrt::Buffer> partly_read_;  // the last buffer read in part (ReadWhole) ...
   int partial_reads_ = 0;                     // ... and how many times in a row
-  std::weak_ptr<pjrt::Buffer> keep_whole_;   // ... read in part twice: its download is kept
+  std::weak_ptr<pjrt::Buffer> keep_whole_;   // ... the one ReadWhole chose: its download is kept
   std::list<ScalarKey> scalar_order_;
   // ShapeBlindHash -> signature of the last compiled graph with it.
   std::unordered_map<uint64_t, std::vector<std::string>> seen_structures_;
