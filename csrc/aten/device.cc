@@ -6,6 +6,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -226,5 +227,22 @@ void SetCurrentDevice(int device) {
 }
 
 int DeviceCount() { return runtime::Runtime::Get().device_count(); }
+
+void DrainAutogradThreads() {
+  if (!runtime::Runtime::Initialized()) return;
+  c10::AutogradState& state = c10::AutogradState::get_tls_state();
+  const bool threads = state.get_multithreading_enabled();
+  if (!threads && !runtime::Runtime::Get().options().autograd_threads) return;
+  state.set_multithreading_enabled(true);  // queued to the device threads, not run inline here
+  at::AutoGradMode grad(true);
+  for (int d = 0; d < DeviceCount(); ++d) {
+    at::Tensor x = at::empty({0}, at::TensorOptions().device(c10::DeviceType::PrivateUse1, d)).requires_grad_();
+    // Kept for good: the device thread may drop its references to these
+    // nodes after this returns, and the last reference must not be its.
+    auto* y = new at::Tensor(x.sum());
+    torch::autograd::backward({*y});
+  }
+  state.set_multithreading_enabled(threads);
+}
 
 }  // namespace tpj::aten

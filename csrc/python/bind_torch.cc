@@ -113,6 +113,8 @@ void BindTorch(py::module_& m) {
   m.def("_derived_kernels", &aten::DerivedKernels,
         "(in-place or out= overload, functional overload) pairs whose kernel is derived (aten/derived.h).");
   m.def("_device_count", &aten::DeviceCount, py::call_guard<py::gil_scoped_release>());
+  m.def("_drain_autograd_threads", [] { if (!pjrt::InForkedChild()) aten::DrainAutogradThreads(); },
+        py::call_guard<py::gil_scoped_release>());
   BindReplay(m);
   m.def("_current_device", &aten::CurrentDevice);
   m.def(

@@ -88,6 +88,7 @@ def _await_launched_at_exit() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         os._exit(130)  # (where the signal did not end it)
+    _C._drain_autograd_threads()  # with autograd's device threads: a crash at exit otherwise
     unread += _C._await_launched()  # all finished: drops their events
     for error in unread:
         # as a device-side assertion prints at a CUDA program's exit; the exit status stays
