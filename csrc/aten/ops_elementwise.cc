@@ -577,7 +577,8 @@ at::Tensor logical_not(const at::Tensor& a) {
 }
 
 at::Tensor bitwise_not(const at::Tensor& a) {
-  TORCH_CHECK(at::isIntegralType(a.scalar_type(), true), "bitwise_not is only defined for integer and bool tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(a.scalar_type(), true), "\"bitwise_not_cpu\" not implemented for '",
+                              a.scalar_type(), "'");
   TraceScope s;
   return Wrap(B(DeviceIndex(a)).Unary(Op::Not, Val(a)), DeviceIndex(a));
 }

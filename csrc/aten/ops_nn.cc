@@ -590,6 +590,17 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   auto list = [](const std::vector<int64_t>& v) { return c10::IntArrayRef(v); };
   TORCH_CHECK(std::all_of(dilation.begin(), dilation.end(), [](int64_t x) { return x > 0; }),
               "dilation should be greater than zero, but got ", list(dilation));
+  // The integer types the CPU's kernels are built for: none is for bool,
+  // the transposed and dilated ones only for int64.
+  if (const at::ScalarType it = input.scalar_type(); at::isIntegralType(it, /*includeBool=*/true)) {
+    const bool dilated = std::any_of(dilation.begin(), dilation.end(), [](int64_t x) { return x > 1; });
+    const char* kernel = transposed ? (ns == 3 ? "slow_conv_transpose3d_out_cpu" : "slow_conv_transpose2d_out_cpu")
+                         : dilated  ? "slow_conv_dilated<>"
+                         : ns == 3  ? "compute_columns3d"
+                                    : "slow_conv2d_cpu";
+    TORCH_CHECK_NOT_IMPLEMENTED(it != at::kBool && (it == at::kLong || (!transposed && !dilated)), "\"", kernel,
+                                "\" not implemented for '", it, "'");
+  }
   if (transposed) {
     std::vector<int64_t> in, out;
     for (int64_t i = 0; i < ns; ++i) {

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <ATen/ops/max_pool1d_native.h>
+
 #include "aten/layout.h"
 #include "aten/lowering.h"
 
@@ -194,6 +196,7 @@ ir::Value PlusZero(int d, ir::Value sum) {
 // last NaN); padding never wins.
 std::tuple<at::Tensor, at::Tensor> MaxPool(const at::Tensor& self, int64_t n, at::IntArrayRef k, at::IntArrayRef st,
                                            at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode, const char* op) {
+  CheckNotBool(self.scalar_type(), n == 2 ? "max_pool2d" : "max_pool3d");
   Pool p = MakePool(self, n, k, st, pad, dil, ceil_mode, op);
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -258,6 +261,15 @@ std::tuple<at::Tensor, at::Tensor> MaxPool(const at::Tensor& self, int64_t n, at
   return {Wrap(b.Reshape(best, out), d), Wrap(b.Reshape(best_idx, out), d)};
 }
 
+// max_pool1d without indices: the CPU runs its own kernel, built for
+// floating types only; elsewhere the composite takes max_pool2d's path,
+// which would pool integers.
+at::Tensor max_pool1d_autograd(const at::Tensor& self, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad,
+                               at::IntArrayRef dil, bool ceil_mode) {
+  CheckFloating(self.scalar_type(), "max_pool1d_impl");
+  return at::native::max_pool1d(self, k, st, pad, dil, ceil_mode);
+}
+
 std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& self, at::IntArrayRef k, at::IntArrayRef st,
                                                            at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
   return MaxPool(self, 2, k, st, pad, dil, ceil_mode, "max_pool2d");
@@ -294,13 +306,15 @@ ir::Value AvgDivisor(int d, const Pool& p, bool count_include_pad, std::optional
 
 at::Tensor AvgPool(const at::Tensor& self, int64_t n, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad,
                    bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override, const char* op) {
-  CheckNotComplex(self.scalar_type(), n == 2 ? "avg_pool2d" : "avg_pool3d_out_frame");
+  const at::ScalarType t = self.scalar_type(), ct = OpMath(t);
+  // the CPU's kernels: floating types and int64
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t) || t == at::kLong, "\"", n == 2 ? "avg_pool2d" : "avg_pool3d_out_frame",
+                              "\" not implemented for '", t, "'");
   Pool p = MakePool(self, n, k, st, pad, {}, ceil_mode, op);
   TORCH_CHECK(!divisor_override || *divisor_override != 0, op, ": divisor must be not zero");
   TraceScope s;
   const int d = DeviceIndex(self);
   ir::Builder& b = B(d);
-  const at::ScalarType t = self.scalar_type(), ct = OpMath(t);
   const auto shape = self.sizes().vec();
   ir::Value x = Batched(d, ValAs(self, ct), shape, n);
   const int64_t bsz = b.shape(x).dims[0];
@@ -456,7 +470,7 @@ std::vector<int64_t> AdaptiveSize(const at::Tensor& self, at::IntArrayRef output
 }
 
 at::Tensor AdaptiveAvgPool(const at::Tensor& self, at::IntArrayRef output_size, int64_t n, const char* op) {
-  CheckNotComplex(self.scalar_type(), n == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d_cpu");
+  CheckFloating(self.scalar_type(), n == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d_cpu");
   const std::vector<int64_t> out = AdaptiveSize(self, output_size, n, op);
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -561,6 +575,7 @@ at::Tensor adaptive_avg_pool3d_backward(const at::Tensor& grad, const at::Tensor
 // position's flat spatial offset.
 std::tuple<at::Tensor, at::Tensor> AdaptiveMaxPool(const at::Tensor& self, at::IntArrayRef output_size, int64_t n,
                                                    const char* op) {
+  CheckFloating(self.scalar_type(), n == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d_cpu");
   const std::vector<int64_t> out = AdaptiveSize(self, output_size, n, op);
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -642,6 +657,8 @@ at::Tensor adaptive_max_pool3d_backward(const at::Tensor& grad, const at::Tensor
 }  // namespace tpj::aten
 
 #define K(name, fn) m.impl(name, TORCH_FN(tpj::aten::fn))
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { K("max_pool1d", max_pool1d_autograd); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPJ_LAID(m, "max_pool2d_with_indices", kInput, max_pool2d_with_indices);

@@ -219,6 +219,7 @@ at::Tensor& randperm_out(c10::SymInt n, at::Tensor& out) {
 }
 
 at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  CheckNotComplex(self.scalar_type(), "bernoulli_scalar_cpu_");
   GeneratorScope scope(gen, self);
   TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   TraceScope s;
@@ -228,6 +229,12 @@ at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Gener
   ir::Value u = Uniform01(d, shape, at::kFloat);
   Assign(self, b.Compare(ir::CompareDir::LT, u, Number(d, p, at::kFloat, shape)));
   return self;
+}
+
+// The dtypes of the CPU's kernels for a tensor p: a floating p, a real result.
+void CheckBernoulli(const at::Tensor& self, const at::Tensor& p) {
+  CheckNotComplex(self.scalar_type(), "bernoulli_tensor_cpu_self_");
+  CheckFloating(p.scalar_type(), "bernoulli_tensor_cpu_p_");
 }
 
 // p as float, with the CPU's check that every probability is in [0, 1]
@@ -243,6 +250,7 @@ ir::Value Probabilities(int d, const at::Tensor& p) {
 }
 
 at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
+  CheckBernoulli(self, p);
   GeneratorScope scope(gen, self);
   TraceScope s;
   const int d = CommonDevice({&self, &p});
@@ -254,6 +262,7 @@ at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::option
 }
 
 at::Tensor bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
+  CheckBernoulli(self, self);
   GeneratorScope scope(gen, self);
   TraceScope s;
   const int d = DeviceIndex(self);
@@ -379,6 +388,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   // The CPU scales by a float number in place: an integer input is its error
   TORCH_CHECK(input.numel() == 0 || at::isFloatingType(t) || at::isComplexType(t),
               "result type Float can't be cast to the desired output type ", t);
+  // and draws its mask in the input's dtype, which bernoulli_ refuses for complex
+  TORCH_CHECK_NOT_IMPLEMENTED(input.numel() == 0 || !at::isComplexType(t) || p <= 0 || p >= 1,
+                              "\"bernoulli_scalar_cpu_\" not implemented for '", t, "'");
   if (p == 1) return {Wrap(Fill(d, 0, t, shape), d), Wrap(Fill(d, 0, at::kBool, shape), d)};
   ir::Value keep = b.Compare(ir::CompareDir::GE, Uniform01(d, shape, at::kFloat), Number(d, p, at::kFloat, shape));
   ir::Value scale = Number(d, 1.0 / (1.0 - p), t, shape);

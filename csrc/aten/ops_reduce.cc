@@ -268,6 +268,7 @@ std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor& a, int64_t dim, boo
 
 at::Tensor ArgMaxMin(const at::Tensor& a, std::optional<int64_t> dim, bool keepdim, bool is_max) {
   TORCH_CHECK(a.scalar_type() != at::kBool, is_max ? "argmax" : "argmin", "(): does not support bool input");
+  TORCH_CHECK(!a.is_complex(), is_max ? "argmax" : "argmin", "(): does not support complex input");
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);

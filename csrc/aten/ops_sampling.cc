@@ -287,8 +287,7 @@ at::Tensor dirichlet_grad(const at::Tensor& x_in, const at::Tensor& alpha_in, co
 // product of uniform numbers that stay above exp(-rate).
 at::Tensor poisson(const at::Tensor& self, std::optional<at::Generator> gen) {
   GeneratorScope scope(gen, self);
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"poisson_cpu\" not implemented for '",
-              c10::toString(self.scalar_type()), "'");
+  CheckFloating(self.scalar_type(), "poisson_cpu");
   at::Tensor lam = self.to(MathType(self));
   at::Tensor invalid = lam.ge(0).logical_not();  // negative or NaN
   Raise(invalid, "invalid Poisson rate, expected rate to be non-negative");

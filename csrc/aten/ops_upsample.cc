@@ -371,13 +371,16 @@ at::Tensor Upsample(const char* op, Mode mode, const at::Tensor& self, at::IntAr
   const size_t n = scales.size();
   CheckSizes(op, self.sizes(), output_size, n);
   const at::ScalarType t = self.scalar_type();
-  if (at::isComplexType(t)) {  // the CPU's kernel names
+  // The CPU's kernels: nearest for floating types and uint8, the others for real types.
+  if (at::isComplexType(t) || (IsNearest(mode) && !at::isFloatingType(t) && t != at::kByte)) {
     const bool nearest = IsNearest(mode), linear = mode == Mode::kLinear || mode == Mode::kLinearAA;
-    CheckNotComplex(t, n == 2 && nearest ? "upsample_nearest2d_channels_last"
-                       : n == 2 && linear ? "upsample_bilinear2d_channels_last"
-                       : nearest          ? "compute_indices_weights_nearest"
-                       : linear           ? "compute_indices_weights_linear"
-                                          : "compute_indices_weights_cubic");
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "\"",
+                                n == 2 && nearest  ? "upsample_nearest2d_channels_last"
+                                : n == 2 && linear ? "upsample_bilinear2d_channels_last"
+                                : nearest          ? "compute_indices_weights_nearest"
+                                : linear           ? "compute_indices_weights_linear"
+                                                   : "compute_indices_weights_cubic",
+                                "\" not implemented for '", t, "'");
   }
   if (!IsNearest(mode) && !at::isFloatingType(t)) {
     // The CPU interpolates integer images (uint8) with its own fixed-point

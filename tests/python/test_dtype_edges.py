@@ -954,6 +954,32 @@ _Z = [0.5 + 1j, -1.5 - 2j, 2 + 0.5j, -0.25 + 0j]
     ("index_fill, 2-d index", lambda d: torch.ones(5, device=d).index_fill(0, torch.zeros(1, 1, dtype=torch.long, device=d), 0.0), True),
     ("max of complex", lambda d: torch.tensor(_Z, device=d).max(), False),
     ("cummax of complex", lambda d: torch.cummax(torch.tensor(_Z, device=d), 0), False),
+    ("argmax of complex", lambda d: torch.tensor(_Z, device=d).argmax(), True),
+    ("argmin of complex, a dim", lambda d: torch.tensor(_Z, device=d).argmin(0), True),
+    ("bitwise_not of complex", lambda d: torch.bitwise_not(torch.tensor(_Z, device=d)), True),
+    ("poisson of int64", lambda d: torch.poisson(torch.ones(3, dtype=torch.long, device=d)), True),
+    ("bernoulli of bool", lambda d: torch.bernoulli(torch.ones(3, dtype=torch.bool, device=d)), True),
+    ("bernoulli of int64", lambda d: torch.bernoulli(torch.full((3,), 7, device=d)), True),
+    ("bernoulli_ of complex", lambda d: torch.zeros(3, dtype=torch.complex64, device=d).bernoulli_(0.5), True),
+    ("bernoulli_ with an int64 p", lambda d: torch.zeros(3, device=d).bernoulli_(torch.ones(3, dtype=torch.long, device=d)), True),
+    ("dropout of complex", lambda d: F.dropout(torch.tensor(_Z, device=d), 0.5), True),
+    # pooling, resampling and convolution kernels the CPU builds for some integer types only
+    *[(f"{n} of {dt}", (lambda f, dt: lambda d: f(torch.ones(1, 2, 4, 4, dtype=dt, device=d)))(f, dt), True)
+      for n, f, dts in [
+          ("max_pool1d", lambda x: F.max_pool1d(x[0], 2), (torch.int64, torch.uint8)),
+          ("max_pool2d", lambda x: F.max_pool2d(x, 2), (torch.bool,)),
+          ("avg_pool2d", lambda x: F.avg_pool2d(x, 2), (torch.int32, torch.bool)),
+          ("avg_pool3d", lambda x: F.avg_pool3d(x[None], 2), (torch.uint8,)),
+          ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, 2), (torch.int64,)),
+          ("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x[0], 2), (torch.int64,)),
+          ("interpolate nearest", lambda x: F.interpolate(x, scale_factor=2), (torch.int64, torch.bool)),
+          ("interpolate nearest 1-d", lambda x: F.interpolate(x[0], scale_factor=2, mode="nearest-exact"), (torch.int32,)),
+          ("conv1d", lambda x: F.conv1d(x[0], x[0, :1]), (torch.bool,)),
+          ("conv2d, dilated", lambda x: F.conv2d(x, torch.ones_like(x[:, :, :2, :2]), dilation=2), (torch.int32,)),
+          ("conv_transpose2d", lambda x: F.conv_transpose2d(x, torch.ones_like(x[0, :1, :2, :2]).expand(2, 3, 2, 2)),
+           (torch.uint8,)),
+          ("conv3d", lambda x: F.conv3d(x[None], torch.ones_like(x[:, :1, :2, :2])[None].expand(3, 1, 2, 2, 2)), (torch.bool,)),
+      ] for dt in dts],
 ])
 def test_misuse_raises_the_cpus_error(name, fn, same_text):
     with pytest.raises(Exception) as cpu:
