@@ -648,10 +648,21 @@ def test_half_pointwise_ops_compute_in_float_and_round_once(dtype):
         assert n <= want.numel() // 50 and not far, (name, n, far)
 
 
-def _rounded_as_the_cpu(cases, per):
-    """Each case's outputs differ from the CPU's in at most 1 in `per`, and by a rounding or two."""
+def _rounded_as_the_cpu(cases, per, once_where_the_cpu_is_not=False):
+    """Each case's outputs differ from the CPU's in at most 1 in `per`, and by a rounding or two.
+
+    `once_where_the_cpu_is_not`: where this machine's CPU kernel is not the
+    float32 result rounded once, that result is the reference. The CPU's
+    float16 transposed convolution depends on the machine: on an AMD EPYC
+    with AVX-512 (bfloat16 instructions, no float16 ones) 3817 of its 9248
+    outputs differed from it, with twice its largest error, oneDNN off or
+    on; on the machines where this test was written they agreed."""
     for name, (fn, args) in cases.items():
         want, got = on_both(fn, *args)
+        if once_where_the_cpu_is_not:
+            once = fn(*(a.float() for a in args)).to(want.dtype)
+            if _ulps_off(want, once)[0] > want.numel() // per:
+                want = once
         n, far = _ulps_off(want, got)
         assert n <= want.numel() // per and not far, (name, n, far)
 
@@ -690,7 +701,7 @@ def test_half_convolutions_add_their_bias_before_rounding_as_the_cpu(dtype):
         "depthwise": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=3), (x, r(6, 1, 3, 3, seed=4), b[:6])),
         "transposed": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2), (x, r(3, 8, 3, 3, seed=5), b)),
     }
-    _rounded_as_the_cpu(cases, 500)
+    _rounded_as_the_cpu(cases, 500, once_where_the_cpu_is_not=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
