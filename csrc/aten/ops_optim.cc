@@ -134,7 +134,13 @@ void FusedAdam(at::TensorList params, at::TensorList grads, at::TensorList exp_a
         g = bin(ir::Op::Add, g, bin(ir::Op::Mul, param, num("weight_decay", weight_decay)));
       }
     }
-    ir::Value m = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avgs[i], t), num("beta1", beta1)), bin(ir::Op::Mul, g, num("1 - beta1", 1 - beta1)));
+    // m as the CPU's kernel: exp_avg.lerp(g, 1 - beta1), the form picked by
+    // the weight (bit-equal there; after an infinite gradient the next finite
+    // one makes it NaN, as there, where m * beta1 + g * (1 - beta1) stayed inf)
+    const double w1 = 1 - beta1;
+    ir::Value m0 = ValAs(exp_avgs[i], t), w = num("1 - beta1", w1), diff = bin(ir::Op::Sub, g, m0);
+    ir::Value m = std::abs(w1) < 0.5 ? bin(ir::Op::Add, m0, bin(ir::Op::Mul, w, diff))
+                                     : bin(ir::Op::Sub, g, bin(ir::Op::Mul, diff, bin(ir::Op::Sub, num("1", 1), w)));
     ir::Value v = bin(ir::Op::Add, bin(ir::Op::Mul, ValAs(exp_avg_sqs[i], t), num("beta2", beta2)),
                       bin(ir::Op::Mul, bin(ir::Op::Mul, g, g), num("1 - beta2", 1 - beta2)));
     // The bias corrections and the step size in double, from the step's

@@ -114,3 +114,27 @@ def test_fused_adam_computes_its_bias_corrections_in_double(cls):
             opt.step()
         updates[str(dev)] = p.detach().cpu()
     torch.testing.assert_close(updates["pjrt:0"], updates["cpu"], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW])
+def test_fused_adam_moves_its_first_moment_by_lerp_as_the_cpu(cls):
+    """exp_avg as the CPU's fused kernel makes it, exp_avg.lerp(grad, 1 -
+    beta1): bit-equal for either form of lerp (beta1 above and below 0.5),
+    and NaN after an infinite gradient is followed by a finite one, where m *
+    beta1 + g * (1 - beta1) kept the infinity."""
+    torch.manual_seed(0)
+    grads = [torch.randn(512) for _ in range(3)] + [torch.full((512,), float("inf")), torch.ones(512)]
+    for betas in ((0.9, 0.999), (0.3, 0.99)):
+        state = {}
+        for dev in ("cpu", torch_pjrt.device()):
+            p = torch.nn.Parameter(torch.ones(512, device=dev))
+            opt = cls([p], lr=1e-3, betas=betas, fused=True)
+            moments = []
+            for g in grads:
+                p.grad = g.to(dev)
+                opt.step()
+                moments.append(opt.state[p]["exp_avg"].cpu().clone())
+            state[str(dev)] = moments
+        for want, got in zip(state["cpu"], state["pjrt:0"]):
+            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+        assert state["cpu"][-1].isnan().all()
