@@ -201,10 +201,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag(
     ir::Value which = b.Gather(idx, b.Reshape(safe, {bags, dim, 1}), g, {1});
     max_idx = b.Convert(b.Select(filled, which, I64(b, {bags, dim}, 0)), it);
   }
-  ir::Value bag_size = mode == kSum ? b.Full(it, {bags}, 0) : b.Convert(sizes, it);
-  // The CPU skips offset2bag for plain sums; the backward rebuilds it.
-  ir::Value offset2bag = mode == kSum && padding_idx < 0 ? b.Full(it, {0}, 0) : b.Convert(bag, it);
-  if (mode != kMax) max_idx = bag_size;
+  // The auxiliary outputs in the shapes of torch's meta kernel for any
+  // device but the CPU (CUDA's): offset2bag per index, bag_size per offset
+  // (0 for a last offset that ends the final bag), max_indices [bags, dim]
+  // in max mode, empty otherwise. A compiled graph is traced with those
+  // shapes and runs these kernels: with the CPU's shapes (offset2bag empty
+  // for plain sums, max_indices = bag_size), vmap's per-sample gradients
+  // through a bag failed under torch.compile.
+  ir::Value bag_size = b.Convert(sizes, it);
+  if (include_last_offset) bag_size = b.Concatenate({bag_size, b.Full(it, {1}, 0)}, 0);
+  ir::Value offset2bag = b.Convert(bag, it);
+  if (mode != kMax) max_idx = b.Full(it, {0}, 0);
   return {Wrap(out, d), Wrap(offset2bag, d), Wrap(bag_size, d), Wrap(max_idx, d)};
 }
 
@@ -223,8 +230,8 @@ at::Tensor DenseBackward(int d, const at::Tensor& grad, const at::Tensor& indice
     ir::Value which = CheckedIndex(d, b.Reshape(Val(max_indices), {bags * dim}), num_weights, false, "embedding_bag", runtime::ErrorKind::kValue);
     which = b.Reshape(which, {bags, dim, 1});
     ir::Value col = b.Iota({ir::DType::I64, {bags, dim, 1}}, 1);
-    ir::Value filled = b.Compare(CompareDir::GT, Rows(b, b.Convert(Val(bag_size), ir::DType::I64), dim),
-                                 I64(b, {bags, dim}, 0));
+    ir::Value per_bag = b.Slice(b.Convert(Val(bag_size), ir::DType::I64), {0}, {bags}, {1});  // (one per offset)
+    ir::Value filled = b.Compare(CompareDir::GT, Rows(b, per_bag, dim), I64(b, {bags, dim}, 0));
     ir::Value g = b.Select(filled, Val(grad), Fill(d, 0, t, {bags, dim}));
     ir::ScatterDims s;
     s.inserted_window_dims = {0, 1};

@@ -180,17 +180,34 @@ def test_embedding_bag_scale_grad_by_freq(mode):
 
 @pytest.mark.parametrize("mode, padding_idx, psw", [(0, -1, True), (0, 2, False), (1, 2, False), (2, -1, False),
                                                      (2, 2, False)])
-def test_embedding_bag_aux_outputs(mode, padding_idx, psw):
-    """offset2bag, bag_size and max_indices as the CPU's kernel returns them
-    (the backward reads them)."""
+@pytest.mark.parametrize("last", [False, True])
+def test_embedding_bag_aux_outputs(mode, padding_idx, psw, last):
+    """offset2bag, bag_size and max_indices in the shapes of torch's meta
+    kernel for a device other than the CPU (which a compiled graph is traced
+    with; CUDA's), with the CPU's values where the CPU returns them (the
+    backward reads them)."""
     weight, idx, offsets, p = bag_inputs(6)
+    if last:
+        offsets = torch.cat([offsets, torch.tensor([idx.numel()])])
     torch_pjrt.metrics.reset()
-    args = (False, mode, False, p if psw else None, False, padding_idx)
-    want = torch.ops.aten._embedding_bag(weight, idx, offsets, *args)
-    pa = (False, mode, False, p.to(DEV) if psw else None, False, padding_idx)
-    got = torch.ops.aten._embedding_bag(weight.to(DEV), idx.to(DEV), offsets.to(DEV), *pa)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g.cpu(), w)
+    args = (False, mode, False, p if psw else None, last, padding_idx)
+    out, offset2bag, bag_size, max_indices = torch.ops.aten._embedding_bag(weight, idx, offsets, *args)
+    meta = torch.ops.aten._embedding_bag(*(t.to("meta") for t in (weight, idx, offsets)), False, mode, False,
+                                         p.to("meta") if psw else None, last, padding_idx)
+    pa = (False, mode, False, p.to(DEV) if psw else None, last, padding_idx)
+    got = [t.cpu() for t in torch.ops.aten._embedding_bag(weight.to(DEV), idx.to(DEV), offsets.to(DEV), *pa)]
+    assert [g.shape for g in got] == [m.shape for m in meta], ([g.shape for g in got], [m.shape for m in meta])
+    torch.testing.assert_close(got[0], out)
+    bags = out.shape[0]
+    sizes = torch.zeros(bags, dtype=torch.long).index_add_(0, got[1], (idx != padding_idx).long())
+    assert torch.equal(got[1], torch.arange(bags).repeat_interleave(offsets.diff(append=torch.tensor([idx.numel()]))[:bags]))
+    assert torch.equal(got[2][:bags], sizes) and (got[2][bags:] == 0).all()
+    if offset2bag.numel():
+        assert torch.equal(got[1], offset2bag)
+    if mode != 0:
+        assert torch.equal(got[2][:bags], bag_size[:bags])
+    if mode == 2:
+        assert torch.equal(got[3], max_indices)
     no_fallbacks()
 
 
@@ -376,3 +393,17 @@ def test_ctc_speech_head_trains():
     # agree to a fraction of lr (1e-2), not to float32 rounding.
     for p, q in zip(got_params, want_params):
         torch.testing.assert_close(p, q, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_per_sample_gradients_compile(mode):
+    """torch.func's per-sample gradients through a bag, compiled: vmap's
+    fallback views the kernel's outputs by the traced (meta) shapes, which
+    the CPU's shapes broke ("shape '[6, 4]' is invalid for input of size 0")."""
+    from torch.func import grad, vmap
+
+    idx = torch.tensor([[0, 1], [2, 3]])
+    def f(x):
+        return vmap(grad(lambda a: F.embedding_bag(idx.to(a.device), a, mode=mode).pow(2).sum()))(x)
+    x = torch.randn(6, 5, 5, generator=gen(8))
+    torch.testing.assert_close(torch.compile(f, backend="pjrt")(x.to(DEV)).cpu(), f(x))
