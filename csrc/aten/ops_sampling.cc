@@ -358,8 +358,11 @@ at::Tensor binomial(const at::Tensor& count, const at::Tensor& prob, std::option
   TORCH_CHECK(at::isFloatingType(count.scalar_type()), "\"binomial_cpu\" not implemented for '",
               c10::toString(count.scalar_type()), "'");
   const at::ScalarType mt = MathType(count);
-  at::Tensor n = count.to(mt);
-  at::Tensor p = prob.to(mt).expand(count.sizes());
+  // count and prob broadcast together, as the CPU's iterator does them (it
+  // also warns that its output was resized where count is the smaller)
+  const std::vector<int64_t> shape = at::infer_size(count.sizes(), prob.sizes());
+  at::Tensor n = count.to(mt).expand(shape);
+  at::Tensor p = prob.to(mt).expand(shape);
   at::Tensor flip = p.gt(0.5);
   at::Tensor q = at::where(flip, 1 - p, p);
   at::Tensor valid = n.gt(0).logical_and(p.gt(0)).logical_and(p.lt(1));

@@ -1541,7 +1541,9 @@ def test_gamma_dirichlet_poisson_binomial_samplers_follow_the_cpu_in_distributio
             assert _ks(got[:, i], want[:, i]) < _KS_4000, (name, params[i], got[:, i].mean(), want[:, i].mean())
     counts = torch.tensor([0.0, 5.0, 5.0, 7.0, 40.0, 40.0, 1000.0, 1e6], dtype=dtype).expand(n, -1).contiguous()
     probs = torch.tensor([0.3, 0.0, 1.0, 0.3, 0.2, 0.9, 0.995, 0.4], dtype=dtype).expand(n, -1).contiguous()
-    got, want = torch.binomial(counts.to(DEV), probs.to(DEV)).cpu(), torch.binomial(counts, probs)
+    # one row of counts, broadcast against the probabilities as on the CPU
+    got, want = torch.binomial(counts[:1].to(DEV), probs.to(DEV)).cpu(), torch.binomial(counts, probs)
+    assert got.shape == want.shape
     for i in range(counts.size(1)):
         assert _ks(got[:, i], want[:, i]) < _KS_4000, ("binomial", counts[0, i], probs[0, i])
     conc = torch.tensor([[0.1, 0.2, 0.3], [2.0, 20.0, 5.0]], dtype=dtype).repeat(n, 1)
