@@ -93,7 +93,7 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
       {"PJRT_DEVICE", "plugin kind: CPU, CUDA, ROCM, TPU or a name given to torch_pjrt.register_plugin", "CPU"},
       {"TORCH_PJRT_PLUGIN", "path of a PJRT plugin .so; wins over PJRT_DEVICE", ""},
       {"TORCH_PJRT_SEARCH_PATH", "':'-separated directories searched for installed plugins", "site-packages, sys.path"},
-      {"CPU_NUM_DEVICES", "devices of the CPU plugin in this process (1 to 4096)", "the plugin's (4)"},
+      {"CPU_NUM_DEVICES", "devices of the CPU plugin in this process (1 to 127, PyTorch's 8-bit device index)", "the plugin's (4)"},
       {"TORCH_PJRT_CACHE_DIR", "directory of the persistent compile cache", "memory cache only"},
       {"TORCH_PJRT_DUMP_DIR", "directory where every compiled program is written (one .mlir file per program)", "no dumps"},
       {"TORCH_PJRT_DEBUG", "1: log compiles and recompile reasons on stderr, warn at first CPU fallbacks", "0"},
@@ -144,8 +144,9 @@ Options Options::FromEnvironment() {
   o.device = Upper(Get("PJRT_DEVICE"));
   o.plugin = Get("TORCH_PJRT_PLUGIN");
   o.search_path = SplitPath(Get("TORCH_PJRT_SEARCH_PATH"));
-  // bounded: a typo of many digits would have the CPU plugin create that many devices
-  o.cpu_device_count = IntIn("CPU_NUM_DEVICES", 1, 4096, "an integer from 1 to 4096");
+  // Bounded by PyTorch's device index, 8-bit: from 128 devices on, autograd's
+  // device threads failed ("vector::_M_default_append", a segfault at 256).
+  o.cpu_device_count = IntIn("CPU_NUM_DEVICES", 1, 127, "an integer from 1 to 127");
   o.cache_dir = Get("TORCH_PJRT_CACHE_DIR");
   o.dump_dir = Get("TORCH_PJRT_DUMP_DIR");
   const std::string debug = Get("TORCH_PJRT_DEBUG");

@@ -65,7 +65,8 @@ def _import_then_use(prelude="", **env):
 @pytest.mark.parametrize("name, value, message", [
     ("TORCH_PJRT_PLUGIN", "/nonexistent/p.so", "Set TORCH_PJRT_PLUGIN to a plugin .so"),
     ("PJRT_DEVICE", "NOPE", "torch_pjrt.register_plugin('NOPE', path)"),
-    ("CPU_NUM_DEVICES", "four", "CPU_NUM_DEVICES must be an integer from 1 to 4096"),
+    ("CPU_NUM_DEVICES", "four", "CPU_NUM_DEVICES must be an integer from 1 to 127"),
+    ("CPU_NUM_DEVICES", "128", "CPU_NUM_DEVICES must be an integer from 1 to 127"),
 ])
 def test_a_bad_environment_is_an_error_at_first_use_not_at_import(name, value, message):
     # only this variable set: a TORCH_PJRT_PLUGIN inherited from the run (make

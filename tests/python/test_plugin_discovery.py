@@ -61,7 +61,7 @@ def test_info_text_and_json(run_module):
 def test_info_reports_bad_input_clearly(run_module, tmp_path):
     bad = run_module(["info"], CPU_NUM_DEVICES="many", TORCH_PJRT_PLUGIN=None)
     assert bad.returncode == 1
-    assert "CPU_NUM_DEVICES must be an integer from 1 to 4096" in bad.stderr
+    assert "CPU_NUM_DEVICES must be an integer from 1 to 127" in bad.stderr
     missing = run_module(["info"], TORCH_PJRT_PLUGIN=str(tmp_path / "nope.so"))
     assert missing.returncode == 1
     assert "not found" in missing.stderr and "Traceback" not in missing.stderr
