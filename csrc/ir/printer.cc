@@ -1,5 +1,6 @@
 #include "ir/printer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -299,6 +300,78 @@ class Printer {
   // left to XLA's fusion.
   static constexpr int64_t kMaxEvaluations = 8;
   static constexpr int64_t kMaxWork = 256;
+  // A fused kernel's size: LLVM's instruction scheduler takes time
+  // quadratic in a loop body's instructions, and elementwise work with no
+  // value in memory between its steps (a sampler's state updated through
+  // random draws, no sync) fuses whole: 80 steps of `acc + randn + rand`
+  // compiled for 45 s, 90 % of it in that scheduler. Each fusible op joins
+  // the region of the fusible ops it reads (connected, since the last
+  // stored values); one that would make its region weigh more than
+  // kMaxFused is stored and starts a new one, so kernels stay bounded.
+  // Weights: transcendental functions, which XLA expands to polynomials,
+  // and random bits (Three-Fry rounds, expanded and fused) count for more.
+  static constexpr int64_t kMaxFused = 2000;
+  static constexpr int64_t kRngWork = 100;
+  void CutLargeFusions() {
+    const size_t n = g_.nodes.size();
+    std::vector<int64_t> parent(n, -1), size(n, 0);  // region per fusible node (union-find), its weight at the root
+    auto root = [&](int64_t x) {
+      while (parent[static_cast<size_t>(x)] != x) {
+        parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+        x = parent[static_cast<size_t>(x)];
+      }
+      return x;
+    };
+    std::vector<int64_t> roots;
+    std::vector<bool> constant(n, false);  // made of constants (a broadcast number): copied into each kernel
+    for (size_t k = 0; k < n; ++k) {
+      const ::tpj::ir::Node& node = g_.nodes[k];
+      const auto self = static_cast<int64_t>(k);
+      if (node.op == Op::RngBitGenerator) {
+        parent[k] = self;
+        size[k] = kRngWork;
+        continue;
+      }
+      if (node.op == Op::Constant || node.op == Op::Iota) {
+        constant[k] = true;
+        continue;
+      }
+      if (HowReads(node.op) == Reads::kMemory) continue;
+      bool c = !node.operands.empty();
+      for (Value v : node.operands) c = c && constant[static_cast<size_t>(v.node)];
+      if (c) {
+        constant[k] = true;
+        continue;
+      }
+      roots.clear();
+      int64_t total = Weight(node.op);
+      for (Value v : node.operands) {
+        if (parent[static_cast<size_t>(v.node)] < 0) continue;
+        const int64_t r = root(v.node);
+        if (std::find(roots.begin(), roots.end(), r) != roots.end()) continue;
+        roots.push_back(r);
+        total += size[static_cast<size_t>(r)];
+      }
+      parent[k] = self;
+      if (total > kMaxFused && node.results.size() == 1 && node.results[0].numel() > 1) {
+        stored_[k] = true;  // read from memory from here on: a region of its own, of weight 1
+        size[k] = 1;
+        continue;
+      }
+      for (int64_t r : roots) parent[static_cast<size_t>(r)] = self;
+      size[k] = total;
+    }
+  }
+  static int64_t Weight(Op op) {
+    switch (op) {
+      case Op::Log: case Op::Log1p: case Op::Exp: case Op::Expm1: case Op::Cos: case Op::Sin: case Op::Tan:
+      case Op::Tanh: case Op::Logistic: case Op::Pow: case Op::Atan2: case Op::Erf: case Op::Erfc: case Op::Rsqrt: case Op::Sqrt:
+      case Op::Cbrt: case Op::Lgamma: case Op::Digamma: case Op::Polygamma: case Op::Zeta:
+        return 16;
+      default:
+        return 1;
+    }
+  }
   void MarkRecomputed() {
     const size_t n = g_.nodes.size();
     stored_.assign(n, false);
@@ -310,6 +383,7 @@ class Printer {
       }
       return true;
     };
+    CutLargeFusions();
     std::vector<int64_t> work(n, 0);  // fused ops that computing one element evaluates
     for (size_t k = 0; k < n; ++k) {
       const ::tpj::ir::Node& node = g_.nodes[k];
@@ -318,14 +392,14 @@ class Printer {
       for (size_t i = 0; i < node.operands.size(); ++i) {
         if (first_use(node, i)) w = std::min(kCap, w + work[static_cast<size_t>(node.operands[i].node)]);
       }
-      work[k] = w;
+      work[k] = stored_[k] ? 1 : w;
     }
     std::vector<int64_t> same(n, 0), other(n, 0);
     for (Value v : g_.outputs) same[static_cast<size_t>(v.node)] = std::max<int64_t>(same[static_cast<size_t>(v.node)], 1);
     for (size_t k = n; k-- > 0;) {
       const ::tpj::ir::Node& node = g_.nodes[k];
       const Reads reads = HowReads(node.op);
-      int64_t evals = std::min<int64_t>(same[k] + other[k], kCap);
+      int64_t evals = stored_[k] ? 1 : std::min<int64_t>(same[k] + other[k], kCap);
       if (reads != Reads::kMemory && node.results.size() == 1 && evals > kMaxEvaluations &&
           evals > kMaxWork / std::max<int64_t>(work[k], 1) && node.results[0].numel() > 1) {
         stored_[k] = true;

@@ -283,5 +283,31 @@ TEST(Printer, LinearAlgebraAndCustomCallLines) {
   EXPECT_NE(text.find(R"("func.return"(%3, %4#1, %5#0))"), std::string::npos) << text;
 }
 
+TEST(Printer, LongElementwiseChainsAreCutIntoStoredValues) {
+  // 300 steps of x = exp(x) * 0.5 + x: fused whole, one kernel of every
+  // step (weight 18 each: exp 16). Cut where a region would pass 2000,
+  // about every 111 steps: the value that passes it and the next step's
+  // sum, which reads the last region too, are stored.
+  Builder b;
+  auto x = b.Parameter({DType::F32, {8}});
+  auto half = b.Full(DType::F32, {8}, 0.5);
+  Value v = x;
+  for (int i = 0; i < 300; ++i) v = b.Binary(Op::Add, b.Binary(Op::Mul, b.Unary(Op::Exp, v), half), v);
+  const std::string text = PrintStableHlo(b.Build({v}, {}));
+  size_t stores = 0;
+  const std::string scatter = "\"stablehlo.scatter\"(";
+  for (size_t at = text.find(scatter); at != std::string::npos; at = text.find(scatter, at + 1)) {
+    ++stores;
+  }
+  EXPECT_GE(stores, 2u) << text;
+  EXPECT_LE(stores, 6u) << text;
+  // a short chain is left whole
+  Builder s;
+  auto y = s.Parameter({DType::F32, {8}});
+  Value w = y;
+  for (int i = 0; i < 20; ++i) w = s.Binary(Op::Add, s.Unary(Op::Exp, w), w);
+  EXPECT_EQ(PrintStableHlo(s.Build({w}, {})).find("stablehlo.scatter"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tpj::ir
