@@ -234,13 +234,19 @@ void DrainAutogradThreads() {
   const bool threads = state.get_multithreading_enabled();
   if (!threads && !runtime::Runtime::Get().options().autograd_threads) return;
   state.set_multithreading_enabled(true);  // queued to the device threads, not run inline here
-  at::AutoGradMode grad(true);
-  for (int d = 0; d < DeviceCount(); ++d) {
-    at::Tensor x = at::empty({0}, at::TensorOptions().device(c10::DeviceType::PrivateUse1, d)).requires_grad_();
-    // Kept for good: the device thread may drop its references to these
-    // nodes after this returns, and the last reference must not be its.
-    auto* y = new at::Tensor(x.sum());
-    torch::autograd::backward({*y});
+  try {
+    c10::InferenceMode no_inference(false);  // (an exit from inside torch.inference_mode())
+    at::AutoGradMode grad(true);
+    for (int d = 0; d < DeviceCount(); ++d) {
+      at::Tensor x = at::empty({0}, at::TensorOptions().device(c10::DeviceType::PrivateUse1, d)).requires_grad_();
+      // Kept for good: the device thread may drop its references to these
+      // nodes after this returns, and the last reference must not be its.
+      auto* y = new at::Tensor(x.sum());
+      torch::autograd::backward({*y});
+    }
+  } catch (const std::exception&) {
+    // Best effort: a runtime that cannot make a tensor any more (a lost
+    // device) must not keep the exit handler from reporting what failed.
   }
   state.set_multithreading_enabled(threads);
 }
