@@ -304,7 +304,7 @@ class Printer {
   // quadratic in a loop body's instructions, and elementwise work with no
   // value in memory between its steps (a sampler's state updated through
   // random draws, no sync) fuses whole: 80 steps of `acc + randn + rand`
-  // compiled for 45 s, 90 % of it in that scheduler. Each fusible op joins
+  // compiled for 45 s, about 70 % of it in that scheduler. Each fusible op joins
   // the region of the fusible ops it reads (connected, since the last
   // stored values); one that would make its region weigh more than
   // kMaxFused is stored and starts a new one, so kernels stay bounded.
