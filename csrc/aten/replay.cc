@@ -68,7 +68,7 @@ std::vector<runtime::Storage*> StoragesOf(const MaybeTensors& ts) {
 
 }  // namespace
 
-std::unique_ptr<Recording> BeginRecording(const MaybeTensors& inputs) {
+std::unique_ptr<Recording> BeginRecording(const MaybeTensors& inputs, runtime::Runtime::ReplayJoin join) {
   auto rec = std::make_unique<Recording>();
   const int device = DeviceOf(inputs, &rec->why_not);
   if (!rec->why_not.empty()) return rec;
@@ -79,7 +79,7 @@ std::unique_ptr<Recording> BeginRecording(const MaybeTensors& inputs) {
     if (t && t->defined() && !t->has_storage()) rec->why_not = "an input is a batched tensor (vmap), without storage";
   }
   if (!rec->why_not.empty()) return rec;
-  rec->start = RaisingTensorErrors([&] { return runtime::Runtime::Get().BeginRecording(device, StoragesOf(inputs)); });
+  rec->start = RaisingTensorErrors([&] { return runtime::Runtime::Get().BeginRecording(device, StoragesOf(inputs), join); });
   rec->why_not = rec->start.refused;
   return rec;
 }

@@ -52,11 +52,12 @@ class Replayable {
   std::vector<size_t> fresh_nbytes_;
 };
 
-// Before tracing the graph on `inputs`: syncs pending inputs. A recording
-// with why_not set when the call cannot be recorded (a CPU tensor input).
-std::unique_ptr<Recording> BeginRecording(const MaybeTensors& inputs);
-// After tracing: syncs the device (always) and returns the replayable
-// program, or null with *why_not set.
+// Before tracing the graph on `inputs`, which `join` would join to the
+// pending trace or not (runtime::Runtime::BeginRecording). A recording with
+// why_not set when the call cannot be recorded (a CPU tensor input).
+std::unique_ptr<Recording> BeginRecording(const MaybeTensors& inputs, runtime::Runtime::ReplayJoin join);
+// After tracing: the replayable program, or null with *why_not set (and
+// the devices synced). A recording of its own syncs the device.
 std::shared_ptr<Replayable> EndRecording(Recording& rec, const MaybeTensors& inputs, const MaybeTensors& outputs,
                                          std::string* why_not);
 

@@ -213,6 +213,7 @@ int32_t Builder::Emit(Op op, Operands operands, Attrs attrs, const Shape* given,
 }
 
 void Builder::Restart() {
+  fold_floor_ = 0;
   Earlier done;
   done.hashed = hashed_nodes_ == g_.nodes.size();
   done.hash = hash_;
@@ -459,7 +460,7 @@ Value Builder::BroadcastInDim(Value x, const std::vector<int64_t>& dims,
 Value Builder::Reshape(Value x, const std::vector<int64_t>& dims) {
   if (shape(x).dims == dims) return x;
   const Node& n = g_.nodes[x.node];
-  if (n.op == Op::Reshape) {
+  if (n.op == Op::Reshape && x.node >= fold_floor_) {
     Value src = n.operands[0];
     if (g_.shape(src).dims == dims) return src;
     x = src;
@@ -746,6 +747,59 @@ Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::v
       g.aliases.push_back(Alias{param_remap[a.param], a.output});
     }
   }
+  return g;
+}
+
+Graph ExtractFrom(const Graph& full, const std::vector<Value>& outputs, int32_t first, std::vector<Value>* externals) {
+  const size_t n = full.nodes.size();
+  auto outside = [&](int32_t id) { return id < first || full.nodes[static_cast<size_t>(id)].op == Op::Parameter; };
+  std::vector<char> live(n, 0);
+  std::vector<Value> ext;
+  std::vector<int32_t> stack;
+  auto reach = [&](Value v) {
+    if (outside(v.node)) {
+      ext.push_back(v);
+    } else if (!live[static_cast<size_t>(v.node)]) {
+      stack.push_back(v.node);
+    }
+  };
+  for (Value v : outputs) reach(v);
+  while (!stack.empty()) {
+    const int32_t id = stack.back();
+    stack.pop_back();
+    if (live[static_cast<size_t>(id)]) continue;
+    live[static_cast<size_t>(id)] = 1;
+    for (Value o : full.nodes[static_cast<size_t>(id)].operands) reach(o);
+  }
+  auto before = [](Value a, Value b) { return a.node != b.node ? a.node < b.node : a.index < b.index; };
+  std::sort(ext.begin(), ext.end(), before);
+  ext.erase(std::unique(ext.begin(), ext.end()), ext.end());
+  Graph g;
+  g.num_replicas = full.num_replicas;
+  g.num_partitions = full.num_partitions;
+  for (size_t k = 0; k < ext.size(); ++k) {
+    Node p;
+    p.op = Op::Parameter;
+    p.results.push_back(full.shape(ext[k]));
+    p.attrs = ParameterAttrs{static_cast<int64_t>(k), ""};
+    g.params.push_back(static_cast<int32_t>(g.nodes.size()));
+    g.nodes.push_back(std::move(p));
+  }
+  auto param_of = [&](Value v) {
+    const auto at = std::lower_bound(ext.begin(), ext.end(), v, before);
+    return Value{static_cast<int32_t>(at - ext.begin()), 0};
+  };
+  std::vector<int32_t> remap(n, -1);
+  auto mapped = [&](Value v) { return outside(v.node) ? param_of(v) : Value{remap[static_cast<size_t>(v.node)], v.index}; };
+  for (size_t id = static_cast<size_t>(std::max(first, 0)); id < n; ++id) {
+    if (!live[id]) continue;
+    Node node = full.nodes[id];
+    for (Value& o : node.operands) o = mapped(o);
+    remap[id] = static_cast<int32_t>(g.nodes.size());
+    g.nodes.push_back(std::move(node));
+  }
+  for (Value v : outputs) g.outputs.push_back(mapped(v));
+  if (externals) *externals = std::move(ext);
   return g;
 }
 

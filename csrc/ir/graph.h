@@ -526,6 +526,14 @@ struct Graph {
 Graph Extract(const Graph& full, const std::vector<Value>& outputs, const std::vector<Alias>& aliases,
               std::vector<int64_t>* used_params);
 
+// The part of `full` from node `first` on that `outputs` need, as a graph
+// of its own: each value it reads from before `first`, and each parameter
+// of `full` it reads, becomes one of its parameters, in the order of those
+// values in `full` (node, then result). `externals` receives them: the
+// values in `full` that a call of the result takes as arguments (a
+// torch.compile graph traced into a pending trace, runtime/replay.cc).
+Graph ExtractFrom(const Graph& full, const std::vector<Value>& outputs, int32_t first, std::vector<Value>* externals);
+
 class Builder {
  public:
   // Collectives span `num_replicas` replicas unless given explicit groups.
@@ -550,6 +558,12 @@ class Builder {
 
   // How many nodes of the graph so far were taken over (see Restart).
   size_t taken_over() const { return taken_over_; }
+
+  // Nodes before `first` are not folded into new ones (Reshape of a
+  // reshape reads its operand): what is built from now on reads them only
+  // as they are (a graph recorded as a call of its own, ExtractFrom).
+  // Restart sets it back to 0.
+  void SetFoldFloor(int32_t first) { fold_floor_ = first; }
 
   // ProgramHash of the graph so far (no outputs, no aliases).
   uint64_t Fingerprint();
@@ -750,6 +764,7 @@ class Builder {
   // Which of earlier_ the graph so far repeats node for node, newest first.
   std::vector<uint8_t> repeats_;
   size_t taken_over_ = 0;
+  int32_t fold_floor_ = 0;
   // Fingerprint of the first hashed_nodes_ nodes (the graph grows only by appending).
   size_t hashed_nodes_ = SIZE_MAX;
   uint64_t hash_ = 0;

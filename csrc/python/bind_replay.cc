@@ -39,12 +39,15 @@ void BindReplay(py::module_& m) {
   py::class_<aten::Replayable, std::shared_ptr<aten::Replayable>>(m, "_Replayable");
   m.def(
       "_replay_begin",
-      [](const py::sequence& inputs) {
+      [](const py::sequence& inputs, int join) {
+        if (join < 0 || join > 2) throw py::value_error("join must be 0 (never), 1 (when work is pending) or 2 (always)");
         aten::MaybeTensors ts = Tensors(inputs);
         py::gil_scoped_release release;
-        return aten::BeginRecording(ts);
+        return aten::BeginRecording(ts, static_cast<runtime::Runtime::ReplayJoin>(join));
       },
-      "Before tracing a compiled graph's first call: syncs pending inputs.");
+      py::arg("inputs"), py::arg("join"),
+      "Before tracing a compiled graph's first call, which `join` (as _replay_run's) would join to the pending\n"
+      "trace: recorded in that trace; otherwise pending inputs are synced first.");
   m.def(
       "_replay_end",
       [](aten::Recording& rec, const py::sequence& inputs, const py::sequence& outputs) {
@@ -59,7 +62,7 @@ void BindReplay(py::module_& m) {
         if (r) program = py::cast(r);
         return py::make_tuple(program, why);
       },
-      "After tracing it: syncs; (replayable program or None, why not).");
+      "After tracing it: (replayable program or None, why not); syncs unless recorded in the pending trace.");
   m.def(
       "_replay_run",
       [](const aten::Replayable& r, const py::sequence& inputs, int join) -> py::object {

@@ -2,8 +2,10 @@
 // inputs (runtime/replay.h).
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <unordered_map>
 
+#include "ir/hash.h"
 #include "pjrt/error.h"
 #include "runtime/dtype_map.h"
 #include "runtime/program.h"
@@ -18,7 +20,7 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& inputs) {
+RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& inputs, ReplayJoin join) {
   TraceScope scope;
   global_id(device);
   Trace& t = traces_[device];
@@ -27,17 +29,40 @@ RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& 
   if (t.replicas > 1) start.refused = "the device runs replicated programs";
   if (!t.mesh.empty()) start.refused = "the device runs SPMD programs (a mesh is in use)";
   if (!start.refused.empty()) return start;
-  // The recorded program must be the graph's alone: earlier pending work
-  // (inputs computed lazily, e.g. by an optimizer step) launches first.
-  if (!t.idle()) SyncDevice(device);
   for (Storage* s : inputs) {
     if (s && s->device_ != device) {
       throw pjrt::Error(pjrt::Code::kInvalidArgument, "expected all tensors to be on pjrt:" +
                                                           std::to_string(device) + ", found one on pjrt:" +
                                                           std::to_string(s->device_));
     }
-    if (s && (!s->outcome_ || s->outcome_->error.empty())) Materialize(*s);  // lost values raise when read
-    start.buffers.push_back(s ? s->buffer_.get() : nullptr);
+  }
+  // A call that joins the trace is recorded there (EndRecordingInTrace).
+  // Otherwise the recorded program must be the graph's alone: earlier
+  // pending work (inputs computed lazily, e.g. by an optimizer step)
+  // launches first.
+  start.in_trace = join == ReplayJoin::kAlways || (join == ReplayJoin::kWhenPending && !t.idle());
+  if (!start.in_trace && !t.idle()) SyncDevice(device);
+  if (start.in_trace) {
+    if (!t.builder) ResetTrace(t);
+    start.first_node = static_cast<int32_t>(t.builder->graph().nodes.size());
+    start.rng_pending = t.rng_pending;
+    start.rng_value = t.rng_value;
+    start.check_code = t.check_code;
+    start.check_sites = t.check_sites.size();
+    for (Storage* s : t.pending) start.pending.emplace(s, s->value_);
+    t.recording = true;
+    t.recorded_checks.clear();
+    t.builder->SetFoldFloor(start.first_node);
+  }
+  for (Storage* s : inputs) {
+    ir::Value pending;
+    if (s && start.in_trace && s->pending_) {
+      if (s->epoch_ == t.epoch) pending = s->value_;
+    } else if (s && (!s->outcome_ || s->outcome_->error.empty())) {
+      Materialize(*s);  // lost values raise when read (not pending here: no sync)
+    }
+    start.values.push_back(pending);
+    start.buffers.push_back(s && !pending.valid() ? s->buffer_.get() : nullptr);
     start.nbytes.push_back(s ? s->nbytes_ : 0);
     start.dtypes.push_back(s && s->dtype_ ? *s->dtype_ : ir::DType::U8);
   }
@@ -59,6 +84,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
   };
   // (a region or mesh begun during the trace synced: the epoch says so)
   if (!start.refused.empty()) return refuse(start.refused);
+  if (start.in_trace) return EndRecordingInTrace(start, inputs, fresh, why_not);
   if (t.epoch != start.epoch) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
   if (t.host_reads != start.host_reads) {
     return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
@@ -163,7 +189,6 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
 
 void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs,
                         const std::vector<Storage*>& fresh) {
-  Trace& t = traces_[p.device];
   std::vector<ir::Value> args(p.args.size());
   for (size_t k = 0; k < p.args.size(); ++k) {
     const ReplayProgram::Arg& a = p.args[k];
@@ -180,6 +205,12 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
         break;
     }
   }
+  AddCall(p, args, inputs, fresh);
+}
+
+void Runtime::AddCall(const ReplayProgram& p, const std::vector<ir::Value>& args, const std::vector<Storage*>& inputs,
+                      const std::vector<Storage*>& fresh) {
+  Trace& t = traces_[p.device];
   const std::vector<ir::Value> outs = t.builder->Call(p.body, args);
   for (size_t o = 0; o < p.results.size(); ++o) {
     for (const ReplayProgram::Result& r : p.results[o]) {
@@ -221,6 +252,170 @@ void Runtime::JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inp
       j->after[i] = {UINT64_MAX, JoinState{}};
     }
   }
+}
+
+std::shared_ptr<const ReplayProgram> Runtime::EndRecordingInTrace(const RecordingStart& start,
+                                                                  const std::vector<Storage*>& inputs,
+                                                                  const std::vector<Storage*>& fresh,
+                                                                  std::string* why_not) {
+  const int device = start.device;
+  Trace& t = traces_.at(device);
+  const bool same_trace = t.epoch == start.epoch;
+  t.recording = false;
+  if (same_trace) t.builder->SetFoldFloor(0);
+  auto refuse = [&](const std::string& why) -> std::shared_ptr<const ReplayProgram> {
+    *why_not = why;
+    SyncDevice(device);
+    return nullptr;
+  };
+  if (!same_trace) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
+  if (t.host_reads != start.host_reads) {
+    return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
+                  "size): the program holds what was read");
+  }
+  if (inputs.size() != start.buffers.size()) return refuse("the inputs changed");
+  std::unordered_map<const Storage*, int> by_storage;
+  auto p = std::make_shared<ReplayProgram>();
+  p->device = device;
+  p->inputs.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Storage* s = inputs[i];
+    if (!s) continue;
+    if (s->nbytes_ != start.nbytes[i] || !s->dtype_ || *s->dtype_ != start.dtypes[i]) {
+      return refuse("the graph resizes or retypes an input's storage");
+    }
+    ReplayProgram::Input& in = p->inputs[i];
+    in.storage = true;
+    in.nbytes = start.nbytes[i];
+    in.dtype = start.dtypes[i];
+    auto [it, inserted] = by_storage.emplace(s, static_cast<int>(i));
+    if (!inserted) in.same_as = it->second;
+  }
+  std::unordered_map<const Storage*, int> fresh_index;
+  for (size_t k = 0; k < fresh.size(); ++k) fresh_index.emplace(fresh[k], static_cast<int>(k));
+
+  // What the graph wrote: storages pending now that were not, or held
+  // another value, when it began; in the order SyncDevice gives them.
+  std::vector<Storage*> written;
+  for (Storage* s : t.pending) {
+    auto it = start.pending.find(s);
+    if (it == start.pending.end() || !(it->second == s->value_)) written.push_back(s);
+  }
+  std::sort(written.begin(), written.end(), [](const Storage* a, const Storage* b) {
+    return a->value_.node != b->value_.node ? a->value_.node < b->value_.node : a->value_.index < b->value_.index;
+  });
+  std::vector<ir::Value> outputs;
+  auto output_of = [&](ir::Value v) {
+    const size_t at = static_cast<size_t>(std::find(outputs.begin(), outputs.end(), v) - outputs.begin());
+    if (at == outputs.size()) {
+      outputs.push_back(v);
+      p->results.emplace_back();
+    }
+    return at;
+  };
+  p->fresh.assign(fresh.size(), ir::DType::U8);
+  std::vector<bool> fresh_written(fresh.size(), false);
+  for (Storage* s : written) {
+    if (auto it = by_storage.find(s); it != by_storage.end()) {
+      p->results[output_of(s->value_)].push_back({ReplayProgram::Target::kInput, it->second});
+    } else if (auto f = fresh_index.find(s); f != fresh_index.end()) {
+      p->results[output_of(s->value_)].push_back({ReplayProgram::Target::kFresh, f->second});
+      p->fresh[static_cast<size_t>(f->second)] = *s->dtype_;
+      fresh_written[static_cast<size_t>(f->second)] = true;
+    } else {
+      return refuse("the graph writes a tensor that is neither an input nor an output");
+    }
+  }
+  if (std::find(fresh_written.begin(), fresh_written.end(), false) != fresh_written.end()) {
+    return refuse("an output of the graph is not computed by the program");
+  }
+  if (t.rng_pending && !(start.rng_pending && t.rng_value == start.rng_value)) {
+    p->results.emplace_back().push_back({ReplayProgram::Target::kRng, -1});
+    outputs.push_back(t.rng_value);
+  }
+  if (!t.recorded_checks.empty()) {
+    // The graph's own checks, merged as MergeCheck does (the first failed
+    // one in trace order); in the trace they were merged into what came
+    // before the graph.
+    ir::Builder& b = *t.builder;
+    ir::Value code = t.recorded_checks.front();
+    for (size_t k = 1; k < t.recorded_checks.size(); ++k) {
+      const ir::Value failed = b.Compare(ir::CompareDir::NE, code, b.ScalarConstant(ir::DType::I32, 0));
+      code = b.Select(failed, code, t.recorded_checks[k]);
+    }
+    p->results.emplace_back().push_back({ReplayProgram::Target::kFlag, -1});
+    outputs.push_back(code);
+    p->checked = true;
+    p->check_sites.assign(t.check_sites.begin() + static_cast<std::ptrdiff_t>(std::min(start.check_sites,
+                                                                                       t.check_sites.size())),
+                          t.check_sites.end());
+  }
+  if (outputs.empty()) return refuse("the graph computes nothing on the device");
+
+  // The program's graph: the graph's part of the trace, reading what came
+  // before it (inputs' pending values, parameters) as its arguments.
+  std::vector<ir::Value> externals;
+  p->body = std::make_shared<ir::Graph>(ir::ExtractFrom(t.builder->graph(), outputs, start.first_node, &externals));
+  const ir::Graph& g = t.builder->graph();
+  for (const ir::Value& e : externals) {
+    ReplayProgram::Arg a;
+    a.dtype = g.shape(e).dtype;
+    const ir::Node& n = g.nodes[static_cast<size_t>(e.node)];
+    const pjrt::Buffer* buffer = n.op == ir::Op::Parameter ? t.params[ir::ParamIndex(n)].buffer.get() : nullptr;
+    for (size_t i = 0; i < inputs.size() && a.input < 0; ++i) {
+      if (!inputs[i] || p->inputs[i].same_as >= 0) continue;
+      if (start.values[i].valid() ? start.values[i] == e : (buffer && start.buffers[i] == buffer)) {
+        a.source = ReplayProgram::Source::kInput;
+        a.input = static_cast<int>(i);
+      }
+    }
+    if (a.input >= 0) {
+    } else if (start.rng_pending ? e == start.rng_value : (buffer && buffer == t.rng_buffer.get())) {
+      a.source = ReplayProgram::Source::kRng;
+    } else if (buffer) {
+      a.source = ReplayProgram::Source::kConst;  // a cached scalar
+      a.constant = t.params[ir::ParamIndex(n)].buffer;
+    } else {
+      return refuse("the graph reads a value computed before it that is not one of its inputs");
+    }
+    p->args.push_back(std::move(a));
+  }
+  // Launched alone, the program writes each input it overwrites into that
+  // input's buffer.
+  std::vector<bool> aliased(outputs.size(), false);
+  for (size_t k = 0; k < p->args.size(); ++k) {
+    ReplayProgram::Arg& a = p->args[k];
+    if (a.source != ReplayProgram::Source::kInput) continue;
+    for (size_t o = 0; o < p->results.size() && !a.donated; ++o) {
+      if (aliased[o] || !(g.shape(outputs[o]) == g.shape(externals[k]))) continue;
+      for (const ReplayProgram::Result& r : p->results[o]) {
+        if (r.target == ReplayProgram::Target::kInput && r.index == a.input) {
+          a.donated = true;
+          aliased[o] = true;
+          p->aliases.push_back({static_cast<int64_t>(k), static_cast<int64_t>(o)});
+          break;
+        }
+      }
+    }
+  }
+  // The trace from here on: the graph's part as one call, as a later call
+  // joins (its nodes stay behind, read by nothing).
+  t.check_code = start.check_code;
+  AddCall(*p, externals, inputs, fresh);
+  Metrics::Get().Add("replay_recordings");
+  return p;
+}
+
+const pjrt::Executable& Runtime::ExecutableOf(const ReplayProgram& p) {
+  if (!p.executable) {
+    ir::Graph g = *p.body;
+    g.aliases = p.aliases;
+    std::ostringstream key;
+    key << std::hex << ir::ProgramHash(g) << "-d" << std::dec << global_id(p.device);
+    p.executable = GetExecutable(p.device, g, key.str(), std::vector<std::string>(g.params.size()), {});
+    p.run_bytes = HostRunBytes(*client_, *p.executable);
+  }
+  return *p.executable;
 }
 
 Runtime::JoinState Runtime::StateIn(const Trace& t, const Storage& s) {
@@ -313,6 +508,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
     m.AddTime("replay", Seconds(t0));
     return true;
   }
+  ExecutableOf(p);  // (a compile failure loses nothing)
   // Arguments.
   std::vector<pjrt::Buffer*> args(p.args.size(), nullptr);
   for (size_t k = 0; k < p.args.size(); ++k) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -52,8 +53,11 @@ struct ReplayProgram {
   };
 
   int device = 0;
-  std::shared_ptr<pjrt::Executable> executable;
-  int64_t run_bytes = 0;                   // HostRunBytes of the executable
+  // Recorded in the pending trace: null until a call launches it alone
+  // (Runtime::ExecutableOf compiles `body` with `aliases`).
+  mutable std::shared_ptr<pjrt::Executable> executable;
+  mutable int64_t run_bytes = 0;           // HostRunBytes of the executable
+  std::vector<ir::Alias> aliases;          // of `body` compiled alone (args marked donated)
   std::vector<Arg> args;                   // per program argument
   std::vector<Input> inputs;               // per graph input
   std::vector<std::vector<Result>> results;  // per program result: the storages it becomes
@@ -82,6 +86,17 @@ struct RecordingStart {
   std::vector<const pjrt::Buffer*> buffers;  // per input (null for non-storages)
   std::vector<size_t> nbytes;
   std::vector<ir::DType> dtypes;
+  // Recorded in the pending trace (Runtime::BeginRecording): where the
+  // graph's nodes begin, each input's pending value (or none: `buffers`
+  // holds it), the random state, the checks and pending storages before it.
+  bool in_trace = false;
+  int32_t first_node = 0;
+  std::vector<ir::Value> values;
+  bool rng_pending = false;
+  ir::Value rng_value;
+  ir::Value check_code;
+  size_t check_sites = 0;
+  std::unordered_map<const Storage*, ir::Value> pending;
 };
 
 }  // namespace tpj::runtime

@@ -298,6 +298,7 @@ void Runtime::MergeCheck(Trace& t, ir::Value code) {
     for (const CheckBefore& c : op_checks_before_) seen |= c.device == device;
     if (!seen) op_checks_before_.push_back(CheckBefore{device, t.epoch, t.check_code});
   }
+  if (t.recording) t.recorded_checks.push_back(code);
   if (!t.check_code.valid()) {
     t.check_code = code;
     return;

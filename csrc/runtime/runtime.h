@@ -195,16 +195,6 @@ class Runtime {
   size_t trace_nodes(int device);  // IR nodes of the device's trace
 
   // --- replay of recorded programs (runtime/replay.h; torch.compile graphs) ---
-  // Before tracing a graph: syncs `device` when an input or the random state
-  // is pending, and gives every input storage a buffer. `inputs`: one per
-  // graph input, null where the input is not a storage.
-  RecordingStart BeginRecording(int device, const std::vector<Storage*>& inputs);
-  // After tracing it: syncs the device (always) and returns the program that
-  // sync launched as a function of `inputs` and `fresh` (the distinct
-  // storages of the graph's outputs that are not inputs), or null with
-  // *why_not set when the call cannot be replayed.
-  std::shared_ptr<const ReplayProgram> EndRecording(const RecordingStart& start, const std::vector<Storage*>& inputs,
-                                                    const std::vector<Storage*>& fresh, std::string* why_not);
   // Runs `p` on `inputs` (same layout as recorded); `fresh` (new, empty
   // storages) receive the graph's new outputs. False, with nothing done,
   // when the call does not match the recording. Throws TensorError when an
@@ -215,6 +205,25 @@ class Runtime {
   // called again while the first call is still pending (a loop that never
   // syncs), the trace is launched first.
   enum class ReplayJoin { kNever, kWhenPending, kAlways };
+  // Before tracing a graph's first call. A call that would join the trace
+  // (`join` kAlways, or kWhenPending with work pending: ReplayJoin) is
+  // traced into the pending trace and recorded there, without a launch
+  // (EndRecording). Otherwise the recording is of a program of its own:
+  // syncs `device` when an input or the random state is pending, and gives
+  // every input storage a buffer. `inputs`: one per graph input, null where
+  // the input is not a storage.
+  RecordingStart BeginRecording(int device, const std::vector<Storage*>& inputs, ReplayJoin join);
+  // After tracing it: returns the program as a function of `inputs` and
+  // `fresh` (the distinct storages of the graph's outputs that are not
+  // inputs), or null with *why_not set (and the device synced) when the call
+  // cannot be replayed. A recording of its own syncs the device and records
+  // the program that sync launched; one in the pending trace takes the
+  // graph's part of the trace as the program's graph and leaves the trace
+  // pending, with that part as one call (what a later call's join adds): the
+  // step launches as the program that later steps reuse. Its executable is
+  // compiled when a call first launches it alone.
+  std::shared_ptr<const ReplayProgram> EndRecording(const RecordingStart& start, const std::vector<Storage*>& inputs,
+                                                    const std::vector<Storage*>& fresh, std::string* why_not);
   bool Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh,
               ReplayJoin join);
 
@@ -330,6 +339,10 @@ class Runtime {
       std::vector<std::pair<uint64_t, JoinState>> after;  // per graph input: Storage::serial_, state
     };
     std::vector<Joined> joined;
+    // A graph being recorded in this trace (BeginRecording in the pending
+    // trace): the check codes merged since it began, its own checks.
+    bool recording = false;
+    std::vector<ir::Value> recorded_checks;
     int replicas = 1;  // > 1: the trace is one program over this many devices
     std::vector<int> mesh;  // SPMD: non-empty, one program partitioned over these local devices
   };
@@ -454,6 +467,17 @@ class Runtime {
   void ForgetReportedFailures(const std::string& what);
   // Replay's joining path: `p`'s graph added to the trace (see Replay).
   void JoinTrace(const ReplayProgram& p, const std::vector<Storage*>& inputs, const std::vector<Storage*>& fresh);
+  // `p`'s graph as one call on `args` (the values of its arguments in the
+  // trace), its results given to the storages, random state and checks.
+  void AddCall(const ReplayProgram& p, const std::vector<ir::Value>& args, const std::vector<Storage*>& inputs,
+               const std::vector<Storage*>& fresh);
+  // EndRecording of a graph traced into the pending trace.
+  std::shared_ptr<const ReplayProgram> EndRecordingInTrace(const RecordingStart& start,
+                                                           const std::vector<Storage*>& inputs,
+                                                           const std::vector<Storage*>& fresh, std::string* why_not);
+  // The executable of `p` launched alone (compiled on first use for a
+  // recording made in the pending trace).
+  const pjrt::Executable& ExecutableOf(const ReplayProgram& p);
   // Whether `p` may join `t` once more (Trace::joined says when not).
   bool MayJoinAgain(const Trace& t, const ReplayProgram& p, const std::vector<Storage*>& inputs) const;
   // Per recorded program: programs compiled in which it had joined more than once.

@@ -34,6 +34,8 @@ void Runtime::ResetTrace(Trace& t) {
   t.check_sites.clear();
   t.read.clear();
   t.joined.clear();
+  t.recording = false;  // (EndRecording sees the epoch change)
+  t.recorded_checks.clear();
 }
 
 void Runtime::Retire(Trace& t, DeviceBuffer& b) {

@@ -15,9 +15,11 @@ outputs that eager gives on the CPU are moved back, so a CPU model compiled
 with ``backend="pjrt"`` runs on the device transparently (at the cost of
 copies on every call).
 
-Replay: the first call of each graph is traced as above, and the program its
-sync launched is recorded as a function of the graph's inputs (runtime
-``Replay``), with its graph. Later calls run without FX interpretation or
+Replay: the first call of each graph is traced as above and recorded as a
+function of the graph's inputs (runtime ``Replay``), with its graph: in the
+pending trace, where later calls would join it (the graph's part of the
+trace becomes one call of the recorded graph, nothing is launched), else as
+the program its own sync launched. Later calls run without FX interpretation or
 lowering: they join the device's pending lazy trace as one call node (so a
 training step with the loss and optimizer around the compiled graphs is one
 program), or, with nothing pending, run the executable directly from the
@@ -232,7 +234,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         return list(out) + constants if constants else out
 
     def traced(args):
-        rec = _C._replay_begin(recorded_args(args)) if record and replay else None
+        rec = _C._replay_begin(recorded_args(args), mode if join else _LAUNCH) if record and replay else None
         before = fallbacks_so_far() if rec is not None else 0
         outs = gm(*args)
         if rec is None:

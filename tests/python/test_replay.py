@@ -795,3 +795,86 @@ def test_replay_keeps_autograds_check_of_tensors_modified_before_backward(modifi
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.sum().backward()
     assert torch_pjrt.metrics.counters().get("replays", 0) > 0
+
+
+def test_a_compiled_training_step_is_one_program_from_the_first_step():
+    """The first calls of the forward and backward graphs are recorded in the
+    pending trace, not launched as programs of their own: the first step is
+    one program (it was 4: forward, loss, backward, optimizer), and a loop
+    that reads the loss after opt.step() settles as the lazy one does (it
+    compiled 6 programs, 2 of them whole steps, the first step's optimizer
+    joining the second step). Values are the CPU's: BatchNorm's running
+    statistics are written inside the recorded forward."""
+    def make(dev):
+        torch.manual_seed(0)
+        # (no bias before BatchNorm: its gradient is rounding noise, which AdamW scales up)
+        model = nn.Sequential(nn.Linear(16, 32, bias=False), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4)).to(dev)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    data = _data(4)
+    cpu, cpu_opt = make("cpu")
+    model, opt = make(DEV)
+    fwd = torch.compile(model, backend="pjrt")
+    pjrt_dynamo.call_stats(reset=True)
+    compiles, executions = [], []
+    for x, y in data:
+        want = F.cross_entropy(cpu(x), y)
+        want.backward()
+        cpu_opt.step()
+        cpu_opt.zero_grad()
+        before = torch_pjrt.metrics.counters()
+        loss = F.cross_entropy(fwd(x.to(DEV)), y.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        assert loss.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6)
+        after = torch_pjrt.metrics.counters()
+        compiles.append(after.get("compiles", 0) - before.get("compiles", 0))
+        executions.append(after.get("executions", 0) - before.get("executions", 0))
+    assert compiles == [1, 1, 0, 0] and executions == [1, 1, 1, 1], (compiles, executions)
+    assert pjrt_dynamo.call_stats()["refusals"] == {}
+    for k, v in cpu.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[k].cpu(), v, rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_recorded_in_the_pending_trace_launches_alone_later():
+    """Recorded where work was pending (joined), called later with nothing
+    pending: its program is compiled then and launched on the inputs'
+    buffers, the input it writes in place included."""
+    def step(acc, x):
+        acc.add_(x * 2)
+        return acc.sum() + x.mean()
+
+    f = torch.compile(step, backend="pjrt")
+    acc_cpu, acc = torch.zeros(5), torch.zeros(5, device=DEV)
+    x_cpu = torch.arange(5.0)
+    x = x_cpu.to(DEV)
+    pending = x * 3  # work pending: the first call is recorded in that trace
+    out = f(acc, pending)
+    want = step(acc_cpu, x_cpu * 3)
+    torch.testing.assert_close(out.cpu(), want)
+    torch_pjrt.metrics.reset()
+    for _ in range(3):
+        out = f(acc, x)  # nothing pending: launched alone
+        torch.testing.assert_close(out.cpu(), step(acc_cpu, x_cpu))
+    torch.testing.assert_close(acc.cpu(), acc_cpu)
+    c = torch_pjrt.metrics.counters()
+    assert c["replays"] == 3 and c.get("replays_joined", 0) == 0 and c["compiles"] == 1, c
+
+
+def test_checks_of_a_graph_recorded_in_the_pending_trace_are_its_own():
+    """A graph recorded in a trace that already holds a check: its program
+    carries its own checks only, and the check before it still fails where
+    it should."""
+    g = torch.compile(lambda t, i: t[i] * 2, backend="pjrt")
+    t = torch.arange(5.0, device=DEV)
+    good, bad = torch.tensor([1, 4], device=DEV), torch.tensor([1, 7], device=DEV)
+    before = t[good]  # a check pending before the call
+    out = g(t, good)
+    assert out.cpu().tolist() == [2.0, 8.0] and before.cpu().tolist() == [1.0, 4.0]
+    out = g(t * 1, good)  # replayed, joined
+    assert out.cpu().tolist() == [2.0, 8.0]
+    with pytest.raises(IndexError, match="out of range"):
+        g(t * 1, bad).cpu()
+    with pytest.raises(IndexError, match="out of range"):
+        (t[bad] + g(t * 1, good)).cpu()  # the failing check before the call
