@@ -1204,9 +1204,10 @@ at::Tensor lerp_tensor(const at::Tensor& self, const at::Tensor& end, const at::
   const int d = CommonDevice({&self, &end, &w});
   std::vector<int64_t> shape = at::infer_size(at::infer_size(self.sizes(), end.sizes()), w.sizes());
   const at::ScalarType ct = OpMath(t);
-  ir::Value x = BroadcastTo(d, Operand(self, d, ct), shape);
-  ir::Value y = BroadcastTo(d, Operand(end, d, ct), shape);
-  return WrapIn(Lerp(d, x, y, BroadcastTo(d, Operand(w, d, ct), shape), ct), t, d);
+  // each read in t first (a 0-d float32 weight beside bfloat16 tensors is
+  // rounded to bfloat16, as TensorIterator casts it), then computed in ct
+  auto read = [&](const at::Tensor& x) { return B(d).Convert(BroadcastTo(d, Operand(x, d, t), shape), ToIr(ct)); };
+  return WrapIn(Lerp(d, read(self), read(end), read(w), ct), t, d);
 }
 
 inline void NoPartialOverlap(const at::Tensor& self, const at::Tensor& operand) {

@@ -76,7 +76,14 @@ template <typename F>
 at::Tensor BinaryIn(const at::Tensor& a, const at::Tensor& b, at::ScalarType t, F f, bool wide = false) {
   TraceScope s;
   const at::ScalarType compute = Compute(t, CommonDevice({&a, &b}), wide);
-  Operands o = Prepare(a, b, compute);
+  // Each operand in t first, as TensorIterator casts them (a number or an
+  // integer tensor beside a half one is rounded to half: xlogy(x, 70000) is
+  // x * log(inf) in float16), then in the type computed in.
+  Operands o = Prepare(a, b, t);
+  if (compute != t) {
+    o.x = B(o.device).Convert(o.x, ToIr(compute));
+    o.y = B(o.device).Convert(o.y, ToIr(compute));
+  }
   Ctx c{o.device, compute, o.shape};
   return Wrap(c.b().Convert(f(c, o.x, o.y), ToIr(t)), c.d);
 }
@@ -651,27 +658,47 @@ std::tuple<at::Tensor, at::Tensor> frexp(const at::Tensor& a) {
 // was NaN and ldexp(3e38, -140) 0 in float32 (the CPU: 0 and 2.1e-4). Here
 // 2^e is three normal factors built from their bits, e clamped where every
 // finite x over- or underflows anyway, and x is scaled by each in turn
-// (half types in float: exact there, rounded once at the end). Other
-// dtype pairs take torch's composite.
+// (half types in float: exact there, rounded once at the end).
+// Integer x: the CPU's composite, x * pow(2.0, e) in the default float
+// dtype, where 2^e is exact down to the smallest subnormal (0 below it,
+// inf above the largest power): ldexp(3, -127) is 1.8e-38 there, where a
+// subnormal factor, flushed by XLA, gave 0. Other dtype pairs take torch's
+// composite.
 at::Tensor ldexp(const at::Tensor& a, const at::Tensor& e) {
   const at::ScalarType t = a.scalar_type();
-  if (!at::isFloatingType(t) || !at::isIntegralType(e.scalar_type(), true)) return at::mul(a, at::pow(2.0, e));
+  const bool int_x = at::isIntegralType(t, /*includeBool=*/true);
+  if (!(at::isFloatingType(t) || int_x) || !at::isIntegralType(e.scalar_type(), true)) {
+    return at::mul(a, at::pow(2.0, e));
+  }
   TraceScope s;
   const int d = CommonDevice({&a, &e});
-  const bool dbl = t == at::kDouble;
+  const at::ScalarType rt = int_x ? at::typeMetaToScalarType(at::get_default_dtype()) : t;
+  const bool dbl = rt == at::kDouble;
   const at::ScalarType ct = dbl ? at::kDouble : at::kFloat, it = dbl ? at::kLong : at::kInt;
-  const int64_t bias = dbl ? 1023 : 127, mant = dbl ? 52 : 23, limit = 3 * (bias - 1);
+  const int64_t bias = dbl ? 1023 : 127, mant = dbl ? 52 : 23;
   const std::vector<int64_t> shape = at::infer_size(a.sizes(), e.sizes());
   Ctx c{d, it, shape};
   ir::Builder& b = c.b();
   ir::Value x = BroadcastTo(d, Operand(a, d, ct), shape);
-  // std::ldexp takes a C int: a wider exponent wraps to int32 first (as on
-  // the CPU: ldexp(3, 2^40) is 3), then is clamped
-  const Ctx ci{d, at::kInt, shape};
-  ir::Value k = b.Convert(BroadcastTo(d, Operand(e, d, e.scalar_type()), shape), ir::DType::I32);
-  const double lim = static_cast<double>(limit);
-  k = ci.sel(ci.cmp(CompareDir::LT, k, ci.c(-lim)), ci.c(-lim), ci.sel(ci.cmp(CompareDir::GT, k, ci.c(lim)), ci.c(lim), k));
-  k = b.Convert(k, ToIr(it));
+  ir::Value k = BroadcastTo(d, Operand(e, d, e.scalar_type()), shape);
+  auto clamp = [&](const Ctx& ck, ir::Value v, double lo, double hi) {
+    return ck.sel(ck.cmp(CompareDir::LT, v, ck.c(lo)), ck.c(lo), ck.sel(ck.cmp(CompareDir::GT, v, ck.c(hi)), ck.c(hi), v));
+  };
+  ir::Value under, over;
+  if (int_x) {
+    const Ctx cl{d, at::kLong, shape};
+    k = b.Convert(k, ir::DType::I64);
+    const double lo = static_cast<double>(1 - bias - mant), hi = static_cast<double>(bias);
+    under = cl.cmp(CompareDir::LT, k, cl.c(lo));
+    over = cl.cmp(CompareDir::GT, k, cl.c(hi));
+    k = b.Convert(clamp(cl, k, lo, hi), ToIr(it));
+  } else {
+    // std::ldexp takes a C int: a wider exponent wraps to int32 first (as on
+    // the CPU: ldexp(3, 2^40) is 3), then is clamped
+    const Ctx ci{d, at::kInt, shape};
+    const double lim = static_cast<double>(3 * (bias - 1));
+    k = b.Convert(clamp(ci, b.Convert(k, ir::DType::I32), -lim, lim), ToIr(it));
+  }
   ir::Value k1 = c.bin(Op::Div, k, c.c(3));
   ir::Value k2 = c.bin(Op::Div, c.bin(Op::Sub, k, k1), c.c(2));
   ir::Value k3 = c.bin(Op::Sub, c.bin(Op::Sub, k, k1), k2);
@@ -679,8 +706,13 @@ at::Tensor ldexp(const at::Tensor& a, const at::Tensor& e) {
     return b.Bitcast(c.bin(Op::ShiftLeft, c.bin(Op::Add, n, c.c(static_cast<double>(bias))), c.c(static_cast<double>(mant))),
                      ToIr(ct));
   };
-  for (ir::Value part : {k1, k2, k3}) x = b.Binary(Op::Mul, x, pow2(part));
-  return Wrap(b.Convert(x, ToIr(t)), d);
+  ir::Value r = x;
+  for (ir::Value part : {k1, k2, k3}) r = b.Binary(Op::Mul, r, pow2(part));
+  if (int_x) {
+    const Ctx cf{d, ct, shape};
+    r = cf.sel(under, cf.bin(Op::Mul, x, cf.c(0)), cf.sel(over, cf.bin(Op::Mul, x, cf.c(INFINITY)), r));
+  }
+  return Wrap(b.Convert(r, ToIr(rt)), d);
 }
 
 // nextafter: the next value after x toward y, from the bits alone (XLA's

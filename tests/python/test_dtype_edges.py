@@ -909,9 +909,52 @@ def test_ldexp_scales_without_overflowing_first(dtype):
             assert torch.equal(got[normal], want[normal]), (e_dtype, e, got, want)
             tiny = ~normal & ~want.isnan()
             assert ((got[tiny] == 0) | (got[tiny] == want[tiny])).all() and torch.equal(got.isnan(), want.isnan())
-    # a float exponent, and an integer x, take torch's composite
-    for a, b in ((x, torch.full_like(x, 3.0)), (torch.tensor([3, -2]), torch.tensor([2, 1]))):
-        torch.testing.assert_close(torch.ldexp(a.to(DEV), b.to(DEV)).cpu(), torch.ldexp(a, b), equal_nan=True)
+    # a float exponent takes torch's composite
+    a, b = x, torch.full_like(x, 3.0)
+    torch.testing.assert_close(torch.ldexp(a.to(DEV), b.to(DEV)).cpu(), torch.ldexp(a, b), equal_nan=True)
+
+
+def test_ldexp_of_integers_is_the_cpus_product_with_an_exact_power():
+    # the CPU's composite for integer x: x * pow(2.0, e) in float32, whose
+    # 2^e is exact down to the smallest subnormal (0 below, inf above 2^127);
+    # pjrt's subnormal factor, flushed, gave 0 for ldexp(3, -127)
+    x = torch.tensor([3, 2**40, -5, 7, 1, 0, -1, 123456789])
+    for e in (-127, -140, -149, -150, -200, 0, 5, 127, 128, 300, 2**40, -2**40):
+        for e_dtype in (torch.int64, torch.int32, torch.int16):
+            if not (torch.iinfo(e_dtype).min <= e <= torch.iinfo(e_dtype).max):
+                continue
+            exp = torch.full_like(x, e, dtype=e_dtype)
+            want, got = torch.ldexp(x, exp), torch.ldexp(x.to(DEV), exp.to(DEV)).cpu()
+            assert got.dtype == want.dtype == torch.float32
+            normal = (want.abs() >= torch.finfo(torch.float32).tiny) | want.isinf() | (want == 0)
+            assert torch.equal(got[normal], want[normal]) and torch.equal(got.isnan(), want.isnan()), (e, got, want)
+            assert (got[~normal & ~want.isnan()] == 0).all()  # a subnormal result may be flushed (docs/semantics.md)
+    b = torch.tensor([True, False, True])
+    assert torch.equal(torch.ldexp(b.to(DEV), torch.tensor([3, 4, -2], device=DEV)).cpu(),
+                       torch.ldexp(b, torch.tensor([3, 4, -2])))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_binary_ops_round_other_operands_to_the_half_type_first(dtype):
+    # TensorIterator casts every operand to the result type before the
+    # kernel computes in float: a number, a 0-d tensor or an integer tensor
+    # beside a half one is rounded first (xlogy(x, 1.003) is 0 in bfloat16,
+    # where pjrt read 1.003 in float and gave 0.0075)
+    x = torch.tensor([2.5, -1.5, 0.75, 3.0], dtype=dtype)
+    cases = [
+        lambda d: torch.xlogy(x.to(d), 1.003),
+        lambda d: torch.xlogy(x.to(d).abs(), 70000),
+        lambda d: torch.special.xlog1py(x.to(d).abs(), 0.003),
+        lambda d: torch.hypot(x.to(d), torch.tensor(257.0)),
+        lambda d: torch.hypot(torch.tensor([257, 513, 1025, 3], device=d), x.to(d)),
+        lambda d: torch.logaddexp(x.to(d), torch.tensor(2.001)),
+        lambda d: torch.lerp(x.to(d), x.to(d) * 0, torch.tensor(1.003)),
+        lambda d: torch.lerp(x.to(d), x.to(d) * 2, torch.tensor(0.4001, dtype=torch.float64)),
+    ]
+    for i, f in enumerate(cases):  # (to one rounding: log and exp may differ by an ulp)
+        want, got = f("cpu"), f(DEV).cpu()
+        assert got.dtype == want.dtype, i
+        torch.testing.assert_close(got, want, rtol=torch.finfo(dtype).eps, atol=0, msg=str(i))
 
 
 _Z = [0.5 + 1j, -1.5 - 2j, 2 + 0.5j, -0.25 + 0j]
