@@ -40,6 +40,7 @@ of this process, whether a plugin is installed).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Dict, List, Optional, Union
 
 import torch
@@ -160,9 +161,13 @@ class PjrtAccelerator(_pl.accelerators.Accelerator):
 
     @staticmethod
     def is_available() -> bool:
+        # Lightning answers False with "can not run on your system" alone:
+        # the reason (a PJRT_DEVICE without a plugin, a bad CPU_NUM_DEVICES)
+        # goes with it as a warning.
         try:
             torch_pjrt.find_plugin()
-        except Exception:
+        except Exception as e:
+            warnings.warn(f"the pjrt accelerator is not available: {e}", stacklevel=2)
             return False
         return True
 
@@ -211,9 +216,24 @@ class _ProgramPerBatch:
         return not self.lightning_module.automatic_optimization
 
     def optimizer_step(self, optimizer, closure, model=None, **kwargs: Any) -> Any:
+        inner = getattr(optimizer, "optimizer", optimizer)
+        first = isinstance(inner, torch.optim.Optimizer) and not inner.state
         out = super().optimizer_step(optimizer, closure, model, **kwargs)
         if not self._manual():
-            torch_pjrt.sync()
+            try:
+                torch_pjrt.sync()
+            except torch.OutOfMemoryError:
+                # The step's program did not run: the parameters keep their
+                # values, but what the step created is lost with it (its
+                # gradients, a first step's optimizer state). Dropped, so
+                # that the next step (Lightning's batch-size search trying
+                # a smaller batch) and teardown's copy to the CPU do not
+                # read them.
+                for p in self.lightning_module.parameters():
+                    p.grad = None
+                if first:
+                    inner.state.clear()
+                raise
         return out
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -493,6 +513,23 @@ def _patch_strategy_check(connector_cls, parallel_cls, allowed: tuple, names: st
     connector_cls._init_strategy = _init_strategy
 
 
+def _patch_oom_check() -> None:
+    """Lightning's batch-size search (``Tuner.scale_batch_size``) backs off
+    on the errors its ``is_oom_error`` knows: CUDA's and the CPU allocator's
+    messages. pjrt's ``torch.OutOfMemoryError`` is one too."""
+    from lightning.pytorch.tuner import batch_size_scaling
+
+    known = batch_size_scaling.is_oom_error
+    if getattr(known, "_torch_pjrt", False):
+        return
+
+    def is_oom_error(exception: BaseException) -> bool:
+        return isinstance(exception, torch.OutOfMemoryError) or known(exception)
+
+    is_oom_error._torch_pjrt = True
+    batch_size_scaling.is_oom_error = is_oom_error
+
+
 def register() -> None:
     """Registers the accelerator and strategies with lightning.pytorch and
     lightning.fabric (done on import; calling it again changes nothing)."""
@@ -515,6 +552,7 @@ def register() -> None:
                           f"strategy={DDP_STRATEGY!r} (devices=N), or leave it unset")
     _patch_strategy_check(_Connector, _FabricParallel, (),
                           f"strategy={STRATEGY!r} (Fabric runs one pjrt device per process), or leave it unset")
+    _patch_oom_check()
 
 
 register()

@@ -429,6 +429,47 @@ def test_bad_device_lists_are_refused_with_what_to_do():
                       tpl.PjrtSingleDeviceStrategy)
 
 
+class _Hungry(Net):
+    """A step whose memory grows with the batch: beyond 8 rows it asks the
+    device for 2**40 bytes (refused by pjrt with torch.OutOfMemoryError)."""
+
+    def __init__(self):
+        super().__init__()
+        self.batch_size = 2
+
+    def train_dataloader(self):
+        return DataLoader(_data(), batch_size=self.batch_size)
+
+    validation_step = None  # (Net's needs a val_dataloader)
+
+    def training_step(self, batch, i):
+        loss = super().training_step(batch, i)
+        if batch[0].shape[0] > 8:
+            loss = loss + torch.zeros(2**38, device=loss.device).sum()
+        return loss
+
+
+def test_batch_size_search_backs_off_on_pjrt_out_of_memory(tmp_path):
+    # Lightning's is_oom_error knew CUDA's and the CPU allocator's messages
+    # only: the search ended with pjrt's OutOfMemoryError at 16
+    from lightning.pytorch.tuner import Tuner
+
+    model = _Hungry()
+    trainer = _trainer("pjrt", max_steps=3, limit_val_batches=0, default_root_dir=tmp_path)  # (its checkpoint)
+    found = Tuner(trainer).scale_batch_size(model, mode="power", init_val=2, max_trials=5, steps_per_trial=2)
+    assert found == 8 and model.batch_size == 8
+
+
+def test_an_unavailable_accelerator_says_why(monkeypatch):
+    def missing():
+        raise torch_pjrt.PjrtError("no PJRT plugin for PJRT_DEVICE=FOO")
+
+    monkeypatch.setattr(torch_pjrt, "find_plugin", missing)
+    with pytest.warns(UserWarning, match="pjrt accelerator is not available: .*PJRT_DEVICE=FOO"):
+        with pytest.raises(Exception, match="not available"):
+            pl.Trainer(accelerator="pjrt", devices=1, logger=False)
+
+
 def test_fabric_matches_the_cpu():
     def run(accelerator):
         fabric = Fabric(accelerator=accelerator, devices=1)
