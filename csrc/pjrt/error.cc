@@ -65,8 +65,7 @@ std::string Explained(std::string message) {
   if (first == std::string::npos) return message;
   size_t end = first;
   while (std::string_view(message).substr(end, kDispatch.size()) == kDispatch) end += kDispatch.size();
-  message.replace(first, end - first,
-                  "an input of this program is the result of an earlier program that failed (not computed again): ");
+  message.replace(first, end - first, kEarlierFailure);
   return message;
 }
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "pjrt/c_api.h"
 
@@ -29,6 +30,12 @@ enum class Code : int {
   kDataLoss = 15,
   kUnauthenticated = 16,
 };
+
+// What an error says in place of XLA's "Error dispatching computation: "
+// prefixes: the program failed because an input is an earlier program's
+// failed result (that failure is the one to report).
+inline constexpr std::string_view kEarlierFailure =
+    "an input of this program is the result of an earlier program that failed (not computed again): ";
 
 class Error : public std::runtime_error {
  public:

@@ -314,6 +314,11 @@ class Runtime {
       std::vector<DeviceBuffer> buffers;
     };
     std::deque<Retiring> retiring;
+    // The first failure (the plugin's error) of a launch found done at a
+    // later launch (TrackLaunch), for the next sync() to raise; and whether
+    // it was out of memory.
+    std::string failed_run;
+    bool failed_run_oom = false;
     std::vector<std::shared_ptr<Outcome>> unverified;
     // The checks' result so far (i32 scalar, the id of the first failed check in trace order), or none.
     ir::Value check_code;
@@ -440,6 +445,10 @@ class Runtime {
   void MergeCheck(Trace& t, ir::Value code);
   // After a launch: remembers its completion event, bounds the lists.
   void TrackLaunch(Trace& t, const DeviceBuffer& first_result);
+  // Sync without waiting: waits for the launches (device, launch) it took
+  // off the traces' lists as too far behind; raises a failure among them,
+  // else `failed` (a failed launch found done since the last sync).
+  void AwaitBehind(std::vector<std::pair<int, Trace::Retiring>>& behind, const std::string& failed, bool failed_oom);
   // What SyncDevice launched, for EndRecording (set only while it records).
   struct SyncCapture {
     std::shared_ptr<pjrt::Executable> executable;

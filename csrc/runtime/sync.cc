@@ -34,6 +34,10 @@ void RecordProgramMemory(const pjrt::Executable& exe) {
   m.Max("program_temp_bytes", p->temp);
 }
 
+// How many launches of a device may still be running after a sync() that
+// does not wait (see Runtime::Sync).
+constexpr size_t kRunAhead = 3;
+
 }  // namespace
 
 std::shared_ptr<Outcome> LostToCurrentException(const char* stage) {
@@ -69,23 +73,53 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
   std::vector<std::unique_ptr<pjrt::Event>> events;
   std::vector<std::shared_ptr<Outcome>> outcomes;
   std::vector<DeviceBuffer> retired;  // dropped once the launches are done
+  std::vector<std::pair<int, Trace::Retiring>> behind;  // (device, launch): see below
+  std::string failed;  // a failed launch found done since the last sync (Trace::failed_run)
+  bool failed_oom = false;
   {
     TraceScope scope;  // reports deferred recompile reasons once the lock is released
     for (int d : devices) SyncDevice(d);
-    if (!options.wait) return;
-    for (int d : devices) {
-      Trace& t = traces_.at(d);
-      for (auto& e : t.inflight) events.push_back(std::move(e));
-      for (auto& o : t.unverified) outcomes.push_back(std::move(o));
-      for (auto& b : t.retired) retired.push_back(std::move(b));
-      for (auto& r : t.retiring) {
-        for (auto& b : r.buffers) retired.push_back(std::move(b));
+    if (!options.wait) {
+      // How far the host runs ahead of the device: a loop that never reads
+      // (sync() per step) queued programs as fast as it traced them, each
+      // holding its inputs (an uploaded batch per step: 700 MB more after 40
+      // steps), and Ctrl-C or the first read waited for all of them (30 s of
+      // queued steps in a Lightning fit). The launches before the last
+      // kRunAhead are waited for (below), and a failure among them (a
+      // program that ran out of memory while it ran) is raised by this
+      // sync(), as a read would raise it, rather than found at the end.
+      for (int d : devices) {
+        Trace& t = traces_.at(d);
+        while (t.retiring.size() > kRunAhead) {
+          behind.emplace_back(d, std::move(t.retiring.front()));
+          t.retiring.pop_front();
+        }
+        if (failed.empty() && !t.failed_run.empty()) {
+          failed = t.failed_run;
+          failed_oom = t.failed_run_oom;
+        }
+        t.failed_run.clear();
       }
-      t.inflight.clear();
-      t.unverified.clear();
-      t.retired.clear();
-      t.retiring.clear();
+    } else {
+      for (int d : devices) {
+        Trace& t = traces_.at(d);
+        for (auto& e : t.inflight) events.push_back(std::move(e));
+        for (auto& o : t.unverified) outcomes.push_back(std::move(o));
+        for (auto& b : t.retired) retired.push_back(std::move(b));
+        for (auto& r : t.retiring) {
+          for (auto& b : r.buffers) retired.push_back(std::move(b));
+        }
+        t.inflight.clear();
+        t.unverified.clear();
+        t.retired.clear();
+        t.retiring.clear();
+        t.failed_run.clear();  // (its launch is in the wait list: raised below)
+      }
     }
+  }
+  if (!options.wait) {
+    AwaitBehind(behind, failed, failed_oom);
+    return;
   }
   // Outside the lock: the wait check may take the GIL.
   auto t0 = std::chrono::steady_clock::now();
@@ -122,6 +156,49 @@ void Runtime::Sync(const std::vector<int>& devices, const SyncOptions& options) 
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+void Runtime::AwaitBehind(std::vector<std::pair<int, Trace::Retiring>>& behind, const std::string& failed,
+                          bool failed_oom) {
+  auto raise = [this](const std::string& what, bool oom) {
+    ForgetReportedFailures(what);
+    throw TensorError(oom ? ErrorKind::kOutOfMemory : ErrorKind::kFailure,
+                      "a program launched earlier failed while it ran (" + what +
+                          "): the tensors it computed, and those computed from them since, are lost; compute them "
+                          "again (after freeing memory, if it ran out of it)");
+  };
+  if (behind.empty()) {
+    if (!failed.empty()) raise(failed, failed_oom);
+    return;
+  }
+  // Outside the lock: the wait check may take the GIL.
+  auto t0 = std::chrono::steady_clock::now();
+  const pjrt::WaitCheck check = WaitCheckFn();
+  const std::shared_ptr<void> waiting = EnterWait();
+  for (size_t i = 0; i < behind.size(); ++i) {
+    try {
+      pjrt::Event::AwaitInterruptible(std::move(behind[i].second.launch_done), check);
+    } catch (...) {
+      // Interrupted, or the program failed: the buffers of the launches not
+      // awaited go back to their traces (dropped after a later launch or wait).
+      Metrics::Get().AddTime("execute_wait", Seconds(t0));
+      {
+        std::lock_guard<std::recursive_mutex> l(mu_);
+        for (size_t j = i; j < behind.size(); ++j) {
+          auto& keep = traces_.at(behind[j].first).retired;
+          for (auto& b : behind[j].second.buffers) keep.push_back(std::move(b));
+        }
+      }
+      try {
+        throw;
+      } catch (const pjrt::Error& e) {
+        raise(e.what(), e.out_of_memory());
+      }
+    }
+    behind[i].second.buffers.clear();
+  }
+  Metrics::Get().AddTime("execute_wait", Seconds(t0));
+  if (!failed.empty()) raise(failed, failed_oom);
 }
 
 std::vector<std::string> Runtime::AwaitLaunched() noexcept {
@@ -495,7 +572,18 @@ void Runtime::TrackLaunch(Trace& t, const DeviceBuffer& first_result) {
   t.inflight.push_back(first_result->ReadyEvent());
   t.retiring.push_back(Trace::Retiring{first_result->ReadyEvent(), std::move(t.retired)});
   t.retired.clear();
-  while (!t.retiring.empty() && t.retiring.front().launch_done->IsReady()) t.retiring.pop_front();
+  while (!t.retiring.empty() && t.retiring.front().launch_done->IsReady()) {
+    try {
+      t.retiring.front().launch_done->Await();  // done: returns at once, or throws its failure
+    } catch (const pjrt::Error& e) {
+      // (one that failed for an input's earlier failure is not one of its own)
+      if (t.failed_run.empty() && std::string_view(e.what()).find(pjrt::kEarlierFailure) == std::string_view::npos) {
+        t.failed_run = e.what();
+        t.failed_run_oom = e.out_of_memory();
+      }
+    }
+    t.retiring.pop_front();
+  }
   if (t.unverified.size() > 32) SettleFinished(t);
   if (t.inflight.size() > 256) {
     // bound the lists: drop the programs already finished, and outcomes
@@ -517,6 +605,21 @@ void Runtime::ForgetReportedFailures(const std::string& what) {
   // wait.
   std::lock_guard<std::recursive_mutex> l(mu_);
   for (Trace& t : traces_) {
+    if (t.failed_run == what) t.failed_run.clear();
+    // nor must a later sync() raise it (Trace::failed_run): its launch
+    // leaves the list TrackLaunch looks at (its buffers go with the next)
+    for (auto it = t.retiring.begin(); it != t.retiring.end();) {
+      try {
+        it->launch_done->Await();
+      } catch (const pjrt::Error& failed) {
+        if (what != failed.what()) {
+          ++it;
+          continue;
+        }
+      }
+      for (auto& b : it->buffers) t.retired.push_back(std::move(b));
+      it = t.retiring.erase(it);
+    }
     std::erase_if(t.inflight, [&](const std::unique_ptr<pjrt::Event>& e) {
       try {
         e->Await();
