@@ -223,12 +223,14 @@ class _ProgramPerBatch:
             try:
                 torch_pjrt.sync()
             except torch.OutOfMemoryError:
-                # The step's program did not run: the parameters keep their
-                # values, but what the step created is lost with it (its
-                # gradients, a first step's optimizer state). Dropped, so
+                # What the step created is lost with its program (its
+                # gradients, a first step's optimizer state): dropped, so
                 # that the next step (Lightning's batch-size search trying
                 # a smaller batch) and teardown's copy to the CPU do not
-                # read them.
+                # read them. A program refused before its launch leaves the
+                # parameters as they were; one that failed while it ran
+                # (raised by a later sync) lost what it wrote, which raises
+                # when read.
                 for p in self.lightning_module.parameters():
                     p.grad = None
                 if first:
