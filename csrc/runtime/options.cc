@@ -113,7 +113,9 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "default it allocates as it goes, so eager CUDA tensors in the same process keep room",
        "0"},
       {"TORCH_PJRT_DIST_TIMEOUT",
-       "seconds a multi-process collective or rendezvous waits for a peer (more than 0, at most 1e7)", "60"},
+       "seconds a multi-process collective or rendezvous waits for a peer (more than 0, at most 1e7), in the "
+       "process group torch_pjrt makes (a script's own init_process_group takes its timeout= argument)",
+       "60"},
       {"TORCH_PJRT_COMPILE_PROGRESS",
        "seconds after which a running compile is reported on stderr (with its op count and cache key), and again "
        "when it ends; only with TORCH_PJRT_DEBUG=1 or TORCH_PJRT_LOG_LEVEL=info (0 to 1e7)",
