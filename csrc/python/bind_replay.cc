@@ -32,6 +32,12 @@ aten::MaybeTensors Tensors(const py::handle& seq) {
   return out;
 }
 
+// The `join` argument of _replay_begin and _replay_run.
+runtime::Runtime::ReplayJoin Join(int join) {
+  if (join < 0 || join > 2) throw py::value_error("join must be 0 (never), 1 (when work is pending) or 2 (always)");
+  return static_cast<runtime::Runtime::ReplayJoin>(join);
+}
+
 }  // namespace
 
 void BindReplay(py::module_& m) {
@@ -40,10 +46,10 @@ void BindReplay(py::module_& m) {
   m.def(
       "_replay_begin",
       [](const py::sequence& inputs, int join) {
-        if (join < 0 || join > 2) throw py::value_error("join must be 0 (never), 1 (when work is pending) or 2 (always)");
+        const runtime::Runtime::ReplayJoin how = Join(join);
         aten::MaybeTensors ts = Tensors(inputs);
         py::gil_scoped_release release;
-        return aten::BeginRecording(ts, static_cast<runtime::Runtime::ReplayJoin>(join));
+        return aten::BeginRecording(ts, how);
       },
       py::arg("inputs"), py::arg("join"),
       "Before tracing a compiled graph's first call, which `join` (as _replay_run's) would join to the pending\n"
@@ -66,12 +72,12 @@ void BindReplay(py::module_& m) {
   m.def(
       "_replay_run",
       [](const aten::Replayable& r, const py::sequence& inputs, int join) -> py::object {
-        if (join < 0 || join > 2) throw py::value_error("join must be 0 (never), 1 (when work is pending) or 2 (always)");
+        const runtime::Runtime::ReplayJoin how = Join(join);
         aten::MaybeTensors in = Tensors(inputs);
         std::optional<aten::MaybeTensors> out;
         {
           py::gil_scoped_release release;
-          out = r.Run(in, static_cast<runtime::Runtime::ReplayJoin>(join));
+          out = r.Run(in, how);
         }
         if (!out) return py::none();
         py::list result(out->size());

@@ -82,15 +82,19 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     SyncDevice(device);
     return nullptr;
   };
+  if (start.in_trace) {
+    // The trace records no more, refused or not (a sync since began a new
+    // builder, whose fold floor is 0).
+    t.recording = false;
+    if (t.epoch == start.epoch) t.builder->SetFoldFloor(0);
+  }
   // (a region or mesh begun during the trace synced: the epoch says so)
   if (!start.refused.empty()) return refuse(start.refused);
-  if (start.in_trace) return EndRecordingInTrace(start, inputs, fresh, why_not);
   if (t.epoch != start.epoch) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
   if (t.host_reads != start.host_reads) {
     return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
                   "size): the program holds what was read");
   }
-  if (t.idle()) return refuse("the graph computes nothing on the device");
   if (inputs.size() != start.buffers.size()) return refuse("the inputs changed");
   for (size_t i = 0; i < inputs.size(); ++i) {
     Storage* s = inputs[i];
@@ -99,6 +103,8 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
       return refuse("the graph resizes or retypes an input's storage");
     }
   }
+  if (start.in_trace) return EndRecordingInTrace(start, inputs, fresh, why_not);
+  if (t.idle()) return refuse("the graph computes nothing on the device");
   SyncCapture capture;
   capture_ = &capture;
   try {
@@ -260,20 +266,11 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecordingInTrace(const Recordin
                                                                   std::string* why_not) {
   const int device = start.device;
   Trace& t = traces_.at(device);
-  const bool same_trace = t.epoch == start.epoch;
-  t.recording = false;
-  if (same_trace) t.builder->SetFoldFloor(0);
   auto refuse = [&](const std::string& why) -> std::shared_ptr<const ReplayProgram> {
     *why_not = why;
     SyncDevice(device);
     return nullptr;
   };
-  if (!same_trace) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
-  if (t.host_reads != start.host_reads) {
-    return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
-                  "size): the program holds what was read");
-  }
-  if (inputs.size() != start.buffers.size()) return refuse("the inputs changed");
   std::unordered_map<const Storage*, int> by_storage;
   auto p = std::make_shared<ReplayProgram>();
   p->device = device;
@@ -281,9 +278,6 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecordingInTrace(const Recordin
   for (size_t i = 0; i < inputs.size(); ++i) {
     Storage* s = inputs[i];
     if (!s) continue;
-    if (s->nbytes_ != start.nbytes[i] || !s->dtype_ || *s->dtype_ != start.dtypes[i]) {
-      return refuse("the graph resizes or retypes an input's storage");
-    }
     ReplayProgram::Input& in = p->inputs[i];
     in.storage = true;
     in.nbytes = start.nbytes[i];
@@ -369,14 +363,15 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecordingInTrace(const Recordin
         a.input = static_cast<int>(i);
       }
     }
-    if (a.input >= 0) {
-    } else if (start.rng_pending ? e == start.rng_value : (buffer && buffer == t.rng_buffer.get())) {
-      a.source = ReplayProgram::Source::kRng;
-    } else if (buffer) {
-      a.source = ReplayProgram::Source::kConst;  // a cached scalar
-      a.constant = t.params[ir::ParamIndex(n)].buffer;
-    } else {
-      return refuse("the graph reads a value computed before it that is not one of its inputs");
+    if (a.input < 0) {
+      if (start.rng_pending ? e == start.rng_value : (buffer && buffer == t.rng_buffer.get())) {
+        a.source = ReplayProgram::Source::kRng;
+      } else if (buffer) {
+        a.source = ReplayProgram::Source::kConst;  // a cached scalar
+        a.constant = t.params[ir::ParamIndex(n)].buffer;
+      } else {
+        return refuse("the graph reads a value computed before it that is not one of its inputs");
+      }
     }
     p->args.push_back(std::move(a));
   }
