@@ -37,6 +37,9 @@ struct Plan {
   // "value" (index_fill_.int_Tensor's): one number that the CPU reads
   // (item()) before writing, so it may lie in the memory written.
   std::optional<size_t> value_arg;
+  // Positions (in the functional's arguments) of the inputs that may share
+  // no element with the out tensor (NoOverlapWithOut).
+  std::vector<size_t> no_overlap;
 };
 
 c10::IValue OnMeta(const c10::IValue& v) {
@@ -89,6 +92,17 @@ const std::set<std::string>& DtypeFromOut() {
   return names;
 }
 
+// out= forms whose CPU kernels refuse an out tensor sharing any element
+// with these inputs (at::assert_no_overlap; torch.index_select(x, 0, i,
+// out=x)), though a program, reading every input first, has an answer.
+const std::map<std::string, std::set<std::string>>& NoOverlapWithOut() {
+  static const std::map<std::string, std::set<std::string>> inputs = {
+      {"aten::index_select", {"self", "index"}}, {"aten::gather", {"self"}},
+      {"aten::take", {"self", "index"}},         {"aten::index", {"self", "indices"}},
+      {"aten::index_add", {"source", "index"}},  {"aten::scatter", {"src", "index"}}};
+  return inputs;
+}
+
 // Overloads never derived: copy plumbing whose "out" is the destination of a
 // transfer, not a result.
 const std::set<std::string>& Excluded() {
@@ -139,12 +153,18 @@ class DerivedKernel final : public c10::OperatorKernel {
       AssertNoInternalOverlap(o);
       for (size_t i = 0; i < call.size(); ++i) {
         const c10::IValue& v = call[i];
+        const bool whole = std::find(plan_.no_overlap.begin(), plan_.no_overlap.end(), i) != plan_.no_overlap.end();
         if (v.isTensor() && i != plan_.value_arg) {
           const at::Tensor& t = v.toTensor();
+          if (whole && t.defined()) AssertNoOverlap(o, t, /*accumulate=*/false);
           AssertNoPartialOverlap(o, t);
           if (t.defined() && t.has_storage() && o.has_storage() && t.storage().is_alias_of(o.storage())) sharing.push_back(t);
         } else if (v.isTensorList()) {
           for (const at::Tensor& t : v.toTensorList().vec()) AssertNoPartialOverlap(o, t);
+        } else if (whole && v.isOptionalTensorList()) {
+          for (const std::optional<at::Tensor>& t : v.toOptionalTensorList().vec()) {
+            if (t && t->defined()) AssertNoOverlap(o, *t, /*accumulate=*/false);
+          }
         }
       }
     }
@@ -286,6 +306,11 @@ std::optional<Plan> PlanFor(const c10::OperatorHandle& op,
   plan.meta_check = !plan.inplace && op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     if (args[plan.inputs[i]].name() == "value" && IsTensor(args[plan.inputs[i]])) plan.value_arg = i;
+  }
+  if (auto no = NoOverlapWithOut().find(functional_name); no != NoOverlapWithOut().end() && !plan.inplace) {
+    for (size_t i = 0; i < plan.inputs.size(); ++i) {
+      if (no->second.count(args[plan.inputs[i]].name())) plan.no_overlap.push_back(i);
+    }
   }
   if (DtypeFromOut().count(functional_name) && plan.outs.size() == 1) {
     const auto& fargs = f->schema().arguments();

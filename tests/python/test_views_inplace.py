@@ -111,6 +111,13 @@ PARTIAL_OVERLAP = {
     "scatter_": lambda x: x.scatter_(0, _idx(x, 1, 2, 3), x[:3]),
     "scatter_add_ same memory": lambda x: x.scatter_add_(0, _idx(x, 0, 1, 2, 3), x),
     "put_": lambda x: x.put_(_idx(x, 1, 2, 3), x[:3]),
+    # out= forms whose CPU kernels refuse an out tensor in their input's memory
+    "index_select out= its input": lambda x: torch.index_select(x, 0, _idx(x, 1, 0, 3, 2), out=x),
+    "gather out= its input": lambda x: torch.gather(x, 0, _idx(x, 1, 0, 3, 2), out=x),
+    "take out= its input": lambda x: torch.take(x, _idx(x, 3, 2, 1, 0), out=x),
+    "index out= its input": lambda x: torch.ops.aten.index.Tensor_out(x, [_idx(x, 1, 0, 3, 2)], out=x),
+    "index_add out= its source": lambda x: torch.index_add(x, 0, _idx(x, 0, 1), x[2:], out=x),
+    "scatter out= its source": lambda x: torch.scatter(x, 0, _idx(x, 1, 0), x[2:], out=x),
 }
 
 
@@ -135,6 +142,24 @@ def test_partly_overlapping_operand_raises_as_on_the_cpu(name):
     x.add_(x)
     x[:].mul_(x)
     assert x.cpu().tolist() == [0.0, 4.0, 16.0, 36.0]
+
+
+def test_a_reduction_into_part_of_its_input_is_refused():
+    # The CPU computes torch.sum(x, 0, out=x[0]) unchecked, writing the out
+    # tensor before reading the input there ([2, 3] where the sum is [2, 4]);
+    # pjrt refuses it as a partial overlap, and computes into another tensor.
+    x = torch.arange(4.0).to(DEV)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        torch.sum(x.view(2, 2), 0, out=x[:2])
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    out = torch.empty(2).to(DEV)
+    torch.sum(x.view(2, 2), 0, out=out)
+    assert out.cpu().tolist() == [2.0, 4.0]
+    # out= of an index op into another tensor, and self as the out tensor
+    # where the CPU allows it (index_add's check reads source and index)
+    assert torch.index_select(x, 0, _idx(x, 3, 0), out=out).cpu().tolist() == [3.0, 0.0]
+    torch.index_add(x, 0, _idx(x, 0, 1), torch.ones(2).to(DEV), out=x)
+    assert x.cpu().tolist() == [1.0, 2.0, 2.0, 3.0]
 
 
 STRIDED_OVERLAP = {
