@@ -56,7 +56,7 @@ class PjrtGenerator final : public c10::GeneratorImpl {
   std::array<uint64_t, 2> Take(const ir::Shape& bits) {
     std::lock_guard<std::mutex> l(mutex_);
     const std::array<uint64_t, 2> state{seed_, offset_};
-    offset_ += (bits.bytes() + 7) / 8;
+    offset_ += runtime::Runtime::RngAdvance(bits);  // as the device's stream advances
     return state;
   }
 

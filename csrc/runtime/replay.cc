@@ -47,6 +47,7 @@ RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& 
     start.first_node = static_cast<int32_t>(t.builder->graph().nodes.size());
     start.rng_pending = t.rng_pending;
     start.rng_value = t.rng_value;
+    start.rng_drawn = t.rng_drawn;
     start.check_code = t.check_code;
     start.check_sites = t.check_sites.size();
     for (Storage* s : t.pending) start.pending.emplace(s, s->value_);
@@ -105,6 +106,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
   }
   if (start.in_trace) return EndRecordingInTrace(start, inputs, fresh, why_not);
   if (t.idle()) return refuse("the graph computes nothing on the device");
+  const uint64_t drawn = t.rng_drawn;  // (nothing was pending when the graph began)
   SyncCapture capture;
   capture_ = &capture;
   try {
@@ -177,7 +179,10 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
     *why_not = "an output of the graph is not computed by the program";
     return nullptr;
   }
-  if (capture.rng_output != SIZE_MAX) p->results[capture.rng_output].push_back({ReplayProgram::Target::kRng, -1});
+  if (capture.rng_output != SIZE_MAX) {
+    p->results[capture.rng_output].push_back({ReplayProgram::Target::kRng, -1});
+    p->rng_advance = drawn;
+  }
   if (capture.check_output != SIZE_MAX) {
     p->results[capture.check_output].push_back({ReplayProgram::Target::kFlag, -1});
     p->checked = true;
@@ -232,6 +237,7 @@ void Runtime::AddCall(const ReplayProgram& p, const std::vector<ir::Value>& args
         }
         case ReplayProgram::Target::kRng:
           t.rng_value = outs[o];
+          t.rng_drawn += p.rng_advance;
           t.rng_pending = true;
           break;
         case ReplayProgram::Target::kFlag:
@@ -326,6 +332,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecordingInTrace(const Recordin
   if (t.rng_pending && !(start.rng_pending && t.rng_value == start.rng_value)) {
     p->results.emplace_back().push_back({ReplayProgram::Target::kRng, -1});
     outputs.push_back(t.rng_value);
+    p->rng_advance = t.rng_drawn - start.rng_drawn;
   }
   if (!t.recorded_checks.empty()) {
     // The graph's own checks, merged as MergeCheck does (the first failed
@@ -396,6 +403,7 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecordingInTrace(const Recordin
   // The trace from here on: the graph's part as one call, as a later call
   // joins (its nodes stay behind, read by nothing).
   t.check_code = start.check_code;
+  t.rng_drawn = start.rng_drawn;  // (the call draws them again)
   AddCall(*p, externals, inputs, fresh);
   Metrics::Get().Add("replay_recordings");
   return p;
@@ -581,6 +589,7 @@ bool Runtime::Replay(const ReplayProgram& p, const std::vector<Storage*>& inputs
           break;
         case ReplayProgram::Target::kRng:
           t.rng_buffer = results[o];
+          t.rng_base[1] += p.rng_advance;  // (nothing was pending: synced above)
           break;
         case ReplayProgram::Target::kFlag:
           break;

@@ -63,6 +63,7 @@ struct ReplayProgram {
   std::vector<std::vector<Result>> results;  // per program result: the storages it becomes
   std::vector<ir::DType> fresh;            // dtype of each fresh storage
   bool checked = false;                    // one result is the check flag
+  uint64_t rng_advance = 0;                // Threefry counters the program draws (Runtime::RngAdvance)
   // Where the recorded trace traced each check (Trace::check_sites): a
   // replay's failed check names the user's line, as a traced program's does.
   std::vector<std::pair<int32_t, std::string>> check_sites;
@@ -94,6 +95,7 @@ struct RecordingStart {
   std::vector<ir::Value> values;
   bool rng_pending = false;
   ir::Value rng_value;
+  uint64_t rng_drawn = 0;
   ir::Value check_code;
   size_t check_sites = 0;
   std::unordered_map<const Storage*, ir::Value> pending;

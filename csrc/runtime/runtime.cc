@@ -201,8 +201,9 @@ void Runtime::ManualSeed(int device, uint64_t seed) {
   Trace& t = traces_[device];
   t.seed = seed;
   t.rng_buffer.reset();
+  t.rng_base = {seed, 0};
+  t.rng_drawn = 0;
   t.rng_pending = false;
-  t.rng_restarts = 0;
 }
 
 uint64_t Runtime::InitialSeed(int device) const {
@@ -211,33 +212,10 @@ uint64_t Runtime::InitialSeed(int device) const {
 }
 
 std::array<uint64_t, 2> Runtime::RngState(int device) {
-  DeviceBuffer state;
-  {
-    TraceScope scope;
-    global_id(device);
-    if (traces_[device].rng_pending) SyncDevice(device);
-    const Trace& t = traces_[device];
-    if (!t.rng_buffer) return {t.seed, t.rng_restarts};
-    state = t.rng_buffer;
-  }
-  std::array<uint64_t, 2> out{};
-  try {
-    // Outside the lock, interruptible. Not `reported`: a failure here is
-    // mostly absorbed below, so sync(wait=True) must still raise it.
-    CopyToHost(state, out.data(), sizeof(out), /*reported=*/false);
-  } catch (const std::exception& e) {
-    {
-      // the program that wrote the state failed: a new stream (RestartLostRng)
-      std::lock_guard<std::recursive_mutex> l(mu_);
-      if (traces_[device].rng_buffer == state) RestartLostRng(device);
-      if (traces_[device].rng_buffer == state) {
-        ForgetReportedFailures(e.what());  // raised to the user here after all
-        throw;
-      }
-    }
-    return RngState(device);
-  }
-  return out;
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  global_id(device);
+  const Trace& t = traces_[device];
+  return {t.rng_base[0], t.rng_base[1] + t.rng_drawn};
 }
 
 void Runtime::SetRngState(int device, const std::array<uint64_t, 2>& state) {
@@ -245,6 +223,8 @@ void Runtime::SetRngState(int device, const std::array<uint64_t, 2>& state) {
   std::lock_guard<std::recursive_mutex> l(mu_);
   Trace& t = traces_[device];
   t.rng_buffer = std::move(buffer);
+  t.rng_base = state;
+  t.rng_drawn = 0;
   t.rng_pending = false;
 }
 

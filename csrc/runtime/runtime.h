@@ -83,6 +83,9 @@ class Runtime {
   void DescribeRead(Storage& s, ir::Value flat, const std::function<std::string()>& description);
   // Random bits: threads the device's Threefry state through the trace.
   ir::Value RandomBits(int device, const ir::Shape& bits);
+  // Threefry counters a draw of `bits` takes (one per 64 bits, as XLA's
+  // generator consumes them): the state's counter advances by this much.
+  static uint64_t RngAdvance(const ir::Shape& bits) { return (bits.bytes() + 7) / 8; }
   // A check compiled into the program: `violated` (a bool scalar of the
   // trace) true makes every tensor the program writes raise `what` when
   // read, and sync(wait=True) raise it. Off with TORCH_PJRT_CHECKS=0.
@@ -124,8 +127,8 @@ class Runtime {
   // --- random state ---
   void ManualSeed(int device, uint64_t seed);
   uint64_t InitialSeed(int device) const;
-  // The Threefry key/counter the next random op of `device` starts from
-  // (syncs the device when the state is pending). SetRngState restores it.
+  // The Threefry key/counter the next random op of `device` starts from,
+  // known on the host (no sync). SetRngState restores it.
   std::array<uint64_t, 2> RngState(int device);
   void SetRngState(int device, const std::array<uint64_t, 2>& state);
   // Whether `device` has no pending work (a sync would launch nothing).
@@ -285,12 +288,17 @@ class Runtime {
     std::vector<Param> params;
     std::unordered_map<const pjrt::Buffer*, ir::Value> buffer_params;
     std::unordered_set<Storage*> pending;
-    // Threefry state: host seed, device buffer, or a pending value.
+    // Threefry state {key, counter}: rng_buffer holds rng_base (uploaded
+    // when there is none); draws traced since add rng_drawn to the counter,
+    // and rng_value is that sum in the trace. Each draw's counter advance is
+    // computed in the program, not taken from XLA's generator, so the host
+    // knows the state without reading it (get_rng_state does not sync).
     DeviceBuffer rng_buffer;
+    std::array<uint64_t, 2> rng_base{0, 0};
+    uint64_t rng_drawn = 0;
     ir::Value rng_value;
     bool rng_pending = false;
     uint64_t seed = 0;
-    uint64_t rng_restarts = 0;  // random states lost with a failed program (RngStateValue)
     // Nothing traced and not yet launched: no pending storage, no pending draw.
     bool idle() const { return pending.empty() && !rng_pending; }
     // Programs launched since the last wait: Sync(wait=true) waits for all
@@ -463,15 +471,15 @@ class Runtime {
     std::vector<std::pair<int32_t, std::string>> check_sites;  // Trace::check_sites of the recorded trace
   };
   // The threefry state as a value of `device`'s trace (pending, or read
-  // from its buffer, uploading the seeded state when there is none).
+  // from its buffer, uploading rng_base when there is none).
   ir::Value RngStateValue(int device);
-  // `device`'s random state buffer (not pending): restarted when lost, the
-  // seeded state uploaded when there is none. Caller holds mu_.
+  // `device`'s random state buffer (not pending): rng_base uploaded when
+  // there is none or it was lost. Caller holds mu_.
   const DeviceBuffer& RngBuffer(int device);
-  // Drops a state that a failed program left as its error (when that
-  // program has finished): the next draw starts the stream {seed, n} for
-  // the n-th such failure. Caller holds mu_.
-  void RestartLostRng(int device);
+  // Drops a state buffer that a failed program left as its error (when
+  // that program has finished): the next draw uploads rng_base, the state
+  // the program would have left. Caller holds mu_.
+  void DropLostRng(int device);
   // After a read raised a program's failure (`what`): see sync.cc.
   void ForgetReportedFailures(const std::string& what);
   // Replay's joining path: `p`'s graph added to the trace (see Replay).

@@ -559,7 +559,10 @@ void Runtime::SyncDevice(int device) {
       if (params == used) c.body = std::move(body);
     }
   }
-  if (rng_output != SIZE_MAX) t.rng_buffer = shared[rng_output];
+  if (rng_output != SIZE_MAX) {
+    t.rng_buffer = shared[rng_output];
+    t.rng_base[1] += t.rng_drawn;
+  }
   ResetTrace(t);
   for (int r = 1; r < n; ++r) {
     if (!per[r].empty()) t.inflight.push_back(per[r].front()->ReadyEvent());

@@ -29,6 +29,7 @@ void Runtime::ResetTrace(Trace& t) {
   t.buffer_params.clear();
   t.pending.clear();
   t.rng_pending = false;
+  t.rng_drawn = 0;  // (a launch first moved rng_base past them)
   t.rng_value = ir::Value{};
   t.check_code = ir::Value{};
   t.check_sites.clear();
@@ -218,31 +219,29 @@ void Runtime::Unregister(Storage* s) {
   }
 }
 
-void Runtime::RestartLostRng(int device) {
+void Runtime::DropLostRng(int device) {
   Trace& t = traces_[device];
   if (!t.rng_buffer) return;
   const std::unique_ptr<pjrt::Event> done = t.rng_buffer->ReadyEvent();
   if (!done->IsReady()) return;
   // A program that drew numbers and then failed (out of memory while it
-  // ran) left its error as the state: every later draw would fail with it.
-  // The stream restarts from the seed instead ({seed, n} after the n-th
-  // such failure, reproducible for a given seed; docs/semantics.md).
+  // ran) left its error as the state buffer: every later draw would fail
+  // with it. The state it would have left is known (rng_base): uploaded
+  // again, the stream goes on as if the program had run.
   try {
     done->Await();
   } catch (const pjrt::Error&) {
-    ++t.rng_restarts;
-    t.rng_buffer.reset();  // the next draw uploads {seed, rng_restarts}
+    t.rng_buffer.reset();
   }
 }
 
 const DeviceBuffer& Runtime::RngBuffer(int device) {
   Trace& t = traces_[device];
-  RestartLostRng(device);
+  DropLostRng(device);
   if (!t.rng_buffer) {
-    // The seeded state is uploaded, not a constant: programs that draw
-    // after manual_seed(s) are the same program for every s.
-    const uint64_t key[2] = {t.seed, t.rng_restarts};
-    t.rng_buffer = Upload(key, ir::DType::U64, {2}, device);
+    // Uploaded, not a constant: programs that draw after manual_seed(s) are
+    // the same program for every s.
+    t.rng_buffer = Upload(t.rng_base.data(), ir::DType::U64, {2}, device);
   }
   return t.rng_buffer;
 }
@@ -255,10 +254,19 @@ ir::Value Runtime::RngStateValue(int device) {
 
 ir::Value Runtime::RandomBits(int device, const ir::Shape& bits) {
   Trace& t = traces_[device];
-  std::vector<ir::Value> out = t.builder->RngBitGenerator(RngStateValue(device), bits);
-  t.rng_value = out[0];
+  const ir::Value state = RngStateValue(device);
+  ir::Builder& b = *t.builder;
+  ir::Value out = b.RngBitGenerator(state, bits)[1];
+  // The next state: the counter moved past this draw's, by us (RngAdvance)
+  // rather than by XLA's generator, so that the host knows it.
+  const uint64_t advance = RngAdvance(bits);
+  const uint64_t step[2] = {0, advance};
+  std::vector<uint8_t> bytes(sizeof(step));
+  std::memcpy(bytes.data(), step, sizeof(step));
+  t.rng_value = b.Binary(ir::Op::Add, state, b.Constant({ir::DType::U64, {2}}, std::move(bytes)));
+  t.rng_drawn += advance;
   t.rng_pending = true;
-  return out[1];
+  return out;
 }
 
 int32_t Runtime::CheckId(ErrorKind kind, const std::string& what) {

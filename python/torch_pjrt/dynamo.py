@@ -153,8 +153,11 @@ def _rng_state_ops_for_pjrt(gm: torch.fx.GraphModule) -> bool:
     (backward), so that both draw the same numbers. Those operators know the
     CPU, CUDA, HPU and XPU only (an AssertionError on pjrt tensors); here
     they save and restore the pjrt device's random state, as they do CUDA's.
-    True when the graph has them: reading the state syncs the device when it
-    is pending, so such graphs are traced on every call, not replayed."""
+    True when the graph has them. A replay would draw the backward's numbers
+    from the first call's saved state (the state it sets becomes a constant
+    of the program), so such graphs are traced on every call, not replayed;
+    reading the state launches nothing, so they join the pending trace as a
+    replayed graph would (one program per step)."""
     hops = {rng_prims.run_and_save_rng_state: _run_and_save_rng_state,
             rng_prims.run_with_rng_state: _run_with_rng_state}
     found = False
@@ -233,12 +236,22 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         out = [None if i in token_in else a for i, a in enumerate(args)] if token_in else args
         return list(out) + constants if constants else out
 
+    def joins(args) -> bool:
+        """Whether a graph traced on every call stays in the pending trace, as
+        a replayed one would join it (`mode`); others launch as their own."""
+        if not (rng_states and join and replay):
+            return False
+        d = _pjrt_device_in(args, {})
+        return mode == _JOIN or (d is not None and _C._pending_count(d.index or 0) > 0)
+
     def traced(args):
         rec = _C._replay_begin(recorded_args(args), mode if join else _LAUNCH) if record and replay else None
         before = fallbacks_so_far() if rec is not None else 0
+        stay = rec is None and joins(args)
         outs = gm(*args)
         if rec is None:
-            _device.sync()  # one program per compiled graph, launched asynchronously
+            if not stay:
+                _device.sync()  # one program per compiled graph, launched asynchronously
             return outs
         seq = isinstance(outs, (list, tuple))
         flat = list(outs) if seq else [outs]

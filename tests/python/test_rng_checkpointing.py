@@ -111,5 +111,88 @@ def test_compiled_checkpointing_recomputes_the_same_dropout_masks():
     plain = _compiled_steps(False)
     assert (plain[0] == 0).any() and not torch.equal(plain[0], plain[3])  # dropped, and new masks each step
     for reentrant in (False, True):
+        torch_pjrt.sync(wait=True)
+        before = torch_pjrt.metrics.counters()["executions"]
         assert all(torch.equal(a, b) for a, b in zip(plain, _compiled_steps(True, reentrant)))
+        # Such graphs are traced on every call (a replay would keep the first
+        # call's saved state) but join the step's trace: one program per step.
+        assert torch_pjrt.metrics.counters()["executions"] - before == 3
     assert torch_pjrt.metrics.fallbacks() == {}
+
+
+def test_the_state_is_known_without_a_sync_and_a_stream_does_not_depend_on_syncs():
+    # The host follows the counter (each draw advances it in the program by
+    # its own count): get_rng_state launches nothing, and says what a sync
+    # would leave; draws in one program equal the same draws with syncs
+    # between, and consecutive draws share no bits.
+    def draws(sync_between):
+        torch_pjrt.manual_seed(5)
+        out, states = [], []
+        for shape in ((3,), (1000,), (7, 5)):
+            out.append(torch.randint(0, 2**62, shape, device=DEV))
+            states.append(torch.pjrt.get_rng_state())
+            if sync_between:
+                torch_pjrt.sync()
+        return [o.cpu() for o in out], states
+
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    one, one_states = draws(False)
+    assert torch_pjrt.metrics.counters()["executions"] == 1  # the read of the draws only
+    split, split_states = draws(True)
+    assert all(torch.equal(a, b) for a, b in zip(one, split))
+    assert all(torch.equal(a, b) for a, b in zip(one_states, split_states))
+    values = torch.cat([o.reshape(-1) for o in one])
+    assert values.unique().numel() == values.numel()
+
+
+def _checkpointed_steps(preserve_rng_state, blocks=3, steps=3):
+    torch.manual_seed(11)
+    ws = [torch.randn(8, 8).to(DEV).requires_grad_() for _ in range(blocks)]
+    x = torch.randn(4, 8).to(DEV)
+    out = []
+    for _ in range(steps):
+        h = x
+        for w in ws:
+            h = checkpoint(_block, h, w, use_reentrant=False, preserve_rng_state=preserve_rng_state)
+        (h * h).sum().backward()
+        out.append([w.grad for w in ws])
+        for w in ws:
+            w.grad = None
+        torch_pjrt.sync()
+    return out
+
+
+def test_a_step_of_checkpointed_blocks_with_dropout_is_one_program():
+    # Each checkpointed block reads the random state (get_rng_state) to
+    # replay it in the backward: that launches nothing, so the step is one
+    # program, and the masks are those of the forward (the gradients those
+    # of the same blocks without checkpointing).
+    _checkpointed_steps(True, steps=2)
+    torch_pjrt.sync(wait=True)
+    torch_pjrt.metrics.reset()
+    got = _checkpointed_steps(True)
+    c = torch_pjrt.metrics.counters()
+    assert c["executions"] == 3 and c.get("compiles", 0) == 0, torch_pjrt.metrics.report()
+    got = [[g.cpu() for g in grads] for grads in got]
+
+    def plain():
+        torch.manual_seed(11)
+        ws = [torch.randn(8, 8).to(DEV).requires_grad_() for _ in range(3)]
+        x = torch.randn(4, 8).to(DEV)
+        out = []
+        for _ in range(3):
+            h = x
+            for w in ws:
+                h = _block(h, w)
+            (h * h).sum().backward()
+            out.append([w.grad.cpu() for w in ws])
+            for w in ws:
+                w.grad = None
+        return out
+
+    for a, b in zip(got, plain()):
+        for ga, gb in zip(a, b):
+            torch.testing.assert_close(ga, gb, rtol=1e-6, atol=1e-6)
+    stale = [[g.cpu() for g in grads] for grads in _checkpointed_steps(False)]
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(got, stale))
