@@ -29,7 +29,11 @@ namespace {
 
 // Multiplies each gradient by inv_scale (in float32 for 16-bit gradients, as
 // CUDA's opmath does) and sets found_inf to 1 when any element of any
-// gradient is inf or NaN; found_inf is left as it was otherwise.
+// gradient is inf or NaN; found_inf is left as it was otherwise. An
+// inv_scale of 0 counts as an overflow too: the reciprocal of a scale of
+// 2^127 (an init_scale) is subnormal, which XLA flushes to 0, and every
+// gradient would silently become 0; the step is skipped instead and the
+// scale backs off (AmpUpdateScale keeps it at 2^126 or below).
 void AmpNonFiniteCheckAndUnscale(at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
   TORCH_CHECK(inv_scale.numel() == 1, "inv_scale must be a 1-element tensor.");
   TORCH_CHECK(found_inf.numel() == 1, "found_inf must be a 1-element tensor.");
@@ -40,7 +44,7 @@ void AmpNonFiniteCheckAndUnscale(at::TensorList grads, at::Tensor& found_inf, co
   const int d = CommonDevice({&found_inf, &inv_scale});
   ir::Builder& b = B(d);
   ir::Value inv = b.Reshape(Val(inv_scale), {});
-  ir::Value all_finite = Const(d, 1, at::kBool);
+  ir::Value all_finite = b.Compare(ir::CompareDir::NE, inv, Const(d, 0, at::kFloat));
   for (const at::Tensor& g : grads) {
     TORCH_CHECK(IsPjrt(g) && DeviceIndex(g) == d,
                 "_amp_foreach_non_finite_check_and_unscale_: every gradient must be on the device of found_inf (",
@@ -66,8 +70,10 @@ void AmpNonFiniteCheckAndUnscale(at::TensorList grads, at::Tensor& found_inf, co
 
 // One step of GradScaler's scale schedule: after an overflow (found_inf != 0)
 // the scale backs off and the count of good steps restarts; otherwise the
-// count grows, and at growth_interval the scale grows (unless that would
-// make it inf) and the count restarts.
+// count grows, and at growth_interval the scale grows and the count
+// restarts. The CPU grows it while it stays finite (to 2^127); here to
+// 2^126 at most, whose reciprocal, inv_scale, is still a normal float32
+// (see AmpNonFiniteCheckAndUnscale). Gradients unscale to the same values.
 at::Tensor& AmpUpdateScale(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
                            double growth_factor, double backoff_factor, int64_t growth_interval) {
   TORCH_CHECK(growth_tracker.numel() == 1 && growth_tracker.scalar_type() == at::kInt,
@@ -85,7 +91,8 @@ at::Tensor& AmpUpdateScale(at::Tensor& scale, at::Tensor& growth_tracker, const 
   ir::Value grow = b.Compare(ir::CompareDir::EQ, next, ScalarParam(d, growth_interval, at::kInt));
   ir::Value grown = b.Binary(ir::Op::Mul, cur, ScalarParam(d, growth_factor, at::kFloat));
   ir::Value backed = b.Binary(ir::Op::Mul, cur, ScalarParam(d, backoff_factor, at::kFloat));
-  ir::Value ok = b.Select(grow, b.Select(b.IsFinite(grown), grown, cur), cur);
+  ir::Value normal = b.Compare(ir::CompareDir::LE, grown, Const(d, 0x1p126, at::kFloat));  // (false for inf and NaN)
+  ir::Value ok = b.Select(grow, b.Select(normal, grown, cur), cur);
   ir::Value zero = Const(d, 0, at::kInt);
   Assign(scale, b.Reshape(b.Select(inf, backed, ok), scale.sizes().vec()));
   Assign(growth_tracker, b.Reshape(b.Select(inf, zero, b.Select(grow, zero, next)), growth_tracker.sizes().vec()));

@@ -318,3 +318,33 @@ def test_activation_checkpointing_under_autocast():
         return w.grad.cpu()
 
     assert torch.equal(grads(False), grads(True))
+
+
+def test_grad_scaler_grows_to_a_scale_whose_reciprocal_is_normal():
+    # The reciprocal of 2^127 is subnormal, which XLA flushes to 0: a scaler
+    # grown there (the CPU's schedule) would unscale every gradient to 0 and
+    # train nothing, silently. pjrt's scale stops at 2^126, with the CPU's
+    # parameters; a scale of 2^127 given at the start skips its first step
+    # as an overflow and backs off.
+    def run(device, init_scale, steps=4):
+        w = torch.ones(2, device=device, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        scaler = torch.amp.GradScaler(device, init_scale=init_scale, growth_interval=1)
+        scales = []
+        for _ in range(steps):
+            opt.zero_grad()
+            scaler.scale((w * 0.5).sum()).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+        return w.detach().cpu(), scales
+
+    cpu_w, cpu_scales = run("cpu", 2.0**124)
+    got_w, got_scales = run(DEV, 2.0**124)
+    assert cpu_scales == [2.0**125, 2.0**126, 2.0**127, 2.0**127]
+    assert got_scales == [2.0**125, 2.0**126, 2.0**126, 2.0**126]
+    torch.testing.assert_close(got_w, cpu_w, rtol=0, atol=0)
+    assert torch.allclose(got_w, torch.full((2,), 1 - 4 * 0.05))
+    got_w, got_scales = run(DEV, 2.0**127)
+    assert got_scales == [2.0**126, 2.0**126, 2.0**126, 2.0**126]
+    assert torch.allclose(got_w, torch.full((2,), 1 - 3 * 0.05))  # the first step skipped
