@@ -272,6 +272,39 @@ def test_batch_norm_cumulative_average_does_not_recompile_per_step():
     assert compiles[2:] == [0] * 4, compiles
 
 
+def test_storages_given_one_value_settle_after_the_second_step():
+    """SGD's momentum buffer is a clone of the gradient at the first step,
+    and an EMA copy_ of the parameters: storages holding one value. Each
+    gets its own output buffer, so the second step's program donates them
+    as every later one does (sharing one buffer, they could not: a third
+    program compiled at the third step)."""
+    def run(device):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(6, 3).to(device)
+        ema = [torch.empty_like(p) for p in m.parameters()]
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        x = torch.randn(5, 6).to(device)
+        compiles = []
+        for step in range(5):
+            torch_pjrt.metrics.reset()
+            opt.zero_grad(set_to_none=False)
+            m(x).pow(2).mean().backward()
+            opt.step()
+            with torch.no_grad():
+                for e, p in zip(ema, m.parameters()):
+                    e.copy_(p) if step == 0 else e.lerp_(p, 0.1)
+            if device == DEV:
+                torch_pjrt.sync()
+            compiles.append(torch_pjrt.metrics.counters().get("compiles", 0))
+        return [p.detach().cpu() for p in m.parameters()] + [e.cpu() for e in ema], compiles
+
+    want, _ = run("cpu")
+    got, compiles = run(DEV)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert compiles[2:] == [0] * 3, compiles
+
+
 def test_recurrence_written_into_a_buffer_compiles_in_linear_time():
     """GAE as written in PPO code, a Python loop storing each step's state
     into a buffer (adv[t] = last = delta + g * last): each stored state is

@@ -418,8 +418,9 @@ def test_a_few_elements_of_a_pending_large_value_come_alone_to_the_host():
 def test_out_of_memory_while_running_is_out_of_memory_and_random_numbers_go_on():
     # The XLA CPU plugin reports memory it cannot allocate when the program
     # runs as INTERNAL "Out of memory allocating"; the program drew random
-    # numbers, so the device's random state was its output: draws go on
-    # from a new stream of the seed, the same for the same seed.
+    # numbers, so the device's random state buffer was its output: the
+    # state it would have left (known on the host) is uploaded again and
+    # draws go on, the same for the same seed.
     def attempt():
         torch.manual_seed(0)
         x = torch.rand(2**26, 1000, device=DEV)  # with the product below, over a TiB
@@ -470,7 +471,7 @@ def test_a_program_that_failed_while_running_is_raised_by_a_later_sync():
 
 def test_a_failure_absorbed_by_reading_the_random_state_is_still_raised_by_the_next_wait():
     # get_rng_state after a failed program that drew random numbers returns
-    # the restarted stream's state instead of raising: the failure reaches
+    # the state (known on the host) instead of raising: the failure reaches
     # the user once, by the sync() that found it done (the program fails as
     # it starts here), else by sync(wait=True). The program fits the host
     # (its launch is not refused) but not the process's data limit: it fails
