@@ -647,8 +647,15 @@ std::vector<Value> Builder::RngBitGenerator(Value state, const Shape& bits) {
     throw Error("RngBitGenerator: bits must have an unsigned integer dtype, got " +
                 bits.ToString());
   }
-  const int32_t id = Emit(Op::RngBitGenerator, {state}, RngBitGeneratorAttrs{}, &bits, 1, true);
-  return {Value{id, 0}, Value{id, 1}};
+  // Drawn as a vector and reshaped: XLA's Threefry takes one counter per 64
+  // bits of a vector (what Runtime::RngAdvance moves the state by), but for
+  // a 32-bit shape of several odd dims it pads one of them to even and
+  // takes more (a (3, 5) draw 9 counters, not 8), which would overlap the
+  // next draw's numbers.
+  const Shape flat{bits.dtype, {bits.numel()}};
+  const int32_t id = Emit(Op::RngBitGenerator, {state}, RngBitGeneratorAttrs{}, &flat, 1, true);
+  const Value drawn{id, 1};
+  return {Value{id, 0}, bits.dims.size() == 1 ? drawn : Reshape(drawn, bits.dims)};
 }
 
 Value Builder::AllReduce(Value x, ReduceKind kind, std::vector<std::vector<int64_t>> groups) {
