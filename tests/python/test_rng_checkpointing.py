@@ -120,6 +120,24 @@ def test_compiled_checkpointing_recomputes_the_same_dropout_masks():
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
+def test_compiled_checkpointed_steps_that_never_read_are_a_program_each():
+    # Graphs traced on every call join the pending trace; called again
+    # before it launched, a graph begins a new step (as a replayed one
+    # does), so a loop that never reads is a program per step, not one
+    # trace of all its steps.
+    step = torch.compile(lambda x, w: checkpoint(_block, x, w, use_reentrant=False), backend="pjrt")
+    torch.manual_seed(11)
+    w = torch.randn(8, 8).to(DEV).requires_grad_()
+    x = torch.randn(4, 8).to(DEV)
+    step(x, w).sum().backward()
+    torch_pjrt.sync(wait=True)
+    before = torch_pjrt.metrics.counters()["executions"]
+    for _ in range(4):
+        step(x, w).sum().backward()
+    torch_pjrt.sync(wait=True)
+    assert torch_pjrt.metrics.counters()["executions"] - before == 4
+
+
 def test_the_state_is_known_without_a_sync_and_a_stream_does_not_depend_on_syncs():
     # The host follows the counter (each draw advances it in the program by
     # its own count): get_rng_state launches nothing, and says what a sync
