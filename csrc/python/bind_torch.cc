@@ -263,6 +263,8 @@ void BindTorch(py::module_& m) {
         py::call_guard<py::gil_scoped_release>(), "IR nodes in the device's trace (tests)");
   m.def("_pending_count", [](int device) { return runtime::Runtime::Get().pending_count(device); },
         py::call_guard<py::gil_scoped_release>());
+  m.def("_trace_epoch", [](int device) { return runtime::Runtime::Get().trace_epoch(device); },
+        py::call_guard<py::gil_scoped_release>(), "Moves when the device's pending work launches.");
   m.def("_stablehlo", &aten::StableHloOf, py::call_guard<py::gil_scoped_release>(),
         "The StableHLO program that would compute these pjrt tensors now (no compile, no run).");
 }

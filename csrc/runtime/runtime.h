@@ -196,6 +196,9 @@ class Runtime {
   void Unregister(Storage* s);
   size_t pending_count(int device);
   size_t trace_nodes(int device);  // IR nodes of the device's trace
+  // Counts the device's traces: it moves when the pending work launches
+  // (or is dropped), so two equal values saw no launch between them.
+  int64_t trace_epoch(int device);
 
   // --- replay of recorded programs (runtime/replay.h; torch.compile graphs) ---
   // Runs `p` on `inputs` (same layout as recorded); `fresh` (new, empty

@@ -57,6 +57,11 @@ size_t Runtime::pending_count(int device) {
   return traces_.at(device).pending.size();
 }
 
+int64_t Runtime::trace_epoch(int device) {
+  std::lock_guard<std::recursive_mutex> l(mu_);
+  return traces_.at(device).epoch;
+}
+
 size_t Runtime::trace_nodes(int device) {
   std::lock_guard<std::recursive_mutex> l(mu_);
   const Trace& t = traces_.at(device);

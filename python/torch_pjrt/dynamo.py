@@ -244,25 +244,25 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         d = _pjrt_device_in(args, {})
         return mode == _JOIN or (d is not None and _C._pending_count(d.index or 0) > 0)
 
-    # Launches counted when this graph last stayed in the trace: called
-    # again before anything launched, it begins a new step, as a replayed
-    # graph does (Runtime::MayJoinAgain), so that a loop that never reads
-    # does not grow one trace over all its steps.
-    stayed_at = [None]
+    # The device's trace (its epoch) when this graph last stayed in it:
+    # called again in that same trace, before anything launched, it begins
+    # a new step, as a replayed graph does (Runtime::MayJoinAgain), so that
+    # a loop that never reads does not grow one trace over all its steps.
+    stayed_in = [None]
 
-    def new_step_first():
-        n = dict(_C._metrics_counters()).get("executions", 0)
-        if stayed_at[0] == n:
+    def new_step_first(args):
+        d = _pjrt_device_in(args, {})
+        index = (d.index or 0) if d is not None else 0
+        if stayed_in[0] == (index, _C._trace_epoch(index)):
             _device.sync()
-            n = dict(_C._metrics_counters()).get("executions", 0)
-        stayed_at[0] = n
+        stayed_in[0] = (index, _C._trace_epoch(index))
 
     def traced(args):
         rec = _C._replay_begin(recorded_args(args), mode if join else _LAUNCH) if record and replay else None
         before = fallbacks_so_far() if rec is not None else 0
         stay = rec is None and joins(args)
         if stay:
-            new_step_first()
+            new_step_first(args)
         outs = gm(*args)
         if rec is None:
             if not stay:
