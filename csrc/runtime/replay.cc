@@ -69,6 +69,7 @@ RecordingStart Runtime::BeginRecording(int device, const std::vector<Storage*>& 
   }
   start.epoch = t.epoch;
   start.host_reads = t.host_reads;
+  start.rng_resets = t.rng_resets;
   return start;
 }
 
@@ -92,6 +93,10 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecording(const RecordingStart&
   // (a region or mesh begun during the trace synced: the epoch says so)
   if (!start.refused.empty()) return refuse(start.refused);
   if (t.epoch != start.epoch) return refuse("the device synced while the graph was traced (a CPU fallback or a value read)");
+  if (t.rng_resets != start.rng_resets) {
+    return refuse("the graph sets the random state (manual_seed, set_rng_state): its program's draws would not "
+                  "follow it");
+  }
   if (t.host_reads != start.host_reads) {
     return refuse("a value was read to the host while the graph was traced (.item(), .tolist(), a data-dependent "
                   "size): the program holds what was read");

@@ -84,6 +84,7 @@ struct RecordingStart {
   std::string refused;
   int64_t epoch = 0;
   int64_t host_reads = 0;
+  int64_t rng_resets = 0;
   std::vector<const pjrt::Buffer*> buffers;  // per input (null for non-storages)
   std::vector<size_t> nbytes;
   std::vector<ir::DType> dtypes;

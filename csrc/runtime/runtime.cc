@@ -204,6 +204,7 @@ void Runtime::ManualSeed(int device, uint64_t seed) {
   t.rng_base = {seed, 0};
   t.rng_drawn = 0;
   t.rng_pending = false;
+  ++t.rng_resets;
 }
 
 uint64_t Runtime::InitialSeed(int device) const {
@@ -226,6 +227,7 @@ void Runtime::SetRngState(int device, const std::array<uint64_t, 2>& state) {
   t.rng_base = state;
   t.rng_drawn = 0;
   t.rng_pending = false;
+  ++t.rng_resets;
 }
 
 void Runtime::SetWaitCheck(pjrt::WaitCheck check) {

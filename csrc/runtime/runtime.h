@@ -302,6 +302,9 @@ class Runtime {
     ir::Value rng_value;
     bool rng_pending = false;
     uint64_t seed = 0;
+    // manual_seed and set_rng_state calls: a graph that made one cannot be
+    // recorded (its program's draws would not advance the state it left).
+    int64_t rng_resets = 0;
     // Nothing traced and not yet launched: no pending storage, no pending draw.
     bool idle() const { return pending.empty() && !rng_pending; }
     // Programs launched since the last wait: Sync(wait=true) waits for all

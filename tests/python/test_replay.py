@@ -878,3 +878,32 @@ def test_checks_of_a_graph_recorded_in_the_pending_trace_are_its_own():
         g(t * 1, bad).cpu()
     with pytest.raises(IndexError, match="out of range"):
         (t[bad] + g(t * 1, good)).cpu()  # the failing check before the call
+
+
+@pytest.mark.parametrize("join", [0, 2], ids=["alone", "in_trace"])
+@pytest.mark.parametrize("reset", ["manual_seed", "set_rng_state"])
+def test_a_graph_that_sets_the_random_state_is_not_recorded(join, reset):
+    """Dynamo breaks graphs at manual_seed and set_rng_state; were a graph to
+    hold one, the runtime refuses to record it (its program's draws would
+    not follow the state it set) and the values stay right."""
+    from torch_pjrt import _C
+    x = torch.ones(6, device=DEV)
+    torch_pjrt.sync()
+    state = torch.pjrt.get_rng_state()
+    rec = _C._replay_begin([x], join)
+    a = x + torch.rand(6, device=DEV)
+    if reset == "manual_seed":
+        torch.pjrt.manual_seed(123)
+    else:
+        torch.pjrt.set_rng_state(state)
+    b = x + torch.rand(6, device=DEV)
+    program, why = _C._replay_end(rec, [x], [a, b])
+    assert program is None and "sets the random state" in why, why
+    if reset == "manual_seed":
+        torch.pjrt.manual_seed(123)
+    else:
+        torch.pjrt.set_rng_state(state)
+    again = torch.rand(6, device=DEV).cpu()
+    torch.testing.assert_close(b.cpu(), again + 1)
+    if reset == "set_rng_state":
+        torch.testing.assert_close(a.cpu(), b.cpu())
