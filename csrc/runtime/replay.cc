@@ -306,17 +306,14 @@ std::shared_ptr<const ReplayProgram> Runtime::EndRecordingInTrace(const Recordin
     auto it = start.pending.find(s);
     if (it == start.pending.end() || !(it->second == s->value_)) written.push_back(s);
   }
-  std::sort(written.begin(), written.end(), [](const Storage* a, const Storage* b) {
-    return a->value_.node != b->value_.node ? a->value_.node < b->value_.node : a->value_.index < b->value_.index;
-  });
+  OrderByValue(t, written);
+  // One output per storage, also for storages of one value, as SyncDevice
+  // gives them: a replay launched alone can then donate each one's buffer.
   std::vector<ir::Value> outputs;
   auto output_of = [&](ir::Value v) {
-    const size_t at = static_cast<size_t>(std::find(outputs.begin(), outputs.end(), v) - outputs.begin());
-    if (at == outputs.size()) {
-      outputs.push_back(v);
-      p->results.emplace_back();
-    }
-    return at;
+    outputs.push_back(v);
+    p->results.emplace_back();
+    return outputs.size() - 1;
   };
   p->fresh.assign(fresh.size(), ir::DType::U8);
   std::vector<bool> fresh_written(fresh.size(), false);

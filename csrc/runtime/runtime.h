@@ -378,6 +378,12 @@ class Runtime {
 
   void Init();
   void ResetTrace(Trace& t);
+  // Pending storages in the order of their values; storages of one value (a
+  // clone, b.copy_(a)) in the order of the parameters holding their buffers,
+  // so that their outputs, and the buffers they donate, are the same at every
+  // step (not in the order of their addresses: a DQN's target update kept
+  // compiling new programs).
+  static void OrderByValue(const Trace& t, std::vector<Storage*>& storages);
   // Lets go of `b`; its last reference waits in `t.retired` (see there).
   static void Retire(Trace& t, DeviceBuffer& b);
   // SPMD: a storage's pieces as a parameter of a mesh trace (flat value);

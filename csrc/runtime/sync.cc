@@ -314,21 +314,8 @@ void Runtime::SyncDevice(int device) {
   auto t0 = std::chrono::steady_clock::now();
   Metrics& m = Metrics::Get();
 
-  // Storages in the order of their values; storages of one value (a clone,
-  // b.copy_(a)) in the order of the parameters holding their buffers, so
-  // that their outputs, and the buffers they donate, are the same at every
-  // step (not in the order of their addresses: a DQN's target update kept
-  // compiling new programs).
-  auto param_node = [&](const Storage* s) -> int32_t {
-    auto it = s->buffer_ ? t.buffer_params.find(s->buffer_.get()) : t.buffer_params.end();
-    return it == t.buffer_params.end() ? -1 : it->second.node;
-  };
   std::vector<Storage*> storages(t.pending.begin(), t.pending.end());
-  std::sort(storages.begin(), storages.end(), [&](const Storage* a, const Storage* b) {
-    if (a->value_.node != b->value_.node) return a->value_.node < b->value_.node;
-    if (a->value_.index != b->value_.index) return a->value_.index < b->value_.index;
-    return param_node(a) < param_node(b);
-  });
+  OrderByValue(t, storages);
   // SPMD: every result is pinned to a sharding (PinShardings) and emitted
   // in its logical shape.
   const bool spmd = !t.mesh.empty();

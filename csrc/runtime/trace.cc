@@ -62,6 +62,18 @@ int64_t Runtime::trace_epoch(int device) {
   return traces_.at(device).epoch;
 }
 
+void Runtime::OrderByValue(const Trace& t, std::vector<Storage*>& storages) {
+  auto param_node = [&](const Storage* s) -> int32_t {
+    auto it = s->buffer_ ? t.buffer_params.find(s->buffer_.get()) : t.buffer_params.end();
+    return it == t.buffer_params.end() ? -1 : it->second.node;
+  };
+  std::sort(storages.begin(), storages.end(), [&](const Storage* a, const Storage* b) {
+    if (a->value_.node != b->value_.node) return a->value_.node < b->value_.node;
+    if (a->value_.index != b->value_.index) return a->value_.index < b->value_.index;
+    return param_node(a) < param_node(b);
+  });
+}
+
 size_t Runtime::trace_nodes(int device) {
   std::lock_guard<std::recursive_mutex> l(mu_);
   const Trace& t = traces_.at(device);
