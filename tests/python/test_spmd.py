@@ -158,3 +158,28 @@ def test_tile_assignment():
     assert spmd._sharding_args((8,), mesh, [("model", "data")])[1:] == ([4], 1, [0, 2, 1, 3])
     # split over "model" only: pieces by model coordinate, copies over data
     assert spmd._sharding_args((8, 4), mesh, (None, "model"))[1:] == ([1, 2], 2, [0, 2, 1, 3])
+
+
+def test_random_draws_of_a_sharded_tensor_are_the_unsharded_draws():
+    """rand_like and dropout of a row-sharded tensor: the same numbers as the
+    one-device draws from the same state (so no two shards repeat each
+    other), and the state moves as far."""
+    from torch_pjrt import spmd
+    mesh = _mesh((4,), ("data",))
+    x = spmd.distribute(torch.zeros(8, 6), mesh, ("data", None))
+    torch.pjrt.synchronize()
+    state = torch.pjrt.get_rng_state()
+    r1, r2 = torch.rand_like(x), torch.rand_like(x)
+    d = torch.nn.functional.dropout(x + 1, 0.5)
+    got = [t.cpu() for t in (r1, r2, d)]
+    after = torch.pjrt.get_rng_state()
+    torch.pjrt.set_rng_state(state)
+    one = torch.zeros(8, 6, device="pjrt")
+    want = [torch.rand(8, 6, device="pjrt").cpu(), torch.rand(8, 6, device="pjrt").cpu(),
+            torch.nn.functional.dropout(one + 1, 0.5).cpu()]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert torch.equal(after, torch.pjrt.get_rng_state())
+    assert got[0].unique().numel() == 48
+    rows = got[0].chunk(4)
+    assert all(not torch.equal(rows[i], rows[j]) for i in range(4) for j in range(i + 1, 4))
