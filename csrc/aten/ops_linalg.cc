@@ -752,6 +752,79 @@ std::tuple<at::Tensor, at::Tensor> linalg_qr(const at::Tensor& A, c10::string_vi
   return {Wrap(HouseholderProduct(b, h, qr[1]), d), Wrap(R, d)};
 }
 
+// LAPACK's geqrf: R on and above the diagonal, the Householder vectors
+// below it (their leading 1 implied) and their scales tau [..., min(m, n)].
+// XLA's QR expander computes that very form (its reflections are LAPACK's
+// dlarfg); linalg_qr builds Q and R from it. Not differentiable, as on the
+// CPU.
+std::tuple<at::Tensor, at::Tensor> geqrf(const at::Tensor& A) {
+  TraceScope s;
+  TORCH_CHECK(A.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  CheckRealFloat(A, "geqrf");
+  const int d = DeviceIndex(A);
+  const std::vector<int64_t> dims = A.sizes().vec(), batch = BatchOf(dims);
+  std::vector<int64_t> kdims = batch;
+  kdims.push_back(std::min(A.size(-2), A.size(-1)));
+  if (A.numel() == 0) return {Empty(dims, A.scalar_type(), d), Empty(kdims, A.scalar_type(), d)};
+  ir::Builder& b = B(d);
+  const ir::DType t = ToIr(A.scalar_type());
+  auto qr = b.CustomCall("Qr", {Val(A)}, {{t, dims}, {t, kdims}});
+  return {Wrap(qr[0], d), Wrap(qr[1], d)};
+}
+
+// LAPACK's ormqr: `other` multiplied by Q = H_1 ... H_k (or its transpose)
+// from the left or the right, where geqrf's `input` [..., mn, c] holds the
+// reflectors and `tau` [..., k] their scales. Q [mn, mn] is built whole
+// (orgqr on the reflectors, padded with zero columns), then multiplied.
+at::Tensor ormqr(const at::Tensor& input, const at::Tensor& tau, const at::Tensor& other, bool left, bool transpose) {
+  TraceScope s;
+  TORCH_CHECK(input.dim() >= 2, "torch.ormqr: input must have at least 2 dimensions.");
+  TORCH_CHECK(other.dim() >= 2, "torch.ormqr: other must have at least 2 dimensions.");
+  const int64_t side = left ? -2 : -1;
+  TORCH_CHECK(other.size(side) == input.size(-2), "torch.ormqr: other.shape[", side,
+              "] must be equal to input.shape[-2]");
+  TORCH_CHECK(tau.dim() >= 1 && tau.size(-1) == std::min(other.size(side), input.size(-1)),
+              "torch.ormqr: tau.shape[-1] must be equal to min(other.shape[", side, "], input.shape[-1])");
+  TORCH_CHECK(input.dim() - tau.dim() == 1,
+              "torch.ormqr: Expected tau to have one dimension less than input, but got tau.ndim equal to ",
+              tau.dim(), " and input.ndim is equal to ", input.dim());
+  TORCH_CHECK(input.dim() == other.dim(),
+              "torch.ormqr: Expected other to have the same number of dimensions as input, but got other.ndim equal to ",
+              other.dim(), " and input.ndim is equal to ", input.dim());
+  TORCH_CHECK(input.sizes().slice(0, input.dim() - 2) == tau.sizes().slice(0, tau.dim() - 1),
+              "torch.ormqr: Expected batch dimensions of tau to be equal to input.shape[:-2], but got ",
+              tau.sizes().slice(0, tau.dim() - 1));
+  TORCH_CHECK(input.sizes().slice(0, input.dim() - 2) == other.sizes().slice(0, other.dim() - 2),
+              "torch.ormqr: Expected batch dimensions of other to be equal to input.shape[:-2], but got ",
+              other.sizes().slice(0, other.dim() - 2));
+  TORCH_CHECK(input.scalar_type() == tau.scalar_type(),
+              "torch.ormqr: Expected input and tau to have the same dtype, but input has dtype", input.scalar_type(),
+              " and tau has dtype ", tau.scalar_type());
+  TORCH_CHECK(input.scalar_type() == other.scalar_type(),
+              "torch.ormqr: Expected input and other to have the same dtype, but input has dtype", input.scalar_type(),
+              " and other has dtype ", other.scalar_type());
+  CheckRealFloat(input, "ormqr");
+  const int d = DeviceIndex(input);
+  if (other.numel() == 0) return Empty(other.sizes().vec(), other.scalar_type(), d);
+  ir::Builder& b = B(d);
+  const ir::DType t = ToIr(input.scalar_type());
+  const int64_t mn = input.size(-2), c = input.size(-1), r = input.dim();
+  const std::vector<int64_t> batch = BatchOf(input.sizes().vec());
+  Value h = Val(input);
+  std::vector<int64_t> zeros(r, 0), step(r, 1);
+  if (c > mn) {
+    h = b.Slice(h, zeros, With(batch, {mn, mn}), step);
+  } else if (c < mn) {
+    std::vector<int64_t> lo(r, 0), hi(r, 0), in(r, 0);
+    hi[r - 1] = mn - c;
+    h = b.Pad(h, b.ScalarConstant(t, 0), lo, hi, in);
+  }
+  Value q = tau.size(-1) == 0 ? Identity(b, t, With(batch, {mn, mn})) : HouseholderProduct(b, h, Val(tau));
+  if (transpose) q = MT(b, q);
+  Value x = Val(other);
+  return Wrap(left ? Matmul(b, q, x) : Matmul(b, x, q), d);
+}
+
 // One step of Ogita and Aishima's refinement of approximate eigenvectors X
 // of the symmetric A (SIAM J. Matrix Anal. Appl. 2018; quadratic: errors of
 // 1e-8 become rounding's): R = I - X^T X, S = X^T A X, eigenvalues
@@ -945,6 +1018,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("_linalg_slogdet", _linalg_slogdet);
   K("linalg_qr", linalg_qr);
   K("linalg_householder_product", linalg_householder_product);
+  K("geqrf", geqrf);
+  K("ormqr", ormqr);
   K("linalg_matrix_exp", linalg_matrix_exp);
   K("linalg_lstsq", linalg_lstsq);
   K("_linalg_eigh", _linalg_eigh);

@@ -1,6 +1,6 @@
 """Linear algebra on pjrt against the CPU: Cholesky, triangular solves, LU
 (factor, unpack, solve), solve, inverse, determinants, QR, eigh and the SVD,
-matrix_exp and householder_product, forward and backward, batched, with no
+matrix_exp, householder_product, geqrf and ormqr, forward and backward, batched, with no
 CPU fallback; errors on non-PD and singular inputs as on the CPU; a Gaussian
 log-likelihood through Cholesky and orthogonal parametrizations that train a
 few steps with CPU parity."""
@@ -345,6 +345,32 @@ def test_householder_product_and_orthogonal_parametrization_train():
         torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got[1].mT @ got[1] if shape[0] >= shape[1] else got[1] @ got[1].mT,
                                    torch.eye(min(shape)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (2, 3, 5), (4, 4), (3, 0)])
+def test_geqrf_is_lapacks_and_ormqr_applies_its_q(shape):
+    """geqrf's compact form (R above, reflectors below, tau) equals LAPACK's;
+    ormqr multiplies by Q or its transpose from either side, with gradients;
+    an orthogonal parametrization registered on a pjrt module (geqrf in its
+    right_inverse) stays on the device. Errors as the CPU's."""
+    a = torch.randn(*shape, generator=gen(20), dtype=torch.float64)
+    want, got = torch.geqrf(a), torch.geqrf(a.to(DEV))
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10)
+    m = shape[-2]
+    for left in (True, False):
+        for transpose in (False, True):
+            c = torch.randn(*shape[:-2], *((m, 2) if left else (2, m)), generator=gen(21))
+            compare(lambda h, t, o: torch.ormqr(h, t, o, left=left, transpose=transpose),
+                    want[0].float(), want[1].float(), c, grad=a.numel() > 0)  # (no reflectors: no gradient)
+    with pytest.raises(RuntimeError, match=r"other.shape\[-2\] must be equal to input.shape\[-2\]"):
+        torch.ormqr(got[0], got[1], torch.zeros(*shape[:-2], m + 1, 2, dtype=torch.float64, device=DEV))
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.geqrf(torch.zeros(3, device=DEV))
+    if shape == (5, 3):
+        layer = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(3, 5).to(DEV))
+        w = layer.weight.detach().cpu()
+        torch.testing.assert_close(w.mT @ w, torch.eye(3), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape,driver", [((2, 6, 4), None), ((6, 4), "gelsd"), ((6, 4), "gels"), ((3, 5), None),
