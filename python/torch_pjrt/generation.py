@@ -249,7 +249,7 @@ def generate(
     applied (a generation config that asks for one gets a warning).
 
     ``input_ids`` may be left-padded, with ``attention_mask`` zero on the
-    padding; without a mask, the padding is where the prompt holds
+    padding (padding on the right raises a ValueError); without a mask, the padding is where the prompt holds
     ``pad_token_id`` (unless that is an end-of-sequence id), as
     ``model.generate()`` infers it. ``eos_token_id`` / ``pad_token_id`` default to the model's
     generation config. Every ``stop_check_interval`` tokens the loop reads
@@ -329,6 +329,13 @@ def generate(
             raise ValueError(f"generate: attention_mask has shape {tuple(attention_mask.shape)}, "
                              f"input_ids {tuple(input_ids.shape)}: they must match")
         prompt_mask = attention_mask.to(device="cpu", dtype=torch.long)
+    # Tokens follow the prompt's last position: padding on the right would
+    # sit between the prompt and what is generated from it.
+    right = (prompt_mask[:, :-1] > prompt_mask[:, 1:]).any(-1).nonzero().flatten().tolist()
+    if right:
+        raise ValueError(f"generate: the prompt of row {right[0]} is padded on the right (its attention mask has a 0 "
+                         "after a 1); pad prompts on the left (a tokenizer's padding_side='left'), as decoder-only "
+                         "generation needs")
     padded_len, max_len = prompt_len, prompt_len + max_new_tokens
     if length_bucket:
         padded_len = -(-prompt_len // length_bucket) * length_bucket

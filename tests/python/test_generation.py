@@ -243,7 +243,7 @@ def test_bad_arguments_raise_as_hf_does_and_a_compiled_model_generates():
     """Sampling settings HF's generate() refuses (temperature 0 divided the
     scores into NaN; a negative top_k or top_p quietly became greedy) raise
     ValueError; so do a float token count, a negative check interval, float
-    ids and an empty prompt. torch.compile(model) generates the tokens of
+    ids, an empty prompt and a prompt padded on the right. torch.compile(model) generates the tokens of
     the module it wraps."""
     cpu, dev = models("llama")
     ids, mask = prompt(2, 5, left_pad=(0, 1), seed=4)
@@ -262,6 +262,14 @@ def test_bad_arguments_raise_as_hf_does_and_a_compiled_model_generates():
         generation.generate(dev, ids.float(), max_new_tokens=2)
     with pytest.raises(ValueError, match="prompt is empty"):
         generation.generate(dev, ids[:, :0], max_new_tokens=2)
+    # padding on the right would sit between the prompt and its tokens
+    # (HF warns and generates after the padding); the inferred mask too
+    right = torch.ones_like(mask)
+    right[1, -2:] = 0
+    with pytest.raises(ValueError, match="row 1 is padded on the right"):
+        generation.generate(dev, ids, attention_mask=right, max_new_tokens=2)
+    with pytest.raises(ValueError, match="row 0 is padded on the right"):
+        generation.generate(dev, torch.tensor([[5, 6, 0]]), max_new_tokens=2, pad_token_id=0)
     import numpy as np
     got = generation.generate(dev, ids, attention_mask=mask, max_new_tokens=np.int64(4), pad_token_id=0,
                               stop_check_interval=np.int32(2))
