@@ -249,9 +249,9 @@ def generate(
     applied (a generation config that asks for one gets a warning).
 
     ``input_ids`` may be left-padded, with ``attention_mask`` zero on the
-    padding (padding on the right raises a ValueError); without a mask, the padding is where the prompt holds
-    ``pad_token_id`` (unless that is an end-of-sequence id), as
-    ``model.generate()`` infers it. ``eos_token_id`` / ``pad_token_id`` default to the model's
+    padding (padding on the right raises a ValueError); without a mask,
+    the padding is where the prompt holds ``pad_token_id`` (unless that is
+    an end-of-sequence id), as ``model.generate()`` infers it. ``eos_token_id`` / ``pad_token_id`` default to the model's
     generation config. Every ``stop_check_interval`` tokens the loop reads
     one number back from the device (a wait) to stop once every row has
     finished; 0 never stops early.
