@@ -604,6 +604,24 @@ Value HouseholderProduct(ir::Builder& b, Value h, Value taus) {
   return b.CustomCall("ProductOfElementaryHouseholderReflectors", {h, taus}, {b.shape(h)})[0];
 }
 
+// `h` [..., m, n] cut or zero-padded to `cols` columns: Householder vectors
+// for the first `cols` columns of Q.
+Value ColumnsOf(ir::Builder& b, Value h, int64_t cols) {
+  const ir::Shape s = b.shape(h);
+  const int64_t r = s.rank(), n = s.dims[r - 1];
+  if (n > cols) {
+    std::vector<int64_t> limits = s.dims;
+    limits[r - 1] = cols;
+    return b.Slice(h, std::vector<int64_t>(r, 0), limits, std::vector<int64_t>(r, 1));
+  }
+  if (n < cols) {
+    std::vector<int64_t> lo(r, 0), hi(r, 0), in(r, 0);
+    hi[r - 1] = cols - n;
+    return b.Pad(h, b.ScalarConstant(s.dtype, 0), lo, hi, in);
+  }
+  return h;
+}
+
 // Least squares by the SVD: X = V diag(1/s) U^T B over the singular values
 // above rcond * s_max (PyTorch's rank rule), the minimum-norm solution the
 // CPU's default 'gelsy' and 'gelsd' give (for rank-deficient A too). The
@@ -740,15 +758,7 @@ std::tuple<at::Tensor, at::Tensor> linalg_qr(const at::Tensor& A, c10::string_vi
   const int64_t r_rows = complete ? m : k;
   Value R = Triangle(b, b.Slice(qr[0], zeros, With(batch, {r_rows, n}), step), false);
   if (mode == "r") return {NotComputed(A.scalar_type(), d), Wrap(R, d)};
-  const int64_t q_cols = complete ? m : k;
-  Value h = qr[0];
-  if (n > q_cols) {
-    h = b.Slice(h, zeros, With(batch, {m, q_cols}), step);
-  } else if (n < q_cols) {
-    std::vector<int64_t> lo(r, 0), hi(r, 0), in(r, 0);
-    hi[r - 1] = q_cols - n;
-    h = b.Pad(h, b.ScalarConstant(t, 0), lo, hi, in);
-  }
+  const Value h = ColumnsOf(b, qr[0], complete ? m : k);
   return {Wrap(HouseholderProduct(b, h, qr[1]), d), Wrap(R, d)};
 }
 
@@ -808,18 +818,10 @@ at::Tensor ormqr(const at::Tensor& input, const at::Tensor& tau, const at::Tenso
   if (other.numel() == 0) return Empty(other.sizes().vec(), other.scalar_type(), d);
   ir::Builder& b = B(d);
   const ir::DType t = ToIr(input.scalar_type());
-  const int64_t mn = input.size(-2), c = input.size(-1), r = input.dim();
+  const int64_t mn = input.size(-2);
   const std::vector<int64_t> batch = BatchOf(input.sizes().vec());
-  Value h = Val(input);
-  std::vector<int64_t> zeros(r, 0), step(r, 1);
-  if (c > mn) {
-    h = b.Slice(h, zeros, With(batch, {mn, mn}), step);
-  } else if (c < mn) {
-    std::vector<int64_t> lo(r, 0), hi(r, 0), in(r, 0);
-    hi[r - 1] = mn - c;
-    h = b.Pad(h, b.ScalarConstant(t, 0), lo, hi, in);
-  }
-  Value q = tau.size(-1) == 0 ? Identity(b, t, With(batch, {mn, mn})) : HouseholderProduct(b, h, Val(tau));
+  Value q = tau.size(-1) == 0 ? Identity(b, t, With(batch, {mn, mn}))
+                              : HouseholderProduct(b, ColumnsOf(b, Val(input), mn), Val(tau));
   if (transpose) q = MT(b, q);
   Value x = Val(other);
   return Wrap(left ? Matmul(b, q, x) : Matmul(b, x, q), d);
