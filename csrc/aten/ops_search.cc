@@ -57,6 +57,18 @@ at::Tensor searchsorted(const at::Tensor& seq, const at::Tensor& values, bool ou
                 "torch.searchsorted(): sorter must be a tensor of long dtype but got dtype ", sorter->scalar_type());
     TORCH_CHECK(sorter->sizes() == seq.sizes(), "torch.searchsorted(): boundary and sorter must have the same size, but got "
                 "boundary tensor ", seq.sizes(), " and got sorter tensor ", sorter->sizes());
+    if (sorter->is_privateuseone() && sorter->numel() > 0) {
+      // The CPU's error for an index outside [0, m) (the gather would name itself).
+      const int d = DeviceIndex(*sorter);
+      ir::Builder& b = B(d);
+      const ir::Value idx = Val(*sorter);
+      const std::vector<int64_t> dims = sorter->sizes().vec();
+      const ir::Value below = b.Compare(ir::CompareDir::LT, idx, b.Full(ir::DType::I64, dims, 0));
+      const ir::Value above =
+          b.Compare(ir::CompareDir::GE, idx, b.Full(ir::DType::I64, dims, static_cast<double>(seq.size(-1))));
+      CheckNone(d, b.Binary(ir::Op::Or, below, above), runtime::ErrorKind::kValue,
+                "torch.searchsorted(): sorter index out of range");
+    }
     sorted = seq.gather(-1, *sorter);
   }
   return BinarySearch(sorted, values, Right(right, side), out_int32);

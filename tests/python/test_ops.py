@@ -1249,6 +1249,15 @@ def test_searchsorted_promotes_a_python_number():
         assert torch.bucketize(2.5, seq.to(DEV), right=right).item() == torch.bucketize(2.5, seq, right=right).item()
 
 
+@pytest.mark.parametrize("sorter", [[0, 2, 5], [0, -1, 1]])
+def test_searchsorted_sorter_out_of_range_raises_the_cpus_error(sorter):
+    seq, v, st = torch.tensor([1.0, 3.0, 2.0]), torch.tensor([2.5]), torch.tensor(sorter)
+    with pytest.raises(RuntimeError, match=r"torch.searchsorted\(\): sorter index out of range"):
+        torch.searchsorted(seq, v, sorter=st)
+    with pytest.raises(RuntimeError, match=r"torch.searchsorted\(\): sorter index out of range"):
+        torch.searchsorted(seq.to(DEV), v.to(DEV), sorter=st.to(DEV)).cpu()
+
+
 def test_multinomial_draws_by_probability_on_the_device():
     torch_pjrt.manual_seed(0)
     p = torch.tensor([[0.1, 0.0, 0.6, 0.3], [2.0, 2.0, 0.0, 0.0]], device=DEV)  # rows need not sum to 1
