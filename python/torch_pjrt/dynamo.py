@@ -236,13 +236,15 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
         out = [None if i in token_in else a for i, a in enumerate(args)] if token_in else args
         return list(out) + constants if constants else out
 
-    def joins(args) -> bool:
-        """Whether a graph traced on every call stays in the pending trace, as
-        a replayed one would join it (`mode`); others launch as their own."""
+    def joining(args) -> Optional[int]:
+        """The index of the device whose pending trace a graph traced on every
+        call stays in, as a replayed one would join it (`mode`); None where
+        it launches as its own program."""
         if not (rng_states and join and replay):
-            return False
+            return None
         d = _pjrt_device_in(args, {})
-        return mode == _JOIN or (d is not None and _C._pending_count(d.index or 0) > 0)
+        index = (d.index or 0) if d is not None else 0
+        return index if mode == _JOIN or (d is not None and _C._pending_count(index) > 0) else None
 
     # The device's trace (its epoch) when this graph last stayed in it:
     # called again in that same trace, before anything launched, it begins
@@ -250,9 +252,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     # a loop that never reads does not grow one trace over all its steps.
     stayed_in = [None]
 
-    def new_step_first(args):
-        d = _pjrt_device_in(args, {})
-        index = (d.index or 0) if d is not None else 0
+    def new_step_first(index: int):
         if stayed_in[0] == (index, _C._trace_epoch(index)):
             _device.sync()
         stayed_in[0] = (index, _C._trace_epoch(index))
@@ -260,12 +260,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence, mode: int
     def traced(args):
         rec = _C._replay_begin(recorded_args(args), mode if join else _LAUNCH) if record and replay else None
         before = fallbacks_so_far() if rec is not None else 0
-        stay = rec is None and joins(args)
-        if stay:
-            new_step_first(args)
+        stay = joining(args) if rec is None else None
+        if stay is not None:
+            new_step_first(stay)
         outs = gm(*args)
         if rec is None:
-            if not stay:
+            if stay is None:
                 _device.sync()  # one program per compiled graph, launched asynchronously
             return outs
         seq = isinstance(outs, (list, tuple))
