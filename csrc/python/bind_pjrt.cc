@@ -242,14 +242,17 @@ void BindPjrt(py::module_& m) {
   m.def(
       "_launches_done",
       [] {
-        if (!runtime::Runtime::Initialized() || pjrt::InForkedChild()) return true;
+        if (pjrt::InForkedChild()) return true;
+        if (runtime::CompilesRunning() > 0) return false;  // interrupted ones too
+        if (!runtime::Runtime::Initialized()) return true;
         runtime::Runtime& r = runtime::Runtime::Get();
         for (int d = 0; d < r.device_count(); ++d) {
           if (!r.LaunchesDone(d)) return false;
         }
         return true;
       },
-      "Whether every launched program has finished (waits for nothing).");
+      py::call_guard<py::gil_scoped_release>(),
+      "Whether every launched program and every compile has finished (waits for nothing).");
   m.def(
       "_memory_stats",
       [](int index) -> py::object {

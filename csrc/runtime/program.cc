@@ -1,16 +1,28 @@
 #include "runtime/program.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <exception>
 #include <fstream>
 #include <iomanip>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+#include <utility>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "ir/printer.h"
+#include "pjrt/compile_options.h"
 #include "runtime/dtype_map.h"
+#include "runtime/metrics.h"
+#include "runtime/runtime.h"
 
 namespace tpj::runtime {
 namespace {
@@ -143,6 +155,214 @@ CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
   return out;
 }
 
+namespace {
+
+// One compile on a thread of its own (CompileText).
+struct CompileJob {
+  std::weak_ptr<const pjrt::Client> client;
+  std::string key;  // options, argument specs and program text
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::unique_ptr<pjrt::Executable> exe;
+  std::exception_ptr error;
+};
+
+std::atomic<int> compiles_running{0};
+thread_local bool last_interrupted = false;
+
+// SIGINT while a compile is awaited. The wait check takes the GIL, and the
+// waiting thread may hold the runtime lock, which another thread holding
+// the GIL may be waiting for: called every 50 ms, the check could deadlock
+// there. So it is called only once SIGINT came, as seen by a handler
+// chained in front of the process's own (Python's) for the time of the
+// wait, and the common such waiter, a pjrt tensor freed from Python, lets
+// the GIL go while it waits (Runtime::Unregister). Another one (a binding
+// that holds the GIL into the runtime) met by a Ctrl-C during a compile
+// would still deadlock; without SIGINT the wait is a plain compile call's.
+std::atomic<uint64_t> sigints{0};
+std::mutex sigint_mu;
+int sigint_watchers = 0;            // under sigint_mu
+struct sigaction sigint_previous;   // the handler chained to; under sigint_mu
+
+void OnSigint(int sig, siginfo_t* info, void* context) {
+  ++sigints;
+  if (sigint_previous.sa_flags & SA_SIGINFO) {
+    sigint_previous.sa_sigaction(sig, info, context);
+  } else {
+    sigint_previous.sa_handler(sig);
+  }
+}
+
+// Chains OnSigint in front of SIGINT's handler while it lives, where that
+// handler is a function (SIG_DFL ends the process anyway; SIG_IGN ignores).
+class SigintWatch {
+ public:
+  SigintWatch() {
+    std::lock_guard<std::mutex> l(sigint_mu);
+    if (sigint_watchers++ > 0) return;
+    struct sigaction now {};
+    if (sigaction(SIGINT, nullptr, &now) != 0) return;
+    const bool function = (now.sa_flags & SA_SIGINFO) ? now.sa_sigaction != nullptr
+                                                       : now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN;
+    if (!function) return;
+    sigint_previous = now;
+    struct sigaction ours = now;
+    ours.sa_flags |= SA_SIGINFO;
+    ours.sa_sigaction = &OnSigint;
+    sigaction(SIGINT, &ours, nullptr);
+  }
+  ~SigintWatch() {
+    std::lock_guard<std::mutex> l(sigint_mu);
+    if (--sigint_watchers > 0) return;
+    struct sigaction now {};
+    // (put back unless something else replaced it meanwhile)
+    if (sigaction(SIGINT, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) && now.sa_sigaction == &OnSigint) {
+      sigaction(SIGINT, &sigint_previous, nullptr);
+    }
+  }
+  SigintWatch(const SigintWatch&) = delete;
+  SigintWatch& operator=(const SigintWatch&) = delete;
+  // Whether SIGINT came since the last call (each watcher counts its own).
+  bool Came() {
+    const uint64_t now = sigints.load();
+    const bool came = now != seen_;
+    seen_ = now;
+    return came;
+  }
+
+ private:
+  uint64_t seen_ = sigints.load();
+};
+
+// Interrupted compiles, newest last, until a CompileText of the same
+// program takes one over (a kept executable holds its client). Never
+// destroyed: an executable must not be freed by exit's destructors, under
+// the plugin's own.
+constexpr size_t kInterruptedKept = 4;
+std::mutex& InterruptedMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::deque<std::shared_ptr<CompileJob>>& Interrupted() {
+  static auto* jobs = new std::deque<std::shared_ptr<CompileJob>>;
+  return *jobs;
+}
+
+std::string JobKey(const std::string& text, const pjrt::CompileOptions& options,
+                   const std::vector<pjrt::ArgSpec>& args) {
+  std::ostringstream key;
+  key << EncodeCompileOptions(options) << '\n';
+  for (const pjrt::ArgSpec& a : args) {
+    key << static_cast<int>(a.type);
+    for (int64_t d : a.dims) key << ',' << d;
+    key << ';';
+  }
+  key << '\n' << text;
+  return key.str();
+}
+
+std::shared_ptr<CompileJob> TakeInterrupted(const pjrt::Client& client, const std::string& key) {
+  std::lock_guard<std::mutex> l(InterruptedMutex());
+  auto& jobs = Interrupted();
+  for (auto it = jobs.begin(); it != jobs.end(); ++it) {
+    if ((*it)->client.lock().get() == &client && (*it)->key == key) {
+      std::shared_ptr<CompileJob> job = std::move(*it);
+      jobs.erase(it);
+      return job;
+    }
+  }
+  return nullptr;
+}
+
+void KeepInterrupted(std::shared_ptr<CompileJob> job) {
+  std::lock_guard<std::mutex> l(InterruptedMutex());
+  auto& jobs = Interrupted();
+  jobs.push_back(std::move(job));
+  while (jobs.size() > kInterruptedKept) jobs.pop_front();  // its thread, if running, holds it to the end
+}
+
+// Starts `job` on a detached thread that holds the client (and the job)
+// until the compile ends; nullptr where no thread could be started.
+std::shared_ptr<CompileJob> StartCompile(pjrt::Client& client, std::string key, const std::string& text,
+                                         const pjrt::CompileOptions& options, std::vector<pjrt::ArgSpec> args) {
+  auto job = std::make_shared<CompileJob>();
+  std::shared_ptr<pjrt::Client> holder = client.shared_from_this();
+  job->client = holder;
+  job->key = std::move(key);
+  ++compiles_running;
+  try {
+    std::thread([job, holder, text, options, args = std::move(args)]() mutable {
+      std::unique_ptr<pjrt::Executable> exe;
+      std::exception_ptr error;
+      try {
+        exe = holder->Compile(text, options, std::move(args));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> l(job->mu);
+        job->exe = std::move(exe);
+        job->error = error;
+        job->done = true;
+      }
+      job->cv.notify_all();
+      // Released before the count drops: exit waits for the count, and the
+      // last holder of a client or an executable frees it in the plugin.
+      job.reset();
+      holder.reset();
+      --compiles_running;
+    }).detach();
+  } catch (...) {  // no thread to be had: compiled on the caller's
+    --compiles_running;
+    return nullptr;
+  }
+  return job;
+}
+
+// Waits for `job`; once SIGINT came, calls `check`. A throwing check leaves
+// the job to its thread (kept for a later CompileText) and throws on.
+std::unique_ptr<pjrt::Executable> AwaitCompile(const std::shared_ptr<CompileJob>& job, const pjrt::WaitCheck& check) {
+  SigintWatch sigint;
+  const std::shared_ptr<void> waiting = Runtime::EnterWait();
+  std::unique_lock<std::mutex> l(job->mu);
+  while (!job->cv.wait_for(l, std::chrono::milliseconds(50), [&] { return job->done; })) {
+    if (!sigint.Came()) continue;
+    l.unlock();
+    try {
+      check();
+    } catch (...) {
+      last_interrupted = true;
+      Metrics::Get().Add("compiles_interrupted");
+      KeepInterrupted(job);
+      throw;
+    }
+    l.lock();
+  }
+  if (job->error) std::rethrow_exception(job->error);
+  return std::move(job->exe);
+}
+
+std::unique_ptr<pjrt::Executable> Compile(pjrt::Client& client, const std::string& text,
+                                          const pjrt::CompileOptions& options, std::vector<pjrt::ArgSpec> args) {
+  const pjrt::WaitCheck check = Runtime::WaitCheckFn();
+  if (!check) return client.Compile(text, options, std::move(args));
+  std::string key = JobKey(text, options, args);
+  std::shared_ptr<CompileJob> job = TakeInterrupted(client, key);
+  if (job) Metrics::Get().Add("compiles_resumed");
+  if (!job) job = StartCompile(client, std::move(key), text, options, args);
+  if (!job) return client.Compile(text, options, std::move(args));
+  return AwaitCompile(job, check);
+}
+
+}  // namespace
+
+bool CompileInterrupted() { return last_interrupted; }
+
+void ClearCompileInterrupted() { last_interrupted = false; }
+
+int CompilesRunning() { return compiles_running.load(); }
+
 std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::string& text,
                                               const pjrt::CompileOptions& options,
                                               std::vector<pjrt::ArgSpec> args) {
@@ -150,13 +370,15 @@ std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::s
     const int line = MessageLine(msg);
     return ProgramLine(text, line > 0 ? line : LineWithDims(text, msg));
   };
+  last_interrupted = false;
   try {
-    return client.Compile(text, options, std::move(args));
+    return Compile(client, text, options, std::move(args));
   } catch (const pjrt::Error& e) {
     const std::string at = where(e.what());
-    if (at.empty()) throw;
+    if (at.empty() || last_interrupted) throw;
     throw pjrt::Error(e.code(), std::string(e.what()) + "\n  in StableHLO " + at);
   } catch (const std::exception& e) {
+    if (last_interrupted) throw;  // the wait check's own (KeyboardInterrupt)
     // a C++ exception out of the plugin's compiler (absl's "Bad StatusOr access")
     const std::string at = where(e.what());
     throw pjrt::Error(pjrt::Code::kInternal, std::string("the plugin failed to compile the program: ") + e.what() +

@@ -28,9 +28,26 @@ CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
 
 // Compiles StableHLO text; on failure the pjrt::Error names the program line
 // the plugin complained about, when its message gives one.
+//
+// The PJRT compile call cannot be interrupted, and a large program compiles
+// for minutes: with a wait check set (Runtime::SetWaitCheck, as the Python
+// bindings do), the compile runs on a thread of its own while the caller
+// waits, calling the check about every 50 ms; Ctrl-C raises from it at once.
+// The interrupted compile goes on to its end on its thread: a later
+// CompileText of the same program, options and arguments on the same client
+// waits for it rather than compiling again (the last few are kept), and
+// exit waits for it (CompilesRunning).
 std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::string& text,
                                               const pjrt::CompileOptions& options,
                                               std::vector<pjrt::ArgSpec> args = {});
+// Whether the last CompileText on this thread ended by its wait check
+// throwing (an interrupt) rather than by the compile's own result, since
+// ClearCompileInterrupted(): a caller clears it before the calls whose
+// exception it then asks about.
+bool CompileInterrupted();
+void ClearCompileInterrupted();
+// Compiles still running on their threads, interrupted ones included.
+int CompilesRunning();
 
 // The device memory the compiler planned for one run of a program, where
 // the plugin reports it.

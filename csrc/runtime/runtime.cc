@@ -13,6 +13,7 @@
 #include "pjrt/discovery.h"
 #include "pjrt/error.h"
 #include "pjrt/plugin.h"
+#include "runtime/program.h"
 #include "runtime/warnings.h"
 
 namespace tpj::runtime {
@@ -184,9 +185,13 @@ void Runtime::SetReplicas(int n) {
     throw pjrt::Error(pjrt::Code::kFailedPrecondition,
                       "torch_pjrt.replicated() cannot start while pjrt:0 runs an SPMD mesh (torch_pjrt.spmd)");
   }
+  ClearCompileInterrupted();
   try {
     SyncDevice(0);
   } catch (...) {
+    // Ctrl-C during the compile: no switch, and the work stays pending (a
+    // reset would leave its storages pending in no trace: stale values).
+    if (CompileInterrupted()) throw;
     t.replicas = n;  // switch anyway: leaving the old mode on would surprise more
     ResetTrace(t);
     throw;

@@ -277,17 +277,34 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
     return exe;
   }
   if (corrupt) m.Add("disk_cache_corrupt");
-  ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc);
+  // An interrupted compile is not one: its sync comes again (CompileText),
+  // and must not find its own structure and report a recompile.
+  const uint64_t structure = ir::ShapeBlindHash(g);
+  auto seen = seen_structures_.find(structure);
+  std::optional<std::vector<std::string>> seen_before;
+  if (seen != seen_structures_.end()) seen_before = seen->second;
+  const size_t reasons_before = unreported_.size();
+  ExplainRecompile(structure, g, param_desc);
   auto t0 = std::chrono::steady_clock::now();
   const std::string text = ir::PrintStableHlo(g);
   if (!options_.dump_dir.empty()) std::ofstream(options_.dump_dir + "/" + key + ".mlir") << text;
   std::shared_ptr<pjrt::Executable> exe;
-  {
+  try {
     size_t ops = 0;
     for (const ir::Node& node : g.nodes) ops += node.op != ir::Op::Parameter;
     CompileWatch watch(options_.compile_progress_s,
                        "a program of " + std::to_string(ops) + " ops (cache key " + key + ")");
     exe.reset(runtime::CompileText(*client_, text, options, args).release());
+  } catch (...) {
+    if (CompileInterrupted()) {
+      unreported_.resize(reasons_before);
+      if (seen_before) {
+        seen_structures_[structure] = std::move(*seen_before);
+      } else {
+        seen_structures_.erase(structure);
+      }
+    }
+    throw;
   }
   m.AddTime("compile", Seconds(t0));
   m.Add("compiles");
@@ -461,6 +478,7 @@ void Runtime::SyncDevice(int device) {
       for (int d : t.mesh) key << "." << global_id(d);
     }
     m.AddTime("graph_build", Seconds(t0));
+    ClearCompileInterrupted();  // (one from another caller's compile is not this one's)
     try {
       std::vector<std::string> desc;
       std::vector<pjrt::ArgSpec> args;
@@ -471,7 +489,9 @@ void Runtime::SyncDevice(int device) {
       }
       exe = GetExecutable(device, g, key.str(), desc, std::move(args));
     } catch (...) {
-      abandon("compile");
+      // Ctrl-C during the compile: the work stays pending, and the next
+      // sync takes the compile over where it has got to (CompileText).
+      if (!CompileInterrupted()) abandon("compile");
       throw;
     }
     run_bytes = HostRunBytes(*client_, *exe);

@@ -230,10 +230,19 @@ void Runtime::Resize(Storage& s, size_t nbytes, ir::DType dtype) {
 }
 
 void Runtime::Unregister(Storage* s) {
-  std::lock_guard<std::recursive_mutex> l(mu_);
+  // Freed from Python, with the GIL held. Where a sync holds the lock (a
+  // compile), the GIL is let go while waiting for it: that compile's wait
+  // takes the GIL to raise Ctrl-C (program.cc, SigintWatch).
+  std::unique_lock<std::recursive_mutex> l(mu_, std::try_to_lock);
+  std::shared_ptr<void> waiting;
+  if (!l.owns_lock()) {
+    waiting = EnterWait();
+    l.lock();
+  }
   if (s->pending_ && s->device_ >= 0 && s->device_ < static_cast<int>(traces_.size())) {
     traces_[s->device_].pending.erase(s);
   }
+  l.unlock();  // before the GIL comes back (`waiting`)
 }
 
 void Runtime::DropLostRng(int device) {

@@ -49,12 +49,13 @@ def _user_frame(frame):
 
 def _await_launched_at_exit() -> None:
     # Python's exit handlers run before C++ static destructors: a program
-    # still running in the plugin's threads when exit() tears those down
-    # crashes the process (SIGSEGV, or std::terminate in the plugin). A
-    # running program cannot be stopped: the wait polls (no thread: Python
-    # 3.12 refuses new threads at exit), and Ctrl-C during it ends the
-    # process at once, by SIGINT as an uncaught KeyboardInterrupt does (the
-    # exit handlers registered before this one do not run).
+    # (or a compile: one interrupted by Ctrl-C goes on in its thread) still
+    # running in the plugin's threads when exit() tears those down crashes
+    # the process (SIGSEGV, or std::terminate in the plugin). Neither can
+    # be stopped: the wait polls (no thread: Python 3.12 refuses new
+    # threads at exit), and Ctrl-C during it ends the process at once, by
+    # SIGINT as an uncaught KeyboardInterrupt does (the exit handlers
+    # registered before this one do not run).
     if not _extension.is_loaded(_C):  # nothing was launched without it (and its stub would raise again)
         return
     unread = []
@@ -75,7 +76,7 @@ def _await_launched_at_exit() -> None:
         start, told = time.monotonic(), False
         while not _C._launches_done():
             if not told and time.monotonic() - start > 1.0:
-                print("torch_pjrt: waiting for the programs still running on the device before exiting "
+                print("torch_pjrt: waiting for the programs still compiling or running on the device before exiting "
                       "(Ctrl-C to exit at once)", file=sys.stderr, flush=True)
                 told = True
             time.sleep(0.02)

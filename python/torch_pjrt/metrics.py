@@ -6,6 +6,9 @@ Counters (``counters()``):
 - ``compiles``: programs compiled by the plugin; ``cache_hits``: programs
   found in the in-memory cache; ``disk_cache_hits`` / ``disk_cache_corrupt``:
   the on-disk cache; ``executions``: programs launched;
+- ``compiles_interrupted``: compiles whose wait Ctrl-C interrupted (the
+  compile goes on in its thread); ``compiles_resumed``: syncs of the same
+  program that then took such a compile over rather than starting anew;
 - ``recompiles``: compiles of a graph whose structure was seen before with
   other shapes, dtypes or constants (see ``recompiles()`` for why; every
   compile, a new structure included, is counted where its sync ran in
@@ -58,9 +61,9 @@ _dynamo_seen: "weakref.WeakKeyDictionary[object, Tuple[list, int]]" = weakref.We
 
 # Present in counters() and timers() from the start, 0 until counted (the
 # memory statistics are absent where the plugin offers none).
-_COUNTERS = ("compiles", "recompiles", "cache_hits", "disk_cache_hits", "disk_cache_corrupt", "executions",
-             "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops", "ir_nodes_built", "relayouts",
-             "replays", "replays_joined", "replay_recordings", "replay_refused")
+_COUNTERS = ("compiles", "compiles_interrupted", "compiles_resumed", "recompiles", "cache_hits", "disk_cache_hits",
+             "disk_cache_corrupt", "executions", "cpu_fallbacks", "bytes_to_device", "bytes_to_host", "traced_ops",
+             "ir_nodes_built", "relayouts", "replays", "replays_joined", "replay_recordings", "replay_refused")
 _TIMERS = ("compile", "execute_launch", "execute_wait", "graph_build", "sync", "trace")
 
 

@@ -557,7 +557,10 @@ def test_ctrl_c_interrupts_a_wait_within_a_second(wait, update):
 
 def test_ctrl_c_during_a_compile_that_reports_a_recompile_is_not_lost():
     # the recompile's report asks Python for the line (the GIL, and a pending
-    # Ctrl-C with it) while the compile has just returned
+    # Ctrl-C with it): a Ctrl-C must not be swallowed there. It now lands in
+    # the compile's wait (raised at once); the report and the work are kept
+    # for the sync that comes again (below, a different program: one more
+    # compile).
     code = textwrap.dedent("""
         import os, signal, threading, time, torch, torch_pjrt
         def trace(n):
@@ -578,6 +581,45 @@ def test_ctrl_c_during_a_compile_that_reports_a_recompile_is_not_lost():
     """)
     r = run_python(code, timeout=170)
     assert r.returncode == 0 and r.stdout.split("\n")[:2] == ["interrupted", "after [3.0, 3.0]"], r.stdout + r.stderr
+
+
+def test_ctrl_c_interrupts_a_compile_and_the_work_stays_pending():
+    # A compile runs on a thread of its own; Ctrl-C raises within the wait's
+    # 50 ms while it goes on. The work stays pending: the next sync of the
+    # same program takes that compile over, with the CPU's values. A second
+    # one interrupted right before exit: exit waits for it (tearing the
+    # plugin down under a running compile would crash the process).
+    code = textwrap.dedent("""
+        import os, signal, sys, threading, time, torch, torch_pjrt
+        from torch_pjrt import metrics
+        def trace(x, w, n):
+            for i in range(n):  # about 7 ops per step: a compile of seconds
+                x = x * 0.999 + w * (i % 7) * 1e-3
+            return x
+        def interrupt_soon():
+            threading.Thread(target=lambda: (time.sleep(0.4), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+            t0 = time.monotonic()
+            try:
+                torch_pjrt.sync(wait=True)
+                return None
+            except KeyboardInterrupt:
+                return time.monotonic() - t0
+        x = trace(torch.zeros(8, device="pjrt"), torch.ones(8, device="pjrt"), 500)
+        print("interrupted after", interrupt_soon())
+        got = x.cpu()
+        c = metrics.counters()
+        want = trace(torch.zeros(8), torch.ones(8), 500)
+        print("resumed", c["compiles_interrupted"], c["compiles_resumed"], c["compiles"], torch.allclose(got, want))
+        y = trace(torch.zeros(9, device="pjrt"), torch.ones(9, device="pjrt"), 500)
+        print("interrupted after", interrupt_soon(), flush=True)
+    """)
+    r = run_python(code, timeout=170, TORCH_PJRT_CACHE_DIR=None)  # (a disk-cache hit would compile nothing)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) == 3, r.stdout + r.stderr
+    for line in lines[0], lines[2]:  # SIGINT at 0.4 s; the compiles take seconds
+        took = line.split()[-1]
+        assert line.startswith("interrupted after") and took != "None" and float(took) < 1.2, r.stdout + r.stderr
+    assert lines[1] == "resumed 1 1 1 True", r.stdout + r.stderr
 
 
 def test_fork_child_gets_a_clear_error_and_no_hang():

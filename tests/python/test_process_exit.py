@@ -48,7 +48,7 @@ def test_ctrl_c_while_exit_waits_for_a_program_exits_at_once():
     try:
         assert p.stdout.readline().strip() == "exiting"
         line = p.stderr.readline()
-        assert "waiting for the programs still running" in line, line + p.stderr.read()
+        assert "waiting for the programs still compiling or running" in line, line + p.stderr.read()
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=10) == -signal.SIGINT  # as an uncaught KeyboardInterrupt ends it
