@@ -4,6 +4,7 @@
 
 #include <array>
 #include <chrono>
+#include <csignal>
 #include <thread>
 #include <ATen/ATen.h>
 #include <torch/csrc/utils/pybind.h>
@@ -17,6 +18,7 @@
 #include "runtime/metrics.h"
 #include "pjrt/plugin.h"
 #include "runtime/options.h"
+#include "runtime/program.h"
 #include "runtime/runtime.h"
 #include "runtime/warnings.h"
 
@@ -84,6 +86,21 @@ void BindTorch(py::module_& m) {
   runtime::Runtime::SetWaitCheck([] {
     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
     py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  });
+  // A compile's wait calls this once SIGINT came, under the runtime lock in
+  // the middle of a sync: only Python's own handler is run there (it raises
+  // KeyboardInterrupt). A handler of the program's (one that saves a
+  // checkpoint on Ctrl-C) may use pjrt, which would enter that sync again:
+  // it runs once the compile is done, as Python runs handlers between
+  // bytecodes.
+  runtime::SetCompileInterruptCheck([] {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+    py::gil_scoped_acquire gil;
+    // (_signal's builtins: the `signal` module's Python wrappers would run
+    // bytecode, and the pending handler with it)
+    py::module_ signal = py::module_::import("_signal");
+    if (!signal.attr("getsignal")(SIGINT).is(signal.attr("default_int_handler"))) return;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   });
   runtime::Runtime::SetWaitScope([]() -> std::shared_ptr<void> {

@@ -343,9 +343,19 @@ std::unique_ptr<pjrt::Executable> AwaitCompile(const std::shared_ptr<CompileJob>
   return std::move(job->exe);
 }
 
+std::mutex check_mu;
+pjrt::WaitCheck& InterruptCheck() {
+  static auto* check = new pjrt::WaitCheck;
+  return *check;
+}
+
 std::unique_ptr<pjrt::Executable> Compile(pjrt::Client& client, const std::string& text,
                                           const pjrt::CompileOptions& options, std::vector<pjrt::ArgSpec> args) {
-  const pjrt::WaitCheck check = Runtime::WaitCheckFn();
+  pjrt::WaitCheck check;
+  {
+    std::lock_guard<std::mutex> l(check_mu);
+    check = InterruptCheck();
+  }
   if (!check) return client.Compile(text, options, std::move(args));
   std::string key = JobKey(text, options, args);
   std::shared_ptr<CompileJob> job = TakeInterrupted(client, key);
@@ -356,6 +366,11 @@ std::unique_ptr<pjrt::Executable> Compile(pjrt::Client& client, const std::strin
 }
 
 }  // namespace
+
+void SetCompileInterruptCheck(pjrt::WaitCheck check) {
+  std::lock_guard<std::mutex> l(check_mu);
+  InterruptCheck() = std::move(check);
+}
 
 bool CompileInterrupted() { return last_interrupted; }
 

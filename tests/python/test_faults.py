@@ -586,9 +586,10 @@ def test_ctrl_c_during_a_compile_that_reports_a_recompile_is_not_lost():
 def test_ctrl_c_interrupts_a_compile_and_the_work_stays_pending():
     # A compile runs on a thread of its own; Ctrl-C raises within the wait's
     # 50 ms while it goes on. The work stays pending: the next sync of the
-    # same program takes that compile over, with the CPU's values. A second
-    # one interrupted right before exit: exit waits for it (tearing the
-    # plugin down under a running compile would crash the process).
+    # same program takes that compile over, with the CPU's values. A SIGINT
+    # handler of the program's own runs after the compile, as before (it
+    # may use pjrt). One more interrupted right before exit: exit waits for
+    # it (tearing the plugin down under a running compile would crash).
     code = textwrap.dedent("""
         import os, signal, sys, threading, time, torch, torch_pjrt
         from torch_pjrt import metrics
@@ -610,16 +611,23 @@ def test_ctrl_c_interrupts_a_compile_and_the_work_stays_pending():
         c = metrics.counters()
         want = trace(torch.zeros(8), torch.ones(8), 500)
         print("resumed", c["compiles_interrupted"], c["compiles_resumed"], c["compiles"], torch.allclose(got, want))
+        ran = []  # a handler of the program's own, using pjrt: run after the compile
+        signal.signal(signal.SIGINT, lambda *_: ran.append((torch.ones(2, device="pjrt") * 2).cpu().tolist()))
+        z = trace(torch.zeros(10, device="pjrt"), torch.ones(10, device="pjrt"), 500)
+        print("own handler", interrupt_soon(), ran, torch.allclose(z.cpu(), trace(torch.zeros(10), torch.ones(10), 500)))
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         y = trace(torch.zeros(9, device="pjrt"), torch.ones(9, device="pjrt"), 500)
         print("interrupted after", interrupt_soon(), flush=True)
     """)
     r = run_python(code, timeout=170, TORCH_PJRT_CACHE_DIR=None)  # (a disk-cache hit would compile nothing)
     lines = r.stdout.splitlines()
-    assert r.returncode == 0 and len(lines) == 3, r.stdout + r.stderr
-    for line in lines[0], lines[2]:  # SIGINT at 0.4 s; the compiles take seconds
+    assert r.returncode == 0 and len(lines) == 4, r.stdout + r.stderr
+    for line in lines[0], lines[3]:  # SIGINT at 0.4 s; the compiles take seconds
         took = line.split()[-1]
         assert line.startswith("interrupted after") and took != "None" and float(took) < 1.2, r.stdout + r.stderr
     assert lines[1] == "resumed 1 1 1 True", r.stdout + r.stderr
+    # (run in the middle of the sync, it would have entered the sync again)
+    assert lines[2] == "own handler None [[2.0, 2.0]] True", r.stdout + r.stderr
 
 
 def test_fork_child_gets_a_clear_error_and_no_hang():
