@@ -277,14 +277,6 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
     return exe;
   }
   if (corrupt) m.Add("disk_cache_corrupt");
-  // An interrupted compile is not one: its sync comes again (CompileText),
-  // and must not find its own structure and report a recompile.
-  const uint64_t structure = ir::ShapeBlindHash(g);
-  auto seen = seen_structures_.find(structure);
-  std::optional<std::vector<std::string>> seen_before;
-  if (seen != seen_structures_.end()) seen_before = seen->second;
-  const size_t reasons_before = unreported_.size();
-  ExplainRecompile(structure, g, param_desc);
   auto t0 = std::chrono::steady_clock::now();
   const std::string text = ir::PrintStableHlo(g);
   if (!options_.dump_dir.empty()) std::ofstream(options_.dump_dir + "/" + key + ".mlir") << text;
@@ -296,18 +288,14 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
                        "a program of " + std::to_string(ops) + " ops (cache key " + key + ")");
     exe.reset(runtime::CompileText(*client_, text, options, args).release());
   } catch (...) {
-    if (CompileInterrupted()) {
-      unreported_.resize(reasons_before);
-      if (seen_before) {
-        seen_structures_[structure] = std::move(*seen_before);
-      } else {
-        seen_structures_.erase(structure);
-      }
-    }
+    // An interrupted compile is not one: its sync comes again (CompileText)
+    // and must not find its own structure and report a recompile.
+    if (!CompileInterrupted()) ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc);
     throw;
   }
   m.AddTime("compile", Seconds(t0));
   m.Add("compiles");
+  ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc);
   for (const Trace::Joined& j : trace.joined) {
     if (j.calls > 1) ++multi_join_compiles_[j.program];  // MayJoinAgain
   }

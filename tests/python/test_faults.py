@@ -594,7 +594,7 @@ def test_ctrl_c_interrupts_a_compile_and_the_work_stays_pending():
         import os, signal, sys, threading, time, torch, torch_pjrt
         from torch_pjrt import metrics
         def trace(x, w, n):
-            for i in range(n):  # about 7 ops per step: a compile of seconds
+            for i in range(n):  # 4 ops per step (2000 ops, 5002 IR nodes): a compile of seconds
                 x = x * 0.999 + w * (i % 7) * 1e-3
             return x
         def interrupt_soon():
