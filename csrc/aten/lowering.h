@@ -101,6 +101,11 @@ inline ir::Value Fill(int device, double v, at::ScalarType t, const std::vector<
   return B(device).Full(ToIr(t), shape, v);
 }
 
+// An int64 constant of shape `dims` (indices, counts, sizes).
+inline ir::Value I64(ir::Builder& b, const std::vector<int64_t>& dims, int64_t v) {
+  return b.Full(ir::DType::I64, dims, static_cast<double>(v));
+}
+
 // The mean of x over `dims` (each mean covers `n` elements), in x's dtype:
 // half types sum and divide in float and round once, as the CPU does, so a
 // float16 sum or count past 65504 does not overflow on the way.

@@ -14,10 +14,6 @@ namespace {
 using ir::CompareDir;
 using ir::Op;
 
-ir::Value I64(ir::Builder& b, const std::vector<int64_t>& dims, int64_t v) {
-  return b.Full(ir::DType::I64, dims, static_cast<double>(v));
-}
-
 // The static problem: sizes, and the per-sample data on the device.
 struct Problem {
   int d = 0;

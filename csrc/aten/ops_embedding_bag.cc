@@ -15,10 +15,6 @@ using ir::Op;
 
 constexpr int64_t kSum = 0, kMean = 1, kMax = 2;
 
-ir::Value I64(ir::Builder& b, const std::vector<int64_t>& dims, int64_t v) {
-  return b.Full(ir::DType::I64, dims, static_cast<double>(v));
-}
-
 // x shifted by k along dim 0 (x[i - k] at i), `fill` where i < k.
 ir::Value ShiftDown(ir::Builder& b, ir::Value x, int64_t k, ir::Value fill) {
   const auto dims = b.shape(x).dims;

@@ -94,7 +94,7 @@ void BindTorch(py::module_& m) {
   // checkpoint on Ctrl-C) may use pjrt, which would enter that sync again:
   // it runs once the compile is done, as Python runs handlers between
   // bytecodes.
-  runtime::SetCompileInterruptCheck([] {
+  runtime::Runtime::SetCompileInterruptCheck([] {
     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
     py::gil_scoped_acquire gil;
     // (_signal's builtins: the `signal` module's Python wrappers would run

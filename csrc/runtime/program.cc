@@ -160,7 +160,8 @@ namespace {
 // One compile on a thread of its own (CompileText).
 struct CompileJob {
   std::weak_ptr<const pjrt::Client> client;
-  std::string key;  // options, argument specs and program text
+  std::string key;   // options and argument specs
+  std::string text;  // the program, compiled from this copy
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -249,8 +250,7 @@ std::deque<std::shared_ptr<CompileJob>>& Interrupted() {
   return *jobs;
 }
 
-std::string JobKey(const std::string& text, const pjrt::CompileOptions& options,
-                   const std::vector<pjrt::ArgSpec>& args) {
+std::string JobKey(const pjrt::CompileOptions& options, const std::vector<pjrt::ArgSpec>& args) {
   std::ostringstream key;
   key << EncodeCompileOptions(options) << '\n';
   for (const pjrt::ArgSpec& a : args) {
@@ -258,15 +258,15 @@ std::string JobKey(const std::string& text, const pjrt::CompileOptions& options,
     for (int64_t d : a.dims) key << ',' << d;
     key << ';';
   }
-  key << '\n' << text;
   return key.str();
 }
 
-std::shared_ptr<CompileJob> TakeInterrupted(const pjrt::Client& client, const std::string& key) {
+std::shared_ptr<CompileJob> TakeInterrupted(const pjrt::Client& client, const std::string& key,
+                                            const std::string& text) {
   std::lock_guard<std::mutex> l(InterruptedMutex());
   auto& jobs = Interrupted();
   for (auto it = jobs.begin(); it != jobs.end(); ++it) {
-    if ((*it)->client.lock().get() == &client && (*it)->key == key) {
+    if ((*it)->client.lock().get() == &client && (*it)->key == key && (*it)->text == text) {
       std::shared_ptr<CompileJob> job = std::move(*it);
       jobs.erase(it);
       return job;
@@ -290,13 +290,14 @@ std::shared_ptr<CompileJob> StartCompile(pjrt::Client& client, std::string key, 
   std::shared_ptr<pjrt::Client> holder = client.shared_from_this();
   job->client = holder;
   job->key = std::move(key);
+  job->text = text;
   ++compiles_running;
   try {
-    std::thread([job, holder, text, options, args = std::move(args)]() mutable {
+    std::thread([job, holder, options, args = std::move(args)]() mutable {
       std::unique_ptr<pjrt::Executable> exe;
       std::exception_ptr error;
       try {
-        exe = holder->Compile(text, options, std::move(args));
+        exe = holder->Compile(job->text, options, std::move(args));
       } catch (...) {
         error = std::current_exception();
       }
@@ -343,22 +344,12 @@ std::unique_ptr<pjrt::Executable> AwaitCompile(const std::shared_ptr<CompileJob>
   return std::move(job->exe);
 }
 
-std::mutex check_mu;
-pjrt::WaitCheck& InterruptCheck() {
-  static auto* check = new pjrt::WaitCheck;
-  return *check;
-}
-
 std::unique_ptr<pjrt::Executable> Compile(pjrt::Client& client, const std::string& text,
                                           const pjrt::CompileOptions& options, std::vector<pjrt::ArgSpec> args) {
-  pjrt::WaitCheck check;
-  {
-    std::lock_guard<std::mutex> l(check_mu);
-    check = InterruptCheck();
-  }
+  const pjrt::WaitCheck check = Runtime::CompileInterruptCheckFn();
   if (!check) return client.Compile(text, options, std::move(args));
-  std::string key = JobKey(text, options, args);
-  std::shared_ptr<CompileJob> job = TakeInterrupted(client, key);
+  std::string key = JobKey(options, args);
+  std::shared_ptr<CompileJob> job = TakeInterrupted(client, key, text);
   if (job) Metrics::Get().Add("compiles_resumed");
   if (!job) job = StartCompile(client, std::move(key), text, options, args);
   if (!job) return client.Compile(text, options, std::move(args));
@@ -366,11 +357,6 @@ std::unique_ptr<pjrt::Executable> Compile(pjrt::Client& client, const std::strin
 }
 
 }  // namespace
-
-void SetCompileInterruptCheck(pjrt::WaitCheck check) {
-  std::lock_guard<std::mutex> l(check_mu);
-  InterruptCheck() = std::move(check);
-}
 
 bool CompileInterrupted() { return last_interrupted; }
 

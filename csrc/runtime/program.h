@@ -30,8 +30,8 @@ CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
 // the plugin complained about, when its message gives one.
 //
 // The PJRT compile call cannot be interrupted, and a large program compiles
-// for minutes: with an interrupt check set (SetCompileInterruptCheck, as the
-// Python bindings do), the compile runs on a thread of its own while the
+// for minutes: with an interrupt check set (Runtime::SetCompileInterruptCheck,
+// as the Python bindings do), the compile runs on a thread of its own while the
 // caller waits, calling the check once SIGINT came; Ctrl-C raises from it.
 // The interrupted compile goes on to its end on its thread: a later
 // CompileText of the same program, options and arguments on the same client
@@ -40,11 +40,6 @@ CompiledProgram CompileGraph(pjrt::Client& client, const ir::Graph& graph,
 std::unique_ptr<pjrt::Executable> CompileText(pjrt::Client& client, const std::string& text,
                                               const pjrt::CompileOptions& options,
                                               std::vector<pjrt::ArgSpec> args = {});
-// The check a compile's wait calls once SIGINT came; it throws to abandon
-// the wait. Unset (C++ tests): the compile is the plain call on the
-// caller's thread.
-void SetCompileInterruptCheck(pjrt::WaitCheck check);
-
 // Whether the last CompileText on this thread ended by its wait check
 // throwing (an interrupt) rather than by the compile's own result, since
 // ClearCompileInterrupted(): a caller clears it before the calls whose

@@ -57,6 +57,11 @@ pjrt::WaitCheck& WaitCheckSlot() {
   return f;
 }
 
+pjrt::WaitCheck& CompileInterruptCheckSlot() {
+  static pjrt::WaitCheck f;
+  return f;
+}
+
 std::function<std::shared_ptr<void>()>& WaitScopeSlot() {
   static std::function<std::shared_ptr<void>()> f;
   return f;
@@ -243,6 +248,16 @@ void Runtime::SetWaitCheck(pjrt::WaitCheck check) {
 pjrt::WaitCheck Runtime::WaitCheckFn() {
   std::lock_guard<std::mutex> l(LocationMutex());
   return WaitCheckSlot();
+}
+
+void Runtime::SetCompileInterruptCheck(pjrt::WaitCheck check) {
+  std::lock_guard<std::mutex> l(LocationMutex());
+  CompileInterruptCheckSlot() = std::move(check);
+}
+
+pjrt::WaitCheck Runtime::CompileInterruptCheckFn() {
+  std::lock_guard<std::mutex> l(LocationMutex());
+  return CompileInterruptCheckSlot();
 }
 
 void Runtime::SetWaitScope(std::function<std::shared_ptr<void>()> enter) {

@@ -252,6 +252,11 @@ class Runtime {
   // throws to abandon the wait (the bindings raise KeyboardInterrupt).
   static void SetWaitCheck(pjrt::WaitCheck check);
   static pjrt::WaitCheck WaitCheckFn();
+  // Called by a compile's wait once SIGINT came (CompileText), under the
+  // runtime lock in the middle of a sync; throws to abandon the wait. Unset
+  // (C++ tests): a compile is the plain call on the caller's thread.
+  static void SetCompileInterruptCheck(pjrt::WaitCheck check);
+  static pjrt::WaitCheck CompileInterruptCheckFn();
   // Held around each such wait, outside the runtime lock: the bindings
   // release the GIL there when the waiting thread holds it (a storage copy
   // that PyTorch calls with the GIL held: torch.save or pickle of a pending
