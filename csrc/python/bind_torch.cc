@@ -243,6 +243,13 @@ void BindTorch(py::module_& m) {
   m.def("_broadcast_", &aten::Broadcast_, py::call_guard<py::gil_scoped_release>());
   // With the GIL: letting go of a held tensor may drop its Python object's reference.
   m.def("_hold_for_collective", &aten::HoldForCollective);
+  // A gloo backend whose collective's wait was abandoned (Ctrl-C): its
+  // destructor waits for that collective to end, which may take the group's
+  // whole timeout, so it is never destroyed (exit goes on without it).
+  m.def("_keep_until_exit", [](py::object backend) {
+    static auto* kept = new std::vector<py::object>;
+    kept->push_back(std::move(backend));
+  });
 
   // --- SPMD sharding over a mesh (torch_pjrt.spmd) -------------------------
   auto sharding_args = [](std::vector<int> devices, std::vector<int64_t> tiles, int64_t replicate,

@@ -18,8 +18,10 @@ CPU tensors go to gloo unchanged.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import sys
+import time
 from typing import Any, List
 
 import torch
@@ -71,6 +73,40 @@ def _name_rank(e: BaseException, what: str, group) -> None:
     """Prefixes gloo's error (its own type kept: DistBackendError, ...) with
     the collective and this rank."""
     e.args = (f"torch.distributed {what} failed on rank {group.rank()} of {group.size()}: {e}", *e.args[1:])
+
+
+_SLICE = datetime.timedelta(milliseconds=50)
+
+
+def _await(work, backend) -> None:
+    """``work.wait()`` for a collective of the gloo ``backend``, which Ctrl-C
+    interrupts. gloo's wait does not look at signals: a collective waiting
+    for a slow peer would raise KeyboardInterrupt only when it returned (the
+    peer came, or the group's timeout ran out). It is waited for in slices
+    of 50 ms instead, and a SIGINT's handler runs between two (Python runs
+    it in the main thread once a slice returns).
+
+    An abandoned collective goes on in gloo's thread, its results unwritten:
+    its host buffers stay held for that thread (_hold_for_collective), and
+    the backend is never destroyed, since its destructor would wait for the
+    collective at exit.
+
+    Collectives only: a timed-out slice of a collective's wait leaves the
+    work running (c10d's Work::wait), while one of a receive's (gloo's
+    RecvWork) would end the receive with a timeout."""
+    try:
+        while True:
+            try:
+                work.wait(_SLICE)
+                return
+            except RuntimeError:
+                pass  # (no call here: a KeyboardInterrupt gets no "Operation timed out!" as its context)
+            if work.is_completed():
+                break
+    except BaseException:  # a SIGINT's handler raised between two slices
+        _C._keep_until_exit(backend)
+        raise
+    work.wait()  # raises gloo's own error
 
 
 def _map(x: Any, fn):
@@ -166,7 +202,7 @@ class ProcessGroupPjrt(_Base):
         if avg:
             opts.reduceOp = dist.ReduceOp.SUM
         try:
-            self._gloo_call(what, *host_args).wait()
+            _await(self._gloo_call(what, *host_args), self._gloo)
         except RuntimeError as e:
             _name_rank(e, what, self)
             raise
@@ -187,7 +223,7 @@ class ProcessGroupPjrt(_Base):
         if what in _PAIRWISE:
             outputs, inputs, opts = args
             for o, i in zip(outputs, inputs):
-                self._gloo_call(_PAIRWISE[what], o, i, opts).wait()
+                _await(self._gloo_call(_PAIRWISE[what], o, i, opts), self._gloo)
             return _completed(outputs)
         name = _COLLECTIVES[what]
         if name in ("_allgather_base", "_reduce_scatter_base"):
@@ -220,7 +256,13 @@ class ProcessGroupPjrt(_Base):
     @_outside_dynamo
     def barrier(self, opts=None):
         _device.sync(wait=True)  # the work queued before the barrier is done when it returns
-        return self._gloo.barrier(opts) if opts is not None else self._gloo.barrier()
+        work = self._gloo.barrier(opts) if opts is not None else self._gloo.barrier()
+        try:
+            _await(work, self._gloo)  # (async_op=True too: a barrier's work is done when it returns)
+        except RuntimeError as e:
+            _name_rank(e, "barrier", self)
+            raise
+        return _completed([])
 
 
 class _NoSplit:

@@ -439,6 +439,47 @@ def test_sigint_to_the_launcher_alone_stops_its_ranks(tmp_path):
             os.killpg(p.pid, signal.SIGKILL)
 
 
+SLOW_PEER = """
+import os, sys, time, torch, torch_pjrt
+from torch_pjrt import distributed as D
+t = torch.ones(2, device="pjrt")
+D.all_reduce(t)  # both ranks joined
+if os.environ["RANK"] == "1":
+    time.sleep(120)  # the slow peer: never reaches the next collective
+    sys.exit(0)
+print("waiting", flush=True)
+D.all_reduce(t) if sys.argv[1] == "all_reduce" else torch.distributed.barrier()
+print("returned", flush=True)
+"""
+
+
+@pytest.mark.parametrize("what", ["all_reduce", "barrier"])
+def test_ctrl_c_interrupts_a_collective_waiting_for_a_slow_peer(what):
+    # gloo's wait does not look at signals: before, KeyboardInterrupt came
+    # only when the group's timeout (60 s here) ran out, and exit waited
+    # for the abandoned collective as long again
+    port = free_port()
+    env = dict(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", CPU_NUM_DEVICES="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), TORCH_PJRT_DIST_TIMEOUT="60")
+    procs = [subprocess.Popen([sys.executable, "-c", SLOW_PEER, what], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in range(2)]
+    try:
+        assert procs[0].stdout.readline().strip() == "waiting", procs[0].stderr.read()[-2000:]
+        time.sleep(1.0)  # in gloo's wait by now
+        t0 = time.time()
+        procs[0].send_signal(signal.SIGINT)
+        out, err = procs[0].communicate(timeout=50)
+        assert time.time() - t0 < 10, f"took {time.time() - t0:.1f}s"
+        assert procs[0].returncode != 0 and "returned" not in out
+        assert "KeyboardInterrupt" in err and "Operation timed out" not in err, err[-2000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
 def test_a_silent_listener_on_the_master_port_is_an_error_not_a_hang():
     # another service holds MASTER_PORT: it accepts and never answers, and
     # TCPStore's handshake has no deadline of its own
