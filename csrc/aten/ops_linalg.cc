@@ -12,6 +12,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "aten/lowering.h"
@@ -913,10 +914,40 @@ std::tuple<at::Tensor, at::Tensor> _linalg_eigh(const at::Tensor& A, c10::string
   return {Wrap(w, d), compute_v ? Wrap(v, d) : NotComputed(A.scalar_type(), d)};
 }
 
+// Orthonormal columns from x [..., rows, k] (rows >= k) by Householder QR:
+// Q's first k columns, each signed so that R's diagonal is >= 0 (x's own
+// columns, where they are orthonormal already), and with `complete` the
+// rows - k columns that complete them to a basis. A zero or dependent
+// column of x gets a unit column orthogonal to the others: Householder's Q
+// is orthogonal whatever x is.
+Value Orthonormalize(ir::Builder& b, Value x, bool complete) {
+  const ir::Shape s = b.shape(x);
+  const int64_t r = s.rank(), rows = s.dims[r - 2], k = s.dims[r - 1], cols = complete ? rows : k;
+  const std::vector<int64_t> batch = BatchOf(s.dims);
+  auto qr = b.CustomCall("Qr", {x}, {s, {s.dtype, With(batch, {k})}});
+  Value q = HouseholderProduct(b, ColumnsOf(b, qr[0], cols), qr[1]);  // rows x cols
+  const std::vector<int64_t> kd = With(batch, {k});
+  Value sign = b.Select(b.Compare(CompareDir::GE, Diagonal(b, qr[0]), b.Full(s.dtype, kd, 0)), b.Full(s.dtype, kd, 1),
+                        b.Full(s.dtype, kd, -1));
+  if (cols > k) sign = b.Concatenate({sign, b.Full(s.dtype, With(batch, {cols - k}), 1)}, r - 2);
+  std::vector<int64_t> keep(r - 1);
+  for (int64_t i = 0; i < r - 2; ++i) keep[i] = i;
+  keep[r - 2] = r - 1;
+  return b.Binary(Op::Mul, q, b.BroadcastInDim(sign, With(batch, {rows, cols}), keep));
+}
+
 // The SVD from the eigendecomposition of the symmetric [[0, A], [A^T, 0]]
 // ((m+n) x (m+n)): its eigenvalues are +-s_i and |m-n| zeros, the
 // eigenvector of +s_i is [u_i; v_i] / sqrt(2). Errors stay at eps * |A| as
 // in LAPACK's SVD (no squaring of A as through A^T A).
+//
+// Where s_i is small next to |A| (zero: a rank-deficient A), the
+// eigenvectors of +s_i and -s_i (and of the |m-n| zeros) are as close as
+// rounding and mix: the halves of the one taken are then still along u_i
+// and v_i, but neither of length 1/sqrt(2) nor of the same sign, and for
+// s_i = 0 one half may be zero. So V is made orthonormal (Householder QR),
+// U is recomputed as A v_i / s_i where s_i is well above rounding and made
+// orthonormal too, and S, rounded below 0 there, is clamped at 0.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> _linalg_svd(const at::Tensor& A, bool full_matrices, bool compute_uv,
                                                            std::optional<c10::string_view> driver) {
   TraceScope s;
@@ -947,34 +978,39 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> _linalg_svd(const at::Tensor& A, 
   std::vector<int64_t> wstart(r - 1, 0), wlim = batch;
   wstart[r - 2] = N - k;
   wlim.push_back(N);
-  Value S = b.Reverse(b.Slice(w, wstart, wlim, std::vector<int64_t>(r - 1, 1)), {r - 2});
+  const std::vector<int64_t> kd = With(batch, {k});
+  Value S = b.Binary(Op::Max, b.Reverse(b.Slice(w, wstart, wlim, std::vector<int64_t>(r - 1, 1)), {r - 2}),
+                     b.Full(t, kd, 0));
   if (!compute_uv) return {NotComputed(A.scalar_type(), d), Wrap(S, d), NotComputed(A.scalar_type(), d)};
+  if (k == 0) {  // no singular vectors; the full factors are identities
+    auto eye = [&](int64_t size) { return Identity(b, t, With(batch, {size, size})); };
+    return {Wrap(full_matrices ? eye(m) : b.Full(t, With(batch, {m, 0}), 0), d), Wrap(S, d),
+            Wrap(full_matrices ? eye(n) : b.Full(t, With(batch, {0, n}), 0), d)};
+  }
   std::vector<int64_t> vstart(r, 0);
   vstart[r - 1] = N - k;
   Value vk = b.Reverse(b.Slice(v, vstart, With(batch, {N, N}), step), {r - 1});  // N x k
-  Value root2 = b.Full(t, With(batch, {m, k}), std::sqrt(2.0));
   std::vector<int64_t> ustart(r, 0), vtop(r, 0);
   vtop[r - 2] = m;
-  Value U = b.Binary(Op::Mul, b.Slice(vk, ustart, With(batch, {m, k}), step), root2);
-  Value V = b.Binary(Op::Mul, b.Slice(vk, vtop, With(batch, {N, k}), step), b.Full(t, With(batch, {n, k}), std::sqrt(2.0)));
-  if (full_matrices && m != n) {
-    // Complete the thin factor to an orthonormal basis: Householder QR of it
-    // gives Q whose first k columns span it; those are replaced by it.
-    const bool tall = m > n;
-    Value thin = tall ? U : V;
-    const int64_t rows = tall ? m : n;
-    std::vector<int64_t> kd = batch;
-    kd.push_back(k);
-    auto qr = b.CustomCall("Qr", {thin}, {b.shape(thin), {t, kd}});
-    std::vector<int64_t> phi(r, 0);
-    phi[r - 1] = rows - k;
-    Value q = HouseholderProduct(b, b.Pad(qr[0], b.ScalarConstant(t, 0), lo, phi, in), qr[1]);
-    std::vector<int64_t> rest(r, 0);
-    rest[r - 1] = k;
-    Value extra = b.Slice(q, rest, With(batch, {rows, rows}), step);
-    Value full = b.Concatenate({thin, extra}, r - 1);
-    (tall ? U : V) = full;
-  }
+  Value U = b.Slice(vk, ustart, With(batch, {m, k}), step);  // along u_i (length 1/sqrt(2) where s_i is clear)
+  Value V = Orthonormalize(b, b.Slice(vk, vtop, With(batch, {N, k}), step), full_matrices && n > m);
+  Value Vk = full_matrices && n > m ? b.Slice(V, zeros, With(batch, {n, k}), step) : V;
+  // s_i well above rounding: s_max * max(m, n) * eps, LAPACK's rank rule.
+  const double eps = t == ir::DType::F64 ? std::numeric_limits<double>::epsilon()
+                                         : static_cast<double>(std::numeric_limits<float>::epsilon());
+  std::vector<int64_t> first(r - 1, 0), first_lim = batch, keep(r - 1);
+  first_lim.push_back(1);
+  for (int64_t i = 0; i < r - 1; ++i) keep[i] = i;
+  Value smax = b.BroadcastInDim(b.Reshape(b.Slice(S, first, first_lim, std::vector<int64_t>(r - 1, 1)), batch), kd,
+                                {keep.begin(), keep.end() - 1});
+  Value clear = b.Compare(CompareDir::GT, S, b.Binary(Op::Mul, smax, b.Full(t, kd, static_cast<double>(std::max(m, n)) * eps)));
+  Value safe = b.Select(clear, S, b.Full(t, kd, 1));
+  std::vector<int64_t> cols(r - 1);
+  for (int64_t i = 0; i < r - 2; ++i) cols[i] = i;
+  cols[r - 2] = r - 1;
+  const std::vector<int64_t> mk = With(batch, {m, k});
+  Value av = b.Binary(Op::Div, Matmul(b, a, Vk), b.BroadcastInDim(safe, mk, cols));
+  U = Orthonormalize(b, b.Select(b.BroadcastInDim(clear, mk, cols), av, U), full_matrices && m > n);
   return {Wrap(U, d), Wrap(S, d), Wrap(MT(b, V), d)};
 }
 

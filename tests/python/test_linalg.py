@@ -257,6 +257,43 @@ def test_svd_and_svdvals(shape):
     torch.testing.assert_close((u[..., :k] @ torch.diag_embed(s) @ vh[..., :k, :]).cpu(), a, rtol=1e-4, atol=1e-4)
 
 
+def test_svd_of_rank_deficient_matrices_has_orthonormal_factors():
+    # The eigenvectors of +s and -s (and of the |m - n| zeros) of the
+    # symmetric form the SVD is computed from mix where s is small next to
+    # |A|: U's column of diag(3, 0, 1) was zero, V's of length sqrt(2), and
+    # a singular value rounded to -1e-8.
+    torch_pjrt.metrics.reset()
+    g = gen(23)
+    rank2 = torch.randn(3, 2, generator=g) @ torch.randn(2, 3, generator=g)
+    q1, q2 = (torch.linalg.qr(torch.randn(n, 4, generator=g)).Q for n in (6, 4))
+    small = q1 @ torch.diag(torch.tensor([3.0, 1.0, 1e-2, 1e-5])) @ q2.T
+    cases = [torch.diag(torch.tensor([3.0, 0.0, 1.0])), torch.zeros(2, 2), rank2, small,
+             torch.randn(5, 1, generator=g) @ torch.randn(1, 3, generator=g),  # tall, rank 1
+             torch.randn(3, 1, generator=g) @ torch.randn(1, 5, generator=g),  # wide, rank 1
+             torch.stack([rank2, torch.eye(3)]),  # batched
+             torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])]
+    for a in cases:
+        scale = max(a.abs().max().item(), 1.0)
+        m, n = a.shape[-2:]
+        k = min(m, n)
+        for full in (False, True):
+            u, s, vh = (t.cpu() for t in torch.linalg.svd(a.to(DEV), full_matrices=full))
+            assert (s >= 0).all(), s
+            torch.testing.assert_close(s, torch.linalg.svdvals(a), rtol=0, atol=1e-5 * scale)
+            eye_u, eye_v = torch.eye(u.shape[-1]).expand(u.mT.shape[:-1] + (u.shape[-1],)), torch.eye(vh.shape[-2])
+            torch.testing.assert_close(u.mT @ u, eye_u, rtol=0, atol=1e-5)
+            torch.testing.assert_close(vh @ vh.mT, eye_v.expand(eye_u.shape[:-2] + eye_v.shape), rtol=0, atol=1e-5)
+            rebuilt = u[..., :k] @ torch.diag_embed(s) @ vh[..., :k, :]
+            torch.testing.assert_close(rebuilt, a, rtol=0, atol=1e-5 * scale)
+        assert (torch.linalg.svdvals(a.to(DEV)).cpu() >= 0).all()
+    # svdvals' gradient, U V^T, is orthogonal (at diag(3, 0, 1) it was diag(1, 0, 1))
+    x = torch.diag(torch.tensor([3.0, 0.0, 1.0])).to(DEV).requires_grad_()
+    torch.linalg.svdvals(x).sum().backward()
+    grad = x.grad.cpu()
+    torch.testing.assert_close(grad @ grad.T, torch.eye(3), rtol=0, atol=1e-5)
+    assert torch_pjrt.metrics.fallbacks() == {}
+
+
 def test_gaussian_log_likelihood_through_cholesky_trains():
     """Fit a full-covariance Gaussian: the scale L is lower-triangular with a
     positive (softplus) diagonal; the negative log-likelihood goes, as
