@@ -525,6 +525,18 @@ at::Tensor kaiser_window(int64_t length, bool periodic, double beta, std::option
   return periodic ? w.narrow(0, 0, length - 1) : w;
 }
 
+// The overloads without beta (12.0) or periodic (true): PyTorch's own call
+// the CPU kernel's function directly, which reaches its dispatch stub.
+at::Tensor kaiser_window_default(int64_t length, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                                 std::optional<at::Device> device, std::optional<bool> pin) {
+  return kaiser_window(length, true, 12.0, dtype, layout, device, pin);
+}
+at::Tensor kaiser_window_periodic(int64_t length, bool periodic, std::optional<at::ScalarType> dtype,
+                                  std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                  std::optional<bool> pin) {
+  return kaiser_window(length, periodic, 12.0, dtype, layout, device, pin);
+}
+
 // erfinv: Giles' single-precision approximation ("Approximating the erfinv
 // function", GPU Computing Gems, 2011), then Newton steps on erf where it
 // is steep, |y| < 2 (one for float; two, |y| < 5.5, for double); +-inf at +-1, NaN
@@ -821,6 +833,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   K("special_i0e", i0e);
   K("special_i1", i1);
   K("special_i1e", i1e);
+  K("kaiser_window", kaiser_window_default);
+  K("kaiser_window.periodic", kaiser_window_periodic);
   K("kaiser_window.beta", kaiser_window);
   K("lgamma", lgamma);
   K("digamma", digamma);

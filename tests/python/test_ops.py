@@ -966,6 +966,9 @@ def test_kaiser_window_on_the_device():
         want = torch.kaiser_window(n, periodic, beta, dtype=dtype)
         got = torch.kaiser_window(n, periodic, beta, dtype=dtype, device=DEV)
         torch.testing.assert_close(got.cpu(), want)
+    # the overloads without beta, and without periodic
+    torch.testing.assert_close(torch.kaiser_window(16, device=DEV).cpu(), torch.kaiser_window(16))
+    torch.testing.assert_close(torch.kaiser_window(9, False, device=DEV).cpu(), torch.kaiser_window(9, False))
     assert torch_pjrt.metrics.fallbacks() == {}
     with pytest.raises(RuntimeError, match="floating point"):
         torch.kaiser_window(8, dtype=torch.int64, device=DEV)
