@@ -21,19 +21,16 @@ namespace {
 using ir::Op;
 
 // Uniform [0, 1) of dtype t (float or double), shape `shape`: 24 (53)
-// random bits.
+// random bits times 2^-24 (2^-53), as the CPU draws them (exact: the
+// integer fits the significand).
 ir::Value Uniform01(int d, const std::vector<int64_t>& shape, at::ScalarType t) {
   ir::Builder& b = B(d);
   if (t == at::kDouble) {
-    ir::Value bits = RandomBits(d, {ir::DType::U64, shape});
-    ir::Value m = b.Binary(Op::Or, b.Binary(Op::ShiftRightLogical, bits, Fill(d, 12, at::kUInt64, shape)),
-                           Fill(d, 0x3FF0000000000000ULL * 1.0, at::kUInt64, shape));
-    return b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F64), Fill(d, 1, at::kDouble, shape));
+    ir::Value bits = b.Binary(Op::ShiftRightLogical, RandomBits(d, {ir::DType::U64, shape}), Fill(d, 11, at::kUInt64, shape));
+    return b.Binary(Op::Mul, b.Convert(bits, ir::DType::F64), Fill(d, std::ldexp(1.0, -53), at::kDouble, shape));
   }
-  ir::Value bits = RandomBits(d, {ir::DType::U32, shape});
-  ir::Value m = b.Binary(Op::Or, b.Binary(Op::ShiftRightLogical, bits, Fill(d, 9, at::kUInt32, shape)),
-                         Fill(d, 0x3F800000, at::kUInt32, shape));
-  return b.Binary(Op::Sub, b.Bitcast(m, ir::DType::F32), Fill(d, 1, at::kFloat, shape));
+  ir::Value bits = b.Binary(Op::ShiftRightLogical, RandomBits(d, {ir::DType::U32, shape}), Fill(d, 8, at::kUInt32, shape));
+  return b.Binary(Op::Mul, b.Convert(bits, ir::DType::F32), Fill(d, std::ldexp(1.0, -24), at::kFloat, shape));
 }
 
 at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
@@ -394,7 +391,8 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   if (p == 1) return {Wrap(Fill(d, 0, t, shape), d), Wrap(Fill(d, 0, at::kBool, shape), d)};
   ir::Value keep = b.Compare(ir::CompareDir::GE, Uniform01(d, shape, at::kFloat), Number(d, p, at::kFloat, shape));
   ir::Value scale = Number(d, 1.0 / (1.0 - p), t, shape);
-  ir::Value out = b.Select(keep, b.Binary(Op::Mul, Val(input), scale), Fill(d, 0, t, shape));
+  // input * mask * scale, as the CPU: a dropped NaN or inf stays NaN, a dropped -x is -0.0
+  ir::Value out = b.Binary(Op::Mul, b.Binary(Op::Mul, Val(input), b.Select(keep, Fill(d, 1, t, shape), Fill(d, 0, t, shape))), scale);
   return {Wrap(out, d), Wrap(keep, d)};
 }
 

@@ -1402,6 +1402,35 @@ def test_randperm_out_draws_on_the_device_from_its_generator():
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
+def test_uniform_draws_the_cpus_24_and_53_random_bits():
+    # [0, 1) as k * 2^-24 (float) and k * 2^-53 (double), as the CPU: the
+    # exponent trick gave 23 and 52 bits, every float a multiple of 2^-23
+    torch_pjrt.manual_seed(1)
+    for dtype, bits in [(torch.float32, 24), (torch.float64, 53)]:
+        k = torch.rand(200_000, dtype=dtype, device=DEV).cpu().double() * 2.0 ** bits
+        assert torch.equal(k, k.floor()) and k.min() >= 0 and k.max() < 2.0 ** bits
+        odd = (k.remainder(2) == 1).double().mean().item()
+        assert 0.48 < odd < 0.52, odd  # the last bit drawn
+        assert abs(k.mean().item() / 2.0 ** bits - 0.5) < 0.01
+
+
+def test_dropout_of_nan_inf_and_negatives_is_the_cpus_product():
+    # x * mask * scale: a dropped NaN or inf is NaN, a dropped -1 is -0.0
+    # (the mask read back from the gradient, as the two random streams differ)
+    for device in ("cpu", DEV):
+        x = torch.tensor([float("nan"), float("inf"), -1.0, 2.0] * 64, device=device, requires_grad=True)
+        y = torch.nn.functional.dropout(x, 0.5, training=True)
+        y.sum().backward()
+        dropped, got = (x.grad == 0).cpu(), y.detach().cpu()
+        assert 0 < dropped.sum() < 256
+        want = torch.tensor([float("nan"), float("nan"), -0.0, 0.0]).repeat(64)
+        torch.testing.assert_close(got[dropped], want[dropped], equal_nan=True, rtol=0, atol=0)
+        zeros = dropped & ~want.isnan()
+        assert torch.equal(got[zeros].signbit(), want[zeros].signbit())
+        kept = ~dropped
+        torch.testing.assert_close(got[kept], (x.detach().cpu() * 2)[kept], equal_nan=True)
+
+
 def test_randperm_and_normal_with_tensor_arguments_draw_on_the_device():
     torch_pjrt.manual_seed(0)
     torch_pjrt.metrics.reset()
