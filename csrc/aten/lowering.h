@@ -106,6 +106,19 @@ inline ir::Value I64(ir::Builder& b, const std::vector<int64_t>& dims, int64_t v
   return b.Full(ir::DType::I64, dims, static_cast<double>(v));
 }
 
+// A sum with -0.0 made +0.0. The CPU's sums start from +0.0, so a sum of
+// -0.0 over one element is +0.0, where XLA turns a sum over one element
+// into that element (and drops the addition of a constant zero). For sums
+// whose static count of elements is 1 (a reduction over size-1 dimensions,
+// a one-element window); a select, which XLA does not fold.
+inline ir::Value PlusZero(int device, ir::Value sum) {
+  ir::Builder& b = B(device);
+  const ir::Shape& sh = b.shape(sum);
+  if (!ir::IsFloat(sh.dtype)) return sum;
+  ir::Value zero = b.Full(sh.dtype, sh.dims, 0);
+  return b.Select(b.Compare(ir::CompareDir::EQ, sum, zero), zero, sum);
+}
+
 // The mean of x over `dims` (each mean covers `n` elements), in x's dtype:
 // half types sum and divide in float and round once, as the CPU does, so a
 // float16 sum or count past 65504 does not overflow on the way.
@@ -114,6 +127,7 @@ inline ir::Value MeanOf(int device, ir::Value x, const std::vector<int64_t>& dim
   const ir::DType t = b.shape(x).dtype;
   const ir::DType ct = t == ir::DType::F16 || t == ir::DType::BF16 ? ir::DType::F32 : t;
   ir::Value sum = b.Reduce(b.Convert(x, ct), b.ScalarConstant(ct, 0), dims, ir::ReduceKind::Sum);
+  if (n == 1) sum = PlusZero(device, sum);
   return b.Convert(b.Binary(ir::Op::Div, sum, b.Full(ct, b.shape(sum).dims, n)), t);
 }
 

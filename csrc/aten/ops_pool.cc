@@ -178,16 +178,6 @@ ir::Value Better(ir::Builder& b, ir::Value v, ir::Value best, at::ScalarType t) 
   return b.Binary(Op::Or, better, b.Compare(ir::CompareDir::NE, v, v));
 }
 
-// -0.0 made +0.0. The CPU's window sums start from +0.0, so a window of -0.0
-// sums to +0.0 (XLA drops the start of a one-element window and keeps -0.0).
-ir::Value PlusZero(int d, ir::Value sum) {
-  ir::Builder& b = B(d);
-  const ir::Shape& sh = b.shape(sum);
-  if (!ir::IsFloat(sh.dtype)) return sum;
-  ir::Value zero = b.Full(sh.dtype, sh.dims, 0);
-  return b.Select(b.Compare(ir::CompareDir::EQ, sum, zero), zero, sum);
-}
-
 // ---------------------------------------------------------------------- max
 
 // One strided slice of the padded input per kernel offset, compared in the

@@ -48,6 +48,11 @@ ir::Value ReduceValue(int d, ir::Value x, const std::vector<int64_t>& shape, con
                        ? ExtremeConst(d, t, /*lowest=*/kind == ReduceKind::Max)
                        : b.ScalarConstant(ToIr(t), InitFor(kind));
   ir::Value r = b.Reduce(x, init, dims, kind);
+  if (kind == ReduceKind::Sum) {
+    int64_t count = 1;
+    for (int64_t dim : dims) count *= shape[dim];
+    if (count == 1) r = PlusZero(d, r);
+  }
   if (keepdim) {
     std::vector<int64_t> kept = shape;
     for (int64_t dim : dims) kept[dim] = 1;
@@ -403,9 +408,10 @@ at::Tensor Cumulative(const at::Tensor& a, int64_t dim, std::optional<at::Scalar
   ir::Builder& b = B(d);
   const at::ScalarType t = SumType(a, dtype);
   CheckNotBool(t, kind == ReduceKind::Sum ? "cumsum_out_cpu" : "cumprod_out_cpu");
-  if (a.dim() == 0) return Wrap(ValAs(a, t), d);
+  if (a.dim() == 0) return Wrap(ValAs(a, t), d);  // (a copy on the CPU too: -0.0 stays)
   const int64_t w = WrapDim(dim, a.dim());
   const auto shape = a.sizes().vec();
+  if (kind == ReduceKind::Sum && shape[w] == 1) return Wrap(PlusZero(d, ValAs(a, t)), d);
   const int64_t r = a.dim();
   std::vector<int64_t> window(r, 1), strides(r, 1), low(r, 0), high(r, 0);
   window[w] = std::max<int64_t>(shape[w], 1);

@@ -858,6 +858,19 @@ def test_complex_sqrt_keeps_the_sign_of_a_negative_zero_imaginary_part(dtype):
     assert torch.equal(torch.signbit(got.imag), torch.signbit(want.imag))
 
 
+def test_sums_over_one_element_of_negative_zero_are_the_cpus_positive_zero():
+    # the CPU's sums start from +0.0; XLA turns a sum over one element into
+    # the element and kept -0.0
+    x = torch.tensor([[-0.0, 1.0], [2.0, -0.0]])
+    calls = [lambda t: t[:1, :1].sum(), lambda t: t[:1].sum(0), lambda t: t[:, :1].sum(1, keepdim=True),
+             lambda t: t[0, 0].sum(), lambda t: t[:1].mean(0), lambda t: t[:1].nansum(0),
+             lambda t: t[:1].cumsum(0), lambda t: t[0, 0].cumsum(0), lambda t: t.to(torch.float16)[:1].sum(0),
+             lambda t: t[:1].sum(0) * 1.0]
+    for fn in calls:
+        want, got = fn(x), fn(x.to(DEV)).cpu()
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), (got, want)
+
+
 @pytest.mark.parametrize("op", ["std", "var", "std_mean", "var_mean"])
 def test_variance_without_degrees_of_freedom_warns_as_the_cpu(op):
     fn = getattr(torch, op)
