@@ -98,11 +98,15 @@ at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at:
 }
 
 // Draws from a distribution by transforming uniform numbers strictly inside
-// (0, 1) (the midpoints of the generator's grid), in float for half types.
+// (0, 1), in float for half types: the midpoints of a grid one bit coarser
+// than uniform_'s, (k + 1/2) 2^-23 (2^-52 for double), exact since k + 1/2
+// fits the significand. (uniform_'s own grid, k 2^-24, plus half a step
+// would round its top value up to 1.0: exponential_ would give inf.)
 at::Tensor OpenUniform(const at::Tensor& self) {
   const at::ScalarType ct = self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const double half_step = ct == at::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
-  return at::empty(self.sizes(), self.options().dtype(ct)).uniform_() + half_step;
+  const int bits = ct == at::kDouble ? 52 : 23;
+  at::Tensor u = at::empty(self.sizes(), self.options().dtype(ct)).uniform_();
+  return u.mul_(std::ldexp(1.0, bits)).floor_().add_(0.5).mul_(std::ldexp(1.0, -bits));
 }
 
 // exponential_: -log(1 - u) / lambda, never 0 (F.gumbel_softmax takes its log)
@@ -388,12 +392,14 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   // and draws its mask in the input's dtype, which bernoulli_ refuses for complex
   TORCH_CHECK_NOT_IMPLEMENTED(input.numel() == 0 || !at::isComplexType(t) || p <= 0 || p >= 1,
                               "\"bernoulli_scalar_cpu_\" not implemented for '", t, "'");
-  if (p == 1) return {Wrap(Fill(d, 0, t, shape), d), Wrap(Fill(d, 0, at::kBool, shape), d)};
   ir::Value keep = b.Compare(ir::CompareDir::GE, Uniform01(d, shape, at::kFloat), Number(d, p, at::kFloat, shape));
-  ir::Value scale = Number(d, 1.0 / (1.0 - p), t, shape);
-  // input * mask * scale, as the CPU: a dropped NaN or inf stays NaN, a dropped -x is -0.0
-  ir::Value out = b.Binary(Op::Mul, b.Binary(Op::Mul, Val(input), b.Select(keep, Fill(d, 1, t, shape), Fill(d, 0, t, shape))), scale);
-  return {Wrap(out, d), Wrap(keep, d)};
+  // input.mul(mask).mul_(scale), as the CPU: a dropped NaN or inf stays NaN,
+  // a dropped -x is -0.0; the scale (0 for p = 1) multiplies in the opmath
+  // type and rounds once, as mul_ by a number does
+  const at::ScalarType ct = OpMath(t);
+  ir::Value masked = b.Binary(Op::Mul, Val(input), b.Select(keep, Fill(d, 1, t, shape), Fill(d, 0, t, shape)));
+  ir::Value scaled = b.Binary(Op::Mul, b.Convert(masked, ToIr(ct)), Number(d, p == 1 ? 0.0 : 1.0 / (1.0 - p), ct, shape));
+  return {Wrap(b.Convert(scaled, ToIr(t)), d), Wrap(keep, d)};
 }
 
 at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {

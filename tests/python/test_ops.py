@@ -1402,6 +1402,21 @@ def test_randperm_out_draws_on_the_device_from_its_generator():
     assert torch_pjrt.metrics.fallbacks() == {}
 
 
+def test_exponential_geometric_and_cauchy_never_draw_an_end_of_zero_one():
+    # their uniforms are strictly inside (0, 1); uniform_'s grid (k 2^-24)
+    # plus half a step rounded its top value up to 1.0: exponential_ gave
+    # inf, geometric_ 0, cauchy_ -2.3e7 (the largest now: 5.1e6). This
+    # seed's 2^25 draws hold that top value 3 times.
+    n = 2 ** 25
+    torch_pjrt.manual_seed(0)
+    assert (torch.empty(n, device=DEV).uniform_() == 1 - 2.0 ** -24).sum().item() == 3
+    for draw, ok in [(lambda t: t.exponential_(), lambda x: torch.isfinite(x) & (x > 0)),
+                     (lambda t: t.geometric_(0.5), lambda x: x >= 1),
+                     (lambda t: t.cauchy_(), lambda x: x.abs() < 1e7)]:  # tan(pi (1 - 1/2)): -2.3e7
+        torch_pjrt.manual_seed(0)
+        assert ok(draw(torch.empty(n, device=DEV))).all().item()
+
+
 def test_uniform_draws_the_cpus_24_and_53_random_bits():
     # [0, 1) as k * 2^-24 (float) and k * 2^-53 (double), as the CPU: the
     # exponent trick gave 23 and 52 bits, every float a multiple of 2^-23
@@ -1415,20 +1430,28 @@ def test_uniform_draws_the_cpus_24_and_53_random_bits():
 
 
 def test_dropout_of_nan_inf_and_negatives_is_the_cpus_product():
-    # x * mask * scale: a dropped NaN or inf is NaN, a dropped -1 is -0.0
-    # (the mask read back from the gradient, as the two random streams differ)
-    for device in ("cpu", DEV):
-        x = torch.tensor([float("nan"), float("inf"), -1.0, 2.0] * 64, device=device, requires_grad=True)
-        y = torch.nn.functional.dropout(x, 0.5, training=True)
+    # input.mul(mask).mul_(scale), as the CPU: a dropped NaN or inf is NaN, a
+    # dropped -1 is -0.0, and a half type's kept value is rounded once from
+    # x * scale in float (the mask read back from the gradient, as the two
+    # random streams differ)
+    for dtype, p in [(torch.float32, 0.5), (torch.bfloat16, 0.1), (torch.float16, 0.3)]:
+        base = torch.tensor([float("nan"), float("inf"), -1.0, 2.0] * 64) * torch.linspace(1, 3, 256)
+        x = base.to(dtype).to(DEV).requires_grad_()
+        y = torch.nn.functional.dropout(x, p, training=True)
         y.sum().backward()
         dropped, got = (x.grad == 0).cpu(), y.detach().cpu()
         assert 0 < dropped.sum() < 256
-        want = torch.tensor([float("nan"), float("nan"), -0.0, 0.0]).repeat(64)
-        torch.testing.assert_close(got[dropped], want[dropped], equal_nan=True, rtol=0, atol=0)
+        want = base.to(dtype).mul(1.0 - dropped.to(dtype)).mul_(1 / (1 - p))
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num()), (dtype, (got - want).abs().max())
         zeros = dropped & ~want.isnan()
         assert torch.equal(got[zeros].signbit(), want[zeros].signbit())
-        kept = ~dropped
-        torch.testing.assert_close(got[kept], (x.detach().cpu() * 2)[kept], equal_nan=True)
+    # p = 1 (reached under torch.compile): input * 0 * 0
+    x = torch.tensor([float("nan"), -1.0, 2.0])
+    got, mask = torch.ops.aten.native_dropout(x.to(DEV), 1.0, True)
+    want, _ = torch.ops.aten.native_dropout(x, 1.0, True)
+    assert torch.equal(got.cpu().isnan(), want.isnan()) and torch.equal(got.cpu().signbit(), want.signbit())
+    assert not mask.cpu().any()
 
 
 def test_randperm_and_normal_with_tensor_arguments_draw_on_the_device():
