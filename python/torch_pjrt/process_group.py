@@ -78,9 +78,9 @@ def _name_rank(e: BaseException, what: str, group) -> None:
 _SLICE = datetime.timedelta(milliseconds=50)
 
 
-def _await(work, backend) -> None:
-    """``work.wait()`` for a collective of the gloo ``backend``, which Ctrl-C
-    interrupts. gloo's wait does not look at signals: a collective waiting
+def _await(start, backend) -> None:
+    """``start().wait()`` for a collective that ``start`` enqueues on the
+    gloo ``backend``, which Ctrl-C interrupts. gloo's wait does not look at signals: a collective waiting
     for a slow peer would raise KeyboardInterrupt only when it returned (the
     peer came, or the group's timeout ran out). It is waited for in slices
     of 50 ms instead, and a SIGINT's handler runs between two (Python runs
@@ -95,6 +95,7 @@ def _await(work, backend) -> None:
     work running (c10d's Work::wait), while one of a receive's (gloo's
     RecvWork) would end the receive with a timeout."""
     try:
+        work = start()  # (a SIGINT during the enqueue is raised as it returns)
         while True:
             try:
                 work.wait(_SLICE)
@@ -103,7 +104,7 @@ def _await(work, backend) -> None:
                 pass  # (no call here: a KeyboardInterrupt gets no "Operation timed out!" as its context)
             if work.is_completed():
                 break
-    except BaseException:  # a SIGINT's handler raised between two slices
+    except BaseException:  # a SIGINT's handler raised
         _C._keep_until_exit(backend)
         raise
     work.wait()  # raises gloo's own error
@@ -202,7 +203,7 @@ class ProcessGroupPjrt(_Base):
         if avg:
             opts.reduceOp = dist.ReduceOp.SUM
         try:
-            _await(self._gloo_call(what, *host_args), self._gloo)
+            _await(lambda: self._gloo_call(what, *host_args), self._gloo)
         except RuntimeError as e:
             _name_rank(e, what, self)
             raise
@@ -223,7 +224,7 @@ class ProcessGroupPjrt(_Base):
         if what in _PAIRWISE:
             outputs, inputs, opts = args
             for o, i in zip(outputs, inputs):
-                _await(self._gloo_call(_PAIRWISE[what], o, i, opts), self._gloo)
+                _await(lambda: self._gloo_call(_PAIRWISE[what], o, i, opts), self._gloo)
             return _completed(outputs)
         name = _COLLECTIVES[what]
         if name in ("_allgather_base", "_reduce_scatter_base"):
@@ -256,9 +257,8 @@ class ProcessGroupPjrt(_Base):
     @_outside_dynamo
     def barrier(self, opts=None):
         _device.sync(wait=True)  # the work queued before the barrier is done when it returns
-        work = self._gloo.barrier(opts) if opts is not None else self._gloo.barrier()
-        try:
-            _await(work, self._gloo)  # (async_op=True too: a barrier's work is done when it returns)
+        try:  # (async_op=True too: a barrier's work is done when it returns)
+            _await(lambda: self._gloo.barrier(opts) if opts is not None else self._gloo.barrier(), self._gloo)
         except RuntimeError as e:
             _name_rank(e, "barrier", self)
             raise
