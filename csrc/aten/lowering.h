@@ -108,9 +108,10 @@ inline ir::Value I64(ir::Builder& b, const std::vector<int64_t>& dims, int64_t v
 
 // A sum with -0.0 made +0.0. The CPU's sums start from +0.0, so a sum of
 // -0.0 over one element is +0.0, where XLA turns a sum over one element
-// into that element (and drops the addition of a constant zero). For sums
-// whose static count of elements is 1 (a reduction over size-1 dimensions,
-// a one-element window); a select, which XLA does not fold.
+// into that element (and drops the addition of a constant zero). A select,
+// which XLA does not fold; used after the sums whose static count of
+// elements is 1 (a reduction over size-1 dimensions) and after avg_pool's
+// window sums (whose windows may hold one element).
 inline ir::Value PlusZero(int device, ir::Value sum) {
   ir::Builder& b = B(device);
   const ir::Shape& sh = b.shape(sum);
