@@ -80,11 +80,12 @@ _SLICE = datetime.timedelta(milliseconds=50)
 
 def _await(start, backend) -> None:
     """``start().wait()`` for a collective that ``start`` enqueues on the
-    gloo ``backend``, which Ctrl-C interrupts. gloo's wait does not look at signals: a collective waiting
-    for a slow peer would raise KeyboardInterrupt only when it returned (the
-    peer came, or the group's timeout ran out). It is waited for in slices
-    of 50 ms instead, and a SIGINT's handler runs between two (Python runs
-    it in the main thread once a slice returns).
+    gloo ``backend``, which Ctrl-C interrupts. gloo's wait does not look at
+    signals: a collective waiting for a slow peer would raise
+    KeyboardInterrupt only when it returned (the peer came, or the group's
+    timeout ran out). It is waited for in slices of 50 ms instead, and a
+    SIGINT's handler runs between two (Python runs it in the main thread
+    once a slice returns).
 
     An abandoned collective goes on in gloo's thread, its results unwritten:
     its host buffers stay held for that thread (_hold_for_collective), and
@@ -104,7 +105,9 @@ def _await(start, backend) -> None:
                 pass  # (no call here: a KeyboardInterrupt gets no "Operation timed out!" as its context)
             if work.is_completed():
                 break
-    except BaseException:  # a SIGINT's handler raised
+    except RuntimeError:
+        raise  # gloo refused the call: nothing runs (the slices' own are caught above)
+    except BaseException:  # KeyboardInterrupt, from a SIGINT's handler
         _C._keep_until_exit(backend)
         raise
     work.wait()  # raises gloo's own error
