@@ -118,6 +118,7 @@ PARTIAL_OVERLAP = {
     "index out= its input": lambda x: torch.ops.aten.index.Tensor_out(x, [_idx(x, 1, 0, 3, 2)], out=x),
     "index_add out= its source": lambda x: torch.index_add(x, 0, _idx(x, 0, 1), x[2:], out=x),
     "scatter out= its source": lambda x: torch.scatter(x, 0, _idx(x, 1, 0), x[2:], out=x),
+    "cat out= its input, resized": lambda x: torch.cat([x, x], out=x),
 }
 
 
@@ -207,6 +208,8 @@ NO_OVERLAP = {  # strided views of one storage that share no element
     "one value under a mask": lambda x: x.__setitem__(x > 5, x[0]),
     "one value into a column": lambda x: x.view(5, 2)[:, 0].__setitem__(_idx(x, 0, 1), x[2]),
     "index_fill_ of a column with a value of it": lambda x: x.view(5, 2)[:, 0].index_fill_(0, _idx(x, 0), x[4]),
+    # an empty out= view resized to contiguous strides at its offset: the input itself, in place
+    "empty out= resized onto its input": lambda x: torch.clamp(x, 2, 7, out=x[:0]),
 }
 
 
