@@ -723,6 +723,15 @@ def test_integer_pow_reads_the_whole_exponent(dtype):
              torch.tensor([-3, -2, -1, -5, 7, 0, -3], dtype=dtype))
 
 
+def test_a_0d_integer_base_to_a_tensor_power_compiles_quietly(capfd):
+    # its squares were of the broadcast base: XLA's simplifier went round a
+    # loop and said so on stderr (values right)
+    exps = torch.arange(70)
+    for dtype in (torch.int64, torch.int32):
+        same(lambda t: torch.tensor(3, dtype=dtype, device=t.device) ** t, exps.to(dtype))
+    assert "simplifier" not in capfd.readouterr().err
+
+
 def test_numbers_left_of_minus_and_pow_are_cast_as_on_the_cpu():
     i8 = torch.tensor([-7, 0, 5], dtype=torch.int8)
     u8 = torch.tensor([1, 2], dtype=torch.uint8)
