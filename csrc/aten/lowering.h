@@ -111,10 +111,11 @@ inline ir::Value I64(ir::Builder& b, const std::vector<int64_t>& dims, int64_t v
 // into that element (and drops the addition of a constant zero). A select,
 // which XLA does not fold; used after the sums whose static count of
 // elements is 1 (a reduction over size-1 dimensions) and after avg_pool's
-// window sums (whose windows may hold one element).
+// window sums (whose windows may hold one element). Complex: each part.
 inline ir::Value PlusZero(int device, ir::Value sum) {
   ir::Builder& b = B(device);
   const ir::Shape& sh = b.shape(sum);
+  if (ir::IsComplex(sh.dtype)) return b.Complex(PlusZero(device, b.Real(sum)), PlusZero(device, b.Imag(sum)));
   if (!ir::IsFloat(sh.dtype)) return sum;
   ir::Value zero = b.Full(sh.dtype, sh.dims, 0);
   return b.Select(b.Compare(ir::CompareDir::EQ, sum, zero), zero, sum);
