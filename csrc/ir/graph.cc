@@ -417,27 +417,44 @@ Value Builder::Bitcast(Value x, DType to) {
   // As torch's view(dtype): the last dimension scales by the size ratio.
   // StableHLO's bitcast_convert adds (wide to narrow) or removes (narrow to
   // wide) a minor dimension of the ratio; reshapes fold it into the last one.
-  std::vector<int64_t> dims = in.dims;
+  std::vector<int64_t> dims = in.dims;  // of the result
   if (have < want) {
     const int64_t k = static_cast<int64_t>(want / have);
     if (dims.empty() || dims.back() % k != 0) {
       throw fail("the last dimension must be a multiple of " + std::to_string(k));
     }
     dims.back() /= k;
+  } else if (have > want) {
+    const int64_t k = static_cast<int64_t>(have / want);
+    if (dims.empty()) {
+      dims.push_back(k);
+    } else {
+      dims.back() *= k;
+    }
+  }
+  // A bitcast of a bitcast (a storage uploaded as bytes, typed by its first
+  // read, then read through a view of a third type) is one bitcast of the
+  // first one's operand, flat: XLA's simplifier folds the two into one
+  // bitcast_convert of that operand as shaped, which its verifier may then
+  // refuse (u8[2,4] to bf16[2,2]).
+  Value src = x;
+  if (g_.nodes[src.node].op == Op::Reshape && src.node >= fold_floor_) src = g_.nodes[src.node].operands[0];
+  if (g_.nodes[src.node].op == Op::BitcastConvert && src.node >= fold_floor_) {
+    const Value bytes = g_.nodes[src.node].operands[0];
+    const Shape bs = shape(bytes);
+    const Value flat = Reshape(bytes, {bs.numel()});
+    return Reshape(bs.dtype == to ? flat : Bitcast(flat, to), dims);
+  }
+  if (have < want) {
     std::vector<int64_t> split = dims;
-    split.push_back(k);
+    split.push_back(static_cast<int64_t>(want / have));
     x = Reshape(x, split);
   }
-  Shape out{to, dims};
+  Shape out{to, in.dims};
   if (have > want) out.dims.push_back(static_cast<int64_t>(have / want));
+  if (have < want) out.dims = dims;
   Value v{Emit(Op::BitcastConvert, {x}, std::monostate{}, &out, 1, false), 0};
-  if (have > want) {
-    const int64_t k = static_cast<int64_t>(have / want);
-    if (dims.empty()) return v;
-    dims.back() *= k;
-    return Reshape(v, dims);
-  }
-  return v;
+  return have > want ? Reshape(v, dims) : v;
 }
 
 Value Builder::IsFinite(Value x) { return Add(Op::IsFinite, {x}); }

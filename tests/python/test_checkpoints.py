@@ -50,6 +50,23 @@ def test_complex_tensors_loaded_onto_pjrt_compute_exactly():
     assert torch.equal((torch.load(buf, map_location="cpu").to("pjrt") * 2).cpu(), z.cpu() * 2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64, torch.float32, torch.int32, torch.bfloat16])
+def test_a_loaded_tensor_read_as_itself_and_as_another_type_in_one_program(dtype):
+    # The first typed read of the uploaded bytes types the storage; a view
+    # of a third type read in the same program is then a bitcast of a bitcast,
+    # which XLA's simplifier folded into one its verifier refused (the
+    # compile failed and the loaded value was lost).
+    saved = _values(dtype)
+    loaded = _round_trip(saved.to("pjrt"), map_location="pjrt")
+    views = [t for t in (torch.float32, torch.int32, torch.bfloat16, torch.int16, torch.uint8, torch.int64)
+             if t.itemsize <= dtype.itemsize and t != dtype]
+    got = [loaded * 1] + [loaded.view(t) * 1 for t in views]
+    want = [saved * 1] + [saved.view(t) * 1 for t in views]
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w), (g.dtype, g.cpu(), w)
+    assert torch.equal(loaded.cpu(), saved)
+
+
 def test_views_keep_sharing_their_storage():
     base = torch.arange(12, dtype=torch.float32).to("pjrt:0")
     loaded = _round_trip({"base": base, "row": base.view(3, 4)[1], "col": base.view(3, 4)[:, 2]})
