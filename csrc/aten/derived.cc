@@ -94,7 +94,8 @@ const std::set<std::string>& DtypeFromOut() {
 
 // out= forms whose CPU kernels refuse an out tensor sharing any element
 // with these inputs (at::assert_no_overlap; torch.index_select(x, 0, i,
-// out=x), torch.cat([x, x], out=x)), though a program, reading every input first, has an answer.
+// out=x), torch.cat([x, x], out=x)), though a program, reading every input
+// first, has an answer.
 const std::map<std::string, std::set<std::string>>& NoOverlapWithOut() {
   static const std::map<std::string, std::set<std::string>> inputs = {
       {"aten::index_select", {"self", "index"}}, {"aten::gather", {"self"}},
@@ -164,6 +165,9 @@ class DerivedKernel final : public c10::OperatorKernel {
           for (const at::Tensor& t : v.toTensorList().vec()) {
             if (whole) AssertNoOverlap(o, t, /*accumulate=*/false);
             AssertNoPartialOverlap(o, t);
+            if (t.defined() && t.has_storage() && o.has_storage() && t.storage().is_alias_of(o.storage())) {
+              sharing.push_back(t);
+            }
           }
         } else if (whole && v.isOptionalTensorList()) {
           for (const std::optional<at::Tensor>& t : v.toOptionalTensorList().vec()) {

@@ -719,8 +719,8 @@ void AssertNotResizedOverInput(const at::Tensor& out, at::IntArrayRef sizes, con
     return;
   }
   // resize_ makes out contiguous at its offset: where that is the input
-  // itself (torch.clamp(y, out=y[::2]), y of twice the size), the write is
-  // in place and computed, as on the CPU
+  // itself (an empty out, torch.clamp(y, out=y[:0])), the write is in place
+  // and computed, as on the CPU
   if (input.storage_offset() == out.storage_offset() && input.sizes().equals(sizes) && input.is_contiguous()) return;
   TORCH_CHECK(false, kSharedMemory,
               " (an out= tensor resized over the storage of an input: the CPU would read that input's elements "

@@ -189,6 +189,7 @@ STRIDED_OVERLAP = {
     "masked_fill_ of overlapping windows": lambda x: x.unfold(0, 2, 1).masked_fill_(torch.eye(9, 2).bool().to(x.device), 10),
     # an out= resized over the storage of an input (the CPU rereads the input after writing it)
     "out= resized over an input": lambda x: torch.add(x[:1], torch.ones(3).to(x), out=x[5:6]),
+    "cat's empty out= resized over its inputs": lambda x: torch.cat([x[:2], x[2:4]], out=x[:0]),
 }
 NO_OVERLAP = {  # strided views of one storage that share no element
     "interleaved halves": lambda x: x[0::2].add_(x[1::2]),
