@@ -243,6 +243,8 @@ at::Tensor grid_sampler_2d(const at::Tensor& input, const at::Tensor& grid, int6
     CountCpuRun("aten::grid_sampler_2d");
     return at::grid_sampler_2d(input.cpu(), grid.cpu(), mode, padding, align_corners).to(input.device());
   }
+  // an empty batch (no boxes in a detector's crop): no row to read from
+  if (input.size(0) == 0) return at::empty({0, input.size(1), grid.size(1), grid.size(2)}, input.options());
   TraceScope ts;
   Sampling s = Prepare(input, grid, mode, padding, align_corners);
   const Ctx& c = s.c;
@@ -266,6 +268,10 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_backward(const at::Tensor& gr
     auto [gi, gg] = at::grid_sampler_2d_backward(grad_out.cpu(), input.cpu(), grid.cpu(), mode, padding, align_corners,
                                                  mask);
     return {gi.defined() ? gi.to(input.device()) : gi, gg.defined() ? gg.to(grid.device()) : gg};
+  }
+  if (input.size(0) == 0) {
+    return {mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : at::Tensor(),
+            mask[1] ? at::zeros_like(grid, at::MemoryFormat::Contiguous) : at::Tensor()};
   }
   TraceScope ts;
   Sampling s = Prepare(input, grid, mode, padding, align_corners);

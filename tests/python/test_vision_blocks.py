@@ -132,6 +132,14 @@ def test_grid_sample(padding):
     check_parity(fn, [rand(2, 3, 5, 6), rand(2, 4, 7, 2, seed=1, lo=-1.6, hi=1.6)])
 
 
+def test_grid_sample_of_an_empty_batch():
+    # a detector's crops of an image with no boxes: empty results and gradients
+    def fn(x, grid):
+        return [F.grid_sample(x, grid, mode=mode, align_corners=False) for mode in ("bilinear", "nearest")]
+
+    check_parity(fn, [rand(0, 3, 5, 6), rand(0, 4, 7, 2, seed=1)])
+
+
 def test_grid_sample_bicubic_runs_on_cpu():
     # documented fallback (docs/semantics.md): counted, and still right
     x, grid = rand(1, 2, 4, 4), rand(1, 3, 3, 2, seed=1, lo=-1.2, hi=1.2)
