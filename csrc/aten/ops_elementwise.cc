@@ -292,11 +292,14 @@ at::Tensor pow_tensor_tensor(const at::Tensor& a, const at::Tensor& b) {
   TraceScope s;
   const at::ScalarType t = at::result_type(a, b);
   TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"pow\" not implemented for 'Bool'");  // as the CPU (a number exponent works)
-  Operands o = Prepare(a, b, t);
-  // a 0-d base is squared before it is broadcast (squares of a broadcast
-  // value send XLA's algebraic simplifier round a loop, which it reports)
-  const bool scalar_base = a.dim() == 0 && b.dim() > 0;
-  return Wrap(Power(o.device, scalar_base ? Operand(a, o.device, t) : o.x, o.y, t), o.device);
+  // A base of one element is squared before it is broadcast (squares of a
+  // broadcast value send XLA's algebraic simplifier round a loop, which it
+  // reports).
+  const int d = CommonDevice({&a, &b});
+  const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
+  ir::Value x = Operand(a, d, t);
+  x = a.numel() == 1 ? B(d).Reshape(x, {}) : BroadcastTo(d, x, shape);
+  return Wrap(Power(d, x, BroadcastTo(d, Operand(b, d, t), shape), t), d);
 }
 at::Tensor pow_scalar(const at::Scalar& base, const at::Tensor& e) {
   TraceScope s;

@@ -724,11 +724,13 @@ def test_integer_pow_reads_the_whole_exponent(dtype):
 
 
 def test_a_0d_integer_base_to_a_tensor_power_compiles_quietly(capfd):
-    # its squares were of the broadcast base: XLA's simplifier went round a
-    # loop and said so on stderr (values right)
+    # squares of a broadcast base send XLA's simplifier round a loop, which
+    # it reports on stderr: the base is squared before it is broadcast
     exps = torch.arange(70)
     for dtype in (torch.int64, torch.int32):
         same(lambda t: torch.tensor(3, dtype=dtype, device=t.device) ** t, exps.to(dtype))
+        same(lambda t: torch.tensor([3], dtype=dtype, device=t.device) ** t, exps.to(dtype)[:69])
+    same(lambda t: torch.tensor(3) ** t, exps[:68])  # a CPU base
     assert "simplifier" not in capfd.readouterr().err
 
 
