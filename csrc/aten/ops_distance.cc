@@ -61,6 +61,10 @@ at::Tensor cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p, s
   if (p == 2 && (mode == 1 || (mode == 0 && (x1.size(-2) > 25 || x2.size(-2) > 25)))) {
     return at::_euclidean_dist(x1, x2);
   }
+  // the CPU kernel's check, where it runs (not for empty inputs): a float32
+  // x1 and a float64 x2 are refused, not promoted
+  TORCH_CHECK(x1.numel() == 0 || x2.numel() == 0 || x1.scalar_type() == x2.scalar_type(), "expected scalar type ",
+              x1.scalar_type(), " but found ", x2.scalar_type());
   return NormOfDiff(PairDiff(x1, x2), p);
 }
 

@@ -7,6 +7,7 @@
 #include <ATen/native/TypeProperties.h>
 
 #include <cmath>
+#include <limits>
 
 #include "aten/layout.h"
 #include "aten/lowering.h"
@@ -471,9 +472,12 @@ at::Tensor round_decimals(const at::Tensor& a, int64_t decimals) {
   TraceScope s;
   const int d = DeviceIndex(a);
   ir::Builder& b = B(d);
-  const double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
   // half types in float, rounded once (the CPU's opmath)
   const at::ScalarType t = a.scalar_type(), ct = OpMath(t);
+  // 10^|d| past the type's range is inf there, as the CPU's cast makes it
+  // (x * inf / inf: NaN)
+  double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
+  if (ct == at::kFloat && p > std::numeric_limits<float>::max()) p = std::numeric_limits<double>::infinity();
   // a Divisor: -0.43 would print as -0.42999998
   ir::Value ten = Divisor(d, p, ct, a.sizes().vec());
   ir::Value x = ValAs(a, ct);

@@ -364,6 +364,11 @@ def test_round_to_decimals_is_exact():
     for dtype in (torch.float32, torch.float64, torch.bfloat16):
         for d in (2, 1, -1):
             assert torch.equal(x.to(dtype).to(DEV).round(decimals=d).cpu(), x.to(dtype).round(decimals=d)), (dtype, d)
+    # 10^d past float32's range is inf, as the CPU's cast makes it: NaN
+    for dtype in (torch.float32, torch.float16, torch.float64):
+        for d in (38, 39, -39, 300, -300, 400):
+            want, got = x[:8].to(dtype).round(decimals=d), x[:8].to(dtype).to(DEV).round(decimals=d).cpu()
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"{dtype} {d}")
 
 def _factory(fn, *args, **kw):
     try:
@@ -1510,6 +1515,10 @@ def test_cdist_and_pdist_forward_and_backward():
     assert torch_pjrt.metrics.fallbacks() == {}, torch_pjrt.metrics.fallbacks()
     with pytest.raises(RuntimeError, match="same number of columns"):
         torch.cdist(torch.randn(2, 3, device=DEV), torch.randn(2, 4, device=DEV))
+    for p in (1.0, 2.0):  # float32 with float64: refused as on the CPU, not promoted
+        torch.cdist(torch.randn(0, 3, device=DEV), torch.randn(2, 3, dtype=torch.float64, device=DEV), p=p)
+        with pytest.raises(RuntimeError, match="expected scalar type Float but found Double"):
+            torch.cdist(torch.randn(2, 3, device=DEV), torch.randn(2, 3, dtype=torch.float64, device=DEV), p=p)
 
 
 def test_gcd_lcm_frexp_nextafter_logspace_follow_the_cpu():
