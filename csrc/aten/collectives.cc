@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "aten/tensor.h"
 #include "runtime/runtime.h"
@@ -22,7 +23,18 @@ void AllReduce_(const at::Tensor& t, const std::string& kind, double scale) {
   runtime::TraceScope scope;
   ir::Builder& b = B(DeviceIndex(t));
   const ir::ReduceKind k = kind == "max" ? ir::ReduceKind::Max : kind == "min" ? ir::ReduceKind::Min : ir::ReduceKind::Sum;
-  Assign(t, Scaled(b, b.AllReduce(Val(t), k), scale));
+  const ir::Value x = Val(t);
+  ir::Value r = b.AllReduce(x, k);
+  const ir::Shape sh = b.shape(x);
+  if (k != ir::ReduceKind::Sum && ir::IsFloat(sh.dtype)) {
+    // NaN where a replica holds one, as torch.max over the replicas' values
+    // (XLA's maximum across replicas drops it)
+    const ir::Value nan = b.Convert(b.Compare(ir::CompareDir::NE, x, x), ir::DType::I32);
+    const ir::Value any = b.Compare(ir::CompareDir::NE, b.AllReduce(nan, ir::ReduceKind::Max),
+                                    b.Full(ir::DType::I32, sh.dims, 0));
+    r = b.Select(any, b.Full(sh.dtype, sh.dims, NAN), r);
+  }
+  Assign(t, Scaled(b, r, scale));
 }
 
 at::Tensor AllGather(const at::Tensor& t, int64_t dim) {

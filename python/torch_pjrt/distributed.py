@@ -20,6 +20,7 @@ rank that died and stops the rest.
 from __future__ import annotations
 
 import datetime
+import operator
 import os
 import socket
 from typing import Callable, Iterable, List, Optional, Sequence
@@ -200,6 +201,8 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", scale: float = 1.0) -> tor
 
 def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
     """The participants' tensors concatenated along ``dim`` (a new tensor)."""
+    if tensor.dim() == 0:
+        raise ValueError("all_gather concatenates along a dimension: a 0-d tensor has none (gather t.reshape(1))")
     if _multiprocess():
         import torch.distributed as dist
 
@@ -227,6 +230,8 @@ def reduce_scatter(tensor: torch.Tensor, dim: int = 0, scale: float = 1.0) -> to
 
 def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
     """In place: every participant gets participant ``src``'s value."""
+    if not 0 <= src < collective_size():
+        raise ValueError(f"broadcast: src {src} is not a participant (0 to {collective_size() - 1})")
     if _multiprocess():
         import torch.distributed as dist
 
@@ -347,6 +352,11 @@ class replicated:
 
     def __enter__(self) -> "replicated":
         self._previous = _replicas()
+        if self._previous > 1 and self.n > 1 and self._previous != self.n:
+            # the inner programs would read each per-replica tensor of the
+            # outer region (its shards) as replica 0's value on every replica
+            raise RuntimeError(f"replicated({self.n}) inside a replicated({self._previous}) region: a nested region "
+                               "must replicate over as many devices as the outer one")
         _C._set_replicas(self.n)
         return self
 
@@ -355,6 +365,10 @@ class replicated:
 
     def shard(self, batch: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """Splits a host tensor into one equal slice per replica along ``dim``."""
+        if batch.dim() == 0:
+            raise ValueError("shard splits a tensor along a dimension: a 0-d tensor has none")
+        if not -batch.dim() <= dim < batch.dim():
+            raise IndexError(f"shard: dim {dim} is out of range for a tensor of {batch.dim()} dimension(s)")
         if batch.shape[dim] % self.n:
             raise ValueError(f"cannot split size {batch.shape[dim]} of dim {dim} into {self.n} equal replica slices")
         return _C._shard([p.contiguous() for p in batch.detach().cpu().chunk(self.n, dim)])
@@ -446,6 +460,11 @@ def launch(fn: Callable, args: Iterable = (), nprocs: Optional[int] = None, star
 
     If a process dies or raises, the others are stopped and the error names
     its rank."""
+    if nprocs is not None:  # (numpy's integers too)
+        count = operator.index(nprocs) if hasattr(nprocs, "__index__") and not isinstance(nprocs, bool) else 0
+        if count < 1:
+            raise ValueError(f"torch_pjrt.launch: nprocs must be a positive number of processes, got {nprocs!r}")
+        nprocs = count
     o = runtime.options()
     if o["torchrun"]:
         fn(*args)

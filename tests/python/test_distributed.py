@@ -112,6 +112,49 @@ def test_collectives_inside_a_replicated_program():
         assert [v.tolist() for v in r.values(b)] == [[[4.0, 5.0]]] * 4
 
 
+def test_max_and_min_across_replicas_are_nan_where_a_replica_holds_one():
+    # as torch.max over the replicas' values (XLA's maximum across replicas alone drops a NaN)
+    with torch_pjrt.replicated(2) as r:
+        t = r.shard(torch.tensor([[float("nan"), 1.0], [2.0, 3.0]]))
+        hi, lo = D.all_reduce(t.clone(), "max"), D.all_reduce(t.clone(), "min")
+        f16 = D.all_reduce(t.half(), "max")
+        assert all(v[0, 0].isnan().item() and v[0, 1].item() == 3.0 for v in r.values(hi))
+        assert all(v[0, 0].isnan().item() and v[0, 1].item() == 1.0 for v in r.values(lo))
+        assert all(v[0, 0].isnan().item() and v[0, 1].item() == 3.0 for v in r.values(f16))
+
+
+def test_a_nested_region_of_another_size_is_refused_a_later_one_reads_replica_0():
+    with torch_pjrt.replicated(3) as r:
+        a = r.shard(torch.tensor([1.0, 2.0, 3.0]))
+        w = torch.ones(2, device=r.device)
+        w.add_(1)  # written in the region: one (equal) value per replica
+        with pytest.raises(RuntimeError, match=r"replicated\(2\) inside a replicated\(3\) region"):
+            with torch_pjrt.replicated(2):
+                pass
+        assert [v.tolist() for v in r.values(D.all_reduce(a.clone()))] == [[6.0]] * 3
+    assert (a * 1).cpu().tolist() == [1.0]  # outside a region: replica 0's, as host reads
+    with torch_pjrt.replicated(2) as r2:  # a later region of another size: replica 0's too
+        assert [v.tolist() for v in r2.values(w * 2)] == [[4.0, 4.0]] * 2
+
+
+def test_bad_arguments_of_the_one_process_collectives_are_clear_errors():
+    with torch_pjrt.replicated(2) as r:
+        x = r.shard(torch.arange(4.0).reshape(2, 2))
+        with pytest.raises(ValueError, match="src 2 is not a participant"):
+            D.broadcast(x, 2)
+        with pytest.raises(ValueError, match="0-d tensor"):
+            D.all_gather(x[0, 0], 0)
+        with pytest.raises(ValueError, match="0-d tensor"):
+            r.shard(torch.tensor(3.0))
+        with pytest.raises(IndexError, match="dim 5 is out of range"):
+            r.shard(torch.ones(2, 2), dim=5)
+    with pytest.raises(ValueError, match="src -1 is not a participant"):
+        D.broadcast(torch.ones(2, device="pjrt"), -1)
+    for n in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="nprocs must be a positive number"):
+            D.launch(print, nprocs=n)
+
+
 def test_a_scale_an_integer_tensor_cannot_hold_is_torchs_error_not_truncated():
     # it was truncated in one process (0.5 -> 0: all zeros; 1.5 -> 1)
     with torch_pjrt.replicated(2) as r:
@@ -506,8 +549,11 @@ def test_random_stream_continues_across_replicated_regions():
 
 def test_nested_regions_restore_the_outer_one():
     with torch_pjrt.replicated(4):
-        with torch_pjrt.replicated(2):
-            assert torch_pjrt._C._replicas() == 2
+        with torch_pjrt.replicated(4):
+            assert torch_pjrt._C._replicas() == 4
+        assert torch_pjrt._C._replicas() == 4
+        with torch_pjrt.replicated(1):  # one replica: no per-replica tensor to misread
+            assert torch_pjrt._C._replicas() == 1
         assert torch_pjrt._C._replicas() == 4
     assert torch_pjrt._C._replicas() == 1
 
@@ -516,8 +562,8 @@ def test_collective_size_counts_replicas_in_a_region_else_processes():
     assert D.collective_size() == runtime.process_count() == 1
     with torch_pjrt.replicated(4):
         assert D.collective_size() == 4
-        with torch_pjrt.replicated(2):
-            assert D.collective_size() == 2
         assert runtime.world_size() == 1  # processes, whatever the region
+    with torch_pjrt.replicated(2):
+        assert D.collective_size() == 2
     assert D.collective_size() == 1
     assert not hasattr(D, "world_size")  # one meaning per name: runtime.world_size() counts processes
