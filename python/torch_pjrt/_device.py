@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import functools
 import inspect
+import operator
 import os
 import re
 import secrets
@@ -453,12 +454,16 @@ def device(index: Optional[int] = None) -> torch.device:
     """``torch.device("pjrt:<index>")``; the current device when index is None."""
     _graph_break_here("torch_pjrt.device() reads the runtime's device list and current device "
                       "(set_device changes it): call it outside the compiled function")
+    if index is not None:  # (numpy's integers too)
+        if isinstance(index, bool) or not hasattr(index, "__index__"):
+            raise TypeError(f"torch_pjrt.device() takes a device index (an int), got {index!r}; "
+                            "torch.device('pjrt:1') names a device by string")
+        index = operator.index(index)
     n = device_count()
     if index is None:
         index = _C._current_device()
-    if not isinstance(index, int) or index < 0 or index >= n:
-        raise IndexError(_C._device_index_error(index) if isinstance(index, int) else
-                         f"pjrt device index {index!r} is out of range: there are {n} pjrt device(s)")
+    if index < 0 or index >= n:
+        raise IndexError(_C._device_index_error(index))
     return torch.device("pjrt", index)
 
 

@@ -14,9 +14,15 @@ program over the local devices instead.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import os
+from typing import Dict, List, Optional, Union
+
+import torch
 
 from torch_pjrt import _C, _device
+
+# A device as the memory calls take it: an index, "pjrt:2" or a torch.device.
+DeviceLike = Union[int, str, torch.device, None]
 
 
 def options() -> Dict[str, object]:
@@ -106,41 +112,47 @@ def plugin_info() -> Dict[str, object]:
     }
 
 
-def memory_stats(index: int = 0) -> Optional[Dict[str, int]]:
-    """The plugin's allocator statistics for pjrt device ``index``
+def _which(device) -> int:
+    """A device argument (an index, "pjrt:2", a torch.device; a negative
+    index or None: the current device) as an index this process has
+    (IndexError otherwise), as torch.pjrt's memory calls take it."""
+    _device._configure_once()
+    return _device._index(device)
+
+
+def memory_stats(index: DeviceLike = 0) -> Optional[Dict[str, int]]:
+    """The plugin's allocator statistics for pjrt device ``index`` (an
+    index, ``"pjrt:N"`` or a ``torch.device``, as for every call below)
     (``bytes_in_use``, and ``peak_bytes_in_use``, ``bytes_limit``, ... where
     the plugin sets them), read through ``PJRT_Device_MemoryStats`` when the
     plugin's API table has it; None when the plugin does not report them (the
     XLA CPU plugins answer UNIMPLEMENTED)."""
-    _device._configure_once()
-    return _C._memory_stats(index)
+    return _C._memory_stats(_which(index))
 
 
-def memory_allocated(index: int = 0) -> int:
+def memory_allocated(index: DeviceLike = 0) -> int:
     """Bytes of the buffers torch_pjrt holds on pjrt device ``index`` now
     (sharded tensors count their piece on each device), counted from the
     buffers' sizes: available on every plugin."""
-    _device._configure_once()
-    return int(_C._buffer_bytes(index)[0])
+    return int(_C._buffer_bytes(_which(index))[0])
 
 
-def max_memory_allocated(index: int = 0) -> int:
+def max_memory_allocated(index: DeviceLike = 0) -> int:
     """The most ``memory_allocated(index)`` was since the start or the last
     ``reset_peak_memory_stats(index)``."""
-    _device._configure_once()
-    return int(_C._buffer_bytes(index)[1])
+    return int(_C._buffer_bytes(_which(index))[1])
 
 
-def reset_peak_memory_stats(index: int = 0) -> None:
-    _device._configure_once()
-    _C._reset_peak_buffer_bytes(index)
+def reset_peak_memory_stats(index: DeviceLike = 0) -> None:
+    _C._reset_peak_buffer_bytes(_which(index))
 
 
-def device_memory_stats(index: int = 0) -> Dict[str, int]:
+def device_memory_stats(index: DeviceLike = 0) -> Dict[str, int]:
     """``memory_stats(index)`` where the plugin reports statistics, else our
     buffers' counts: ``bytes_in_use``, ``peak_bytes_in_use``, ``num_buffers``
     and torch's names ``allocated_bytes.all.current`` /
     ``allocated_bytes.all.peak``."""
+    index = _which(index)
     stats = dict(memory_stats(index) or {})
     if not stats:
         in_use, peak, count = _C._buffer_bytes(index)
@@ -178,6 +190,8 @@ def initialize_cache(path: str, readonly: bool = False) -> None:
     ``TORCH_PJRT_CACHE_DIR``). Entries are keyed on the plugin's XLA version
     and program hash, written atomically; corrupt entries are dropped and
     recompiled. ``readonly``: use entries, never write."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"initialize_cache takes a directory path, got {path!r}")
     _device.device_count()  # starts the runtime
     _C._initialize_cache(str(path), bool(readonly))
 

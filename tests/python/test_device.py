@@ -30,6 +30,12 @@ def test_device_index_out_of_range_names_the_count():
         torch_pjrt.device(4)
     with pytest.raises((IndexError, RuntimeError), match="4 pjrt device"):
         torch.zeros(2, device="pjrt:9")
+    with pytest.raises(TypeError, match="takes a device index"):  # a string is not an index
+        torch_pjrt.device("pjrt:3")
+    with pytest.raises(TypeError, match="takes a directory path"):  # not a directory named "123"
+        torch_pjrt.runtime.initialize_cache(123)
+    import numpy as np
+    assert torch_pjrt.device(np.int64(2)) == torch.device("pjrt:2")
 
 
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
@@ -313,6 +319,24 @@ def test_memory_allocated_counts_what_tensors_hold_across_donating_steps():
     assert torch.equal(p.cpu(), torch.full((1 << 14,), 4.0))
     del p
     assert torch_pjrt.runtime.memory_allocated() == held - (1 << 14) * 4
+
+
+def test_runtime_memory_calls_take_a_device_as_torch_pjrts_do():
+    R = torch_pjrt.runtime
+    before = R.memory_allocated(2)
+    x = torch.ones(1 << 12, device="pjrt:2")
+    torch_pjrt.sync(wait=True)
+    for dev in (2, "pjrt:2", torch.device("pjrt", 2)):
+        assert R.memory_allocated(dev) == before + (1 << 14) == torch.pjrt.memory_allocated(dev)
+        assert R.device_memory_stats(dev)["allocated_bytes.all.current"] == before + (1 << 14)
+        assert R.max_memory_allocated(dev) >= before + (1 << 14)
+    for bad in (7, "pjrt:9"):  # one error for every call, as torch.pjrt's
+        for fn in (R.memory_allocated, R.device_memory_stats, R.memory_stats):
+            with pytest.raises(IndexError, match="out of range"):
+                fn(bad)
+    with pytest.raises(ValueError, match="expected a pjrt device"):
+        R.memory_allocated("cpu")
+    del x
 
 
 def test_exception_mid_step_leaves_device_usable():
