@@ -39,9 +39,14 @@ struct IntFieldsText {
   }
 };
 
-// One line per parameter, constant and other node: what ExplainRecompile compares.
-std::vector<std::string> Signature(const ir::Graph& g, const std::vector<std::string>& param_desc) {
+// One line for the devices, then one per parameter, constant and other
+// node: what ExplainRecompile compares.
+std::vector<std::string> Signature(const ir::Graph& g, const std::vector<std::string>& param_desc,
+                                   const std::vector<int>& device_ids) {
   std::vector<std::string> sig;
+  std::string devices = "devices: ";
+  for (size_t i = 0; i < device_ids.size(); ++i) devices += (i ? "," : "") + std::to_string(device_ids[i]);
+  sig.push_back(devices);
   for (size_t i = 0; i < g.params.size(); ++i) {
     const std::string& desc = i < param_desc.size() ? param_desc[i] : std::string();
     sig.push_back("input " + std::to_string(i) + ": " +
@@ -76,9 +81,9 @@ std::vector<std::string> Signature(const ir::Graph& g, const std::vector<std::st
 
 }  // namespace
 
-void Runtime::ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g,
-                               const std::vector<std::string>& param_desc) {
-  std::vector<std::string> sig = Signature(g, param_desc);
+void Runtime::ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g, const std::vector<std::string>& param_desc,
+                               const std::vector<int>& device_ids) {
+  std::vector<std::string> sig = Signature(g, param_desc, device_ids);
   auto it = seen_structures_.find(shape_blind_hash);
   if (it != seen_structures_.end()) {
     const std::vector<std::string>& old = it->second;
@@ -86,7 +91,7 @@ void Runtime::ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g,
     for (size_t i = 0; i < std::min(old.size(), sig.size()); ++i) {
       if (old[i] == sig[i]) continue;
       const size_t colon = old[i].find(':');
-      if (old[i].rfind("input", 0) == 0 || old[i].rfind("constant", 0) == 0) {
+      if (old[i].rfind("input", 0) == 0 || old[i].rfind("constant", 0) == 0 || old[i].rfind("devices", 0) == 0) {
         why += (why.empty() ? "" : "; ") + old[i].substr(0, colon) + " changed from" + old[i].substr(colon + 1) +
                " to" + sig[i].substr(sig[i].find(':') + 1);
       } else if (why.empty()) {

@@ -461,7 +461,8 @@ class Runtime {
   std::shared_ptr<pjrt::Executable> GetExecutable(int device, const ir::Graph& g, const std::string& key,
                                                   const std::vector<std::string>& param_desc,
                                                   std::vector<pjrt::ArgSpec> args = {});
-  void ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g, const std::vector<std::string>& param_desc);
+  void ExplainRecompile(uint64_t shape_blind_hash, const ir::Graph& g, const std::vector<std::string>& param_desc,
+                        const std::vector<int>& device_ids);
   // Recompile reasons wait here until the runtime lock is released: their
   // Python location needs the GIL, which must never be taken under the lock.
   void ReportDeferred();

@@ -290,12 +290,12 @@ std::shared_ptr<pjrt::Executable> Runtime::GetExecutable(int device, const ir::G
   } catch (...) {
     // An interrupted compile is not one: its sync comes again (CompileText)
     // and must not find its own structure and report a recompile.
-    if (!CompileInterrupted()) ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc);
+    if (!CompileInterrupted()) ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc, options.device_ids);
     throw;
   }
   m.AddTime("compile", Seconds(t0));
   m.Add("compiles");
-  ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc);
+  ExplainRecompile(ir::ShapeBlindHash(g), g, param_desc, options.device_ids);
   for (const Trace::Joined& j : trace.joined) {
     if (j.calls > 1) ++multi_join_compiles_[j.program];  // MayJoinAgain
   }

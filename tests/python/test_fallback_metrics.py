@@ -167,6 +167,15 @@ def test_recompile_reason_names_a_slices_moving_offset():
     assert "starts=[0,0,0,0]" in rc[0]["why"] and "starts=[0,0,1,1]" in rc[0]["why"], rc[0]
 
 
+def test_the_same_program_on_another_device_says_so():
+    torch_pjrt.metrics.reset()
+    x = torch.randn(4, 17)
+    for d in (1, 2):
+        (x.to(f"pjrt:{d}").cosh() * 3).atan2(x.to(f"pjrt:{d}")).logsumexp(1).cpu()
+    rc = torch_pjrt.metrics.recompiles()
+    assert rc and rc[-1]["why"] == "devices changed from 1 to 2", rc
+
+
 def test_changing_python_scalars_do_not_recompile():
     torch_pjrt.metrics.reset()
     x = torch.randn(10).to(DEV)
