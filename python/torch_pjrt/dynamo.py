@@ -792,7 +792,8 @@ def _decompositions() -> dict:
     """PyTorch's core ATen decompositions, less those whose result loses the
     CPU's error: nll_loss as a gather raised gather's RuntimeError for a
     target out of range where the CPU (and pjrt's own nll_loss kernels)
-    raise IndexError.
+    raise IndexError; and nan_to_num's, which fails on complex inputs
+    (``isneginf``; pjrt's kernel takes them, as the CPU's).
 
     The table is the one ``core_aten_decompositions()`` starts from, without
     the entries it adds for every CompositeImplicitAutograd op: tracing
@@ -808,7 +809,7 @@ def _decompositions() -> dict:
     table = dict(table() if table is not None else decomp.core_aten_decompositions().items())
     aten = torch.ops.aten
     keep = {aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default,
-            aten.nll_loss2d_backward.default, *_NATIVE_WHILE_TRACING}
+            aten.nll_loss2d_backward.default, aten.nan_to_num.default, *_NATIVE_WHILE_TRACING}
     return {op: fn for op, fn in table.items() if op not in keep}
 
 

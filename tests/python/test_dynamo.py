@@ -495,7 +495,8 @@ def test_the_decomposition_table_traces_as_torchs_core_aten_table():
 
     aten = torch.ops.aten
     own = {aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default,
-           aten.nll_loss2d_backward.default}  # the backend's own kernels, for the CPU's IndexError
+           aten.nll_loss2d_backward.default,  # the backend's own kernels, for the CPU's IndexError
+           aten.nan_to_num.default}  # (its decomposition fails on complex inputs)
     public = {op: fn for op, fn in core_aten_decompositions().items() if op not in own}
 
     def graphs(fn, args, table):
@@ -529,6 +530,16 @@ def test_the_decomposition_table_traces_as_torchs_core_aten_table():
         (fw, bw), (grad,) = graphs(lambda w, i: torch.nn.functional.embedding(i, w).pow(2).sum(), (w, idx), table)
         assert ("embedding_backward" in bw) == (table is not public)
         torch.testing.assert_close(grad, wc.grad)
+
+
+def test_nan_to_num_of_complex_compiles():
+    # the table's decomposition failed on complex inputs (isneginf): the
+    # backend traces pjrt's kernel, whose complex case runs on the CPU
+    z = torch.tensor([complex(float("nan"), float("inf")), complex(-float("inf"), 2.0)])
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.5])
+    f = torch.compile(lambda t: torch.nan_to_num(t, posinf=7.0) * 2, backend="pjrt")
+    torch.testing.assert_close(f(z.to(DEV)).cpu(), torch.nan_to_num(z, posinf=7.0) * 2)
+    torch.testing.assert_close(f(x.to(DEV)).cpu(), torch.nan_to_num(x, posinf=7.0) * 2)
 
 
 def test_device_count_and_availability_fold_to_constants_in_a_compiled_function():
