@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "aten/lowering.h"
 #include "aten/tensor.h"
 #include "runtime/runtime.h"
 
@@ -21,7 +22,8 @@ ir::Value Scaled(ir::Builder& b, ir::Value v, double scale) {
 void AllReduce_(const at::Tensor& t, const std::string& kind, double scale) {
   TORCH_CHECK(kind == "sum" || kind == "max" || kind == "min", "reduction must be sum, max or min, got '", kind, "'");
   runtime::TraceScope scope;
-  ir::Builder& b = B(DeviceIndex(t));
+  const int d = DeviceIndex(t);
+  ir::Builder& b = B(d);
   const ir::ReduceKind k = kind == "max" ? ir::ReduceKind::Max : kind == "min" ? ir::ReduceKind::Min : ir::ReduceKind::Sum;
   const ir::Value x = Val(t);
   ir::Value r = b.AllReduce(x, k);
@@ -29,7 +31,7 @@ void AllReduce_(const at::Tensor& t, const std::string& kind, double scale) {
   if (k != ir::ReduceKind::Sum && ir::IsFloat(sh.dtype)) {
     // NaN where a replica holds one, as torch.max over the replicas' values
     // (XLA's maximum across replicas drops it)
-    const ir::Value nan = b.Convert(b.Compare(ir::CompareDir::NE, x, x), ir::DType::I32);
+    const ir::Value nan = b.Convert(IsNan(d, x), ir::DType::I32);
     const ir::Value any = b.Compare(ir::CompareDir::NE, b.AllReduce(nan, ir::ReduceKind::Max),
                                     b.Full(ir::DType::I32, sh.dims, 0));
     r = b.Select(any, b.Full(sh.dtype, sh.dims, NAN), r);

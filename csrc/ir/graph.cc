@@ -450,9 +450,8 @@ Value Builder::Bitcast(Value x, DType to) {
     split.push_back(static_cast<int64_t>(want / have));
     x = Reshape(x, split);
   }
-  Shape out{to, in.dims};
+  Shape out{to, have < want ? dims : in.dims};
   if (have > want) out.dims.push_back(static_cast<int64_t>(have / want));
-  if (have < want) out.dims = dims;
   Value v{Emit(Op::BitcastConvert, {x}, std::monostate{}, &out, 1, false), 0};
   return have > want ? Reshape(v, dims) : v;
 }

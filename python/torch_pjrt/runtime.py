@@ -115,8 +115,8 @@ def plugin_info() -> Dict[str, object]:
 def _which(device) -> int:
     """A device argument (an index, "pjrt:2", a torch.device; a negative
     index or None: the current device) as an index this process has
-    (IndexError otherwise), as torch.pjrt's memory calls take it."""
-    _device._configure_once()
+    (IndexError otherwise), as torch.pjrt's memory calls take it; starts
+    the runtime."""
     return _device._index(device)
 
 
